@@ -1,0 +1,308 @@
+"""The sink contract shared by every connector.
+
+A sink is a ``foreachBatch`` callable. Spark calls it in the driver once per micro-batch with
+the batch's DataFrame and its ``batchId`` (our *epoch*). The sink object holds configuration
+only; connections open inside executor tasks (the object built by :meth:`_task_writer` is
+pickled to them) or briefly in the driver for the head.
+
+The protocol, in the order it runs (DESIGN.md, "One batch, in order"):
+
+1. On the first call after a (re)start, :meth:`_start` preflights the destination, reads the
+   sink head back from it, and checks the head belongs to this Spark checkpoint.
+2. An epoch at or below the head is skipped whole, without touching the destination.
+3. Every record gets a deterministic ID; records are spread over shards by ID hash.
+4. Each executor task writes its shard's records and a "(query, epoch, shard) committed"
+   marker in one atomic step; a shard already committed by an earlier attempt is skipped.
+5. Only when every task succeeded does the driver advance the head to the epoch.
+
+Guarantee: the destination ends up with exactly the records a crash-free run produces, through
+driver crashes, task retries and re-runs of an epoch. Not guaranteed: ordering between
+shards, and anything written to the destination by other writers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from exactlyonce.connectors.errors import CheckpointResetError, ConfigError
+from exactlyonce.dedup.ids import RecordIdSpec
+from exactlyonce.integration.crashpoints import crash_point
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("exactlyonce")
+
+SHARD_COLUMN = "_eo_shard"
+ERROR_COLUMN = "_eo_error"
+PAYLOAD_COLUMN = "_eo_payload"
+NO_EPOCH = -1
+
+TASK_RESULT_SCHEMA = (
+    "shards array<int>, skipped_shards array<int>, rows long, written long, "
+    "duplicates long, dead_letters long, slow_batches long, writer string"
+)
+
+TaskWriter = Callable[["Iterator[pa.RecordBatch]"], "Iterator[pa.RecordBatch]"]
+
+
+@dataclass(frozen=True)
+class Head:
+    """What the destination durably says was committed for one (query, sink)."""
+
+    epoch: int
+    spark_query_id: str | None
+    num_shards: int
+
+
+@dataclass
+class TaskResult:
+    """What one executor task reports back; rows of data never travel to the driver."""
+
+    shards: list[int] = field(default_factory=list)
+    skipped_shards: list[int] = field(default_factory=list)
+    rows: int = 0
+    written: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    slow_batches: int = 0
+    writer: str = ""
+
+    def to_arrow(self) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        return pa.RecordBatch.from_pylist(
+            [self.__dict__],
+            schema=pa.schema(
+                [
+                    ("shards", pa.list_(pa.int32())),
+                    ("skipped_shards", pa.list_(pa.int32())),
+                    ("rows", pa.int64()),
+                    ("written", pa.int64()),
+                    ("duplicates", pa.int64()),
+                    ("dead_letters", pa.int64()),
+                    ("slow_batches", pa.int64()),
+                    ("writer", pa.string()),
+                ]
+            ),
+        )
+
+
+@dataclass
+class BatchReport:
+    """What one call of the sink did. ``skipped`` means the epoch was at or below the head."""
+
+    query_name: str
+    sink: str
+    epoch: int
+    skipped: bool
+    rows: int = 0
+    written: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    shards_committed: int = 0
+    shards_skipped: int = 0
+    slow_batches: int = 0
+    writers: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @classmethod
+    def from_tasks(
+        cls, query_name: str, sink: str, epoch: int, tasks: Sequence[TaskResult]
+    ) -> BatchReport:
+        report = cls(query_name, sink, epoch, skipped=False)
+        for t in tasks:
+            report.rows += t.rows
+            report.written += t.written
+            report.duplicates += t.duplicates
+            report.dead_letters += t.dead_letters
+            report.slow_batches += t.slow_batches
+            report.shards_committed += len(t.shards) - len(t.skipped_shards)
+            report.shards_skipped += len(t.skipped_shards)
+            if t.writer:
+                report.writers.append(t.writer)
+        return report
+
+
+def spark_query_id(df: DataFrame) -> str | None:
+    """The streaming query's id: stable across restarts from one checkpoint, new for a new one."""
+    try:
+        value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    except Exception:  # Spark Connect has no SparkContext
+        return None
+    return str(value) if value else None
+
+
+class ExactlyOnceSink(ABC):
+    """A ``foreachBatch`` callable that writes each record of a stream exactly once.
+
+    Subclasses say how to reach their destination: preflight, the head, and the task writer.
+    """
+
+    kind: str = "sink"
+
+    def __init__(
+        self,
+        *,
+        query_name: str,
+        id_columns: Sequence[str] | str,
+        shards: int | None = None,
+        sink_name: str | None = None,
+    ) -> None:
+        if not isinstance(query_name, str) or not query_name.strip():
+            raise ConfigError("query_name", "a stable, non-empty name for the streaming query")
+        if shards is not None and (not isinstance(shards, int) or not 1 <= shards <= 4096):
+            raise ConfigError("shards", f"must be an integer from 1 to 4096, got {shards!r}")
+        self.query_name = query_name
+        self.ids = RecordIdSpec.from_columns(id_columns)
+        self.shards = shards
+        self._sink_name = sink_name
+        self._head: Head | None = None
+        self._started_for: str | None = None
+        self.reports: list[BatchReport] = []
+
+    # -- what subclasses provide -------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def sink_name(self) -> str:
+        """The head's key together with ``query_name``: names the destination."""
+
+    @abstractmethod
+    def preflight(self, schema: StructType | None = None) -> None:
+        """Check the destination before writing; raise ConfigError/SinkUnavailableError."""
+
+    @abstractmethod
+    def _read_head(self) -> Head | None: ...
+
+    @abstractmethod
+    def _create_head(self, head: Head) -> None: ...
+
+    @abstractmethod
+    def _bind_query_id(self, spark_query_id: str) -> None: ...
+
+    @abstractmethod
+    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None: ...
+
+    @abstractmethod
+    def _project(self, df: DataFrame, epoch: int) -> DataFrame:
+        """The destination's columns, cast to what its task writer expects."""
+
+    @abstractmethod
+    def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter: ...
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        began = time.monotonic()
+        query_id = spark_query_id(df)
+        head = self._start(df, query_id)
+        if batch_id <= head.epoch:
+            self._record(BatchReport(self.query_name, self.sink_name, batch_id, skipped=True))
+            log.info("%s epoch %d <= head %d: already committed, skipped", self, batch_id, head.epoch)
+            return
+        crash_point("before_write", batch_id)
+        tasks = self._write_epoch(df, batch_id, head.num_shards)
+        self._advance_head(batch_id, query_id)
+        self._head = Head(batch_id, query_id, head.num_shards)
+        crash_point("after_head", batch_id)
+        report = BatchReport.from_tasks(self.query_name, self.sink_name, batch_id, tasks)
+        report.seconds = time.monotonic() - began
+        self._record(report)
+
+    def _start(self, df: DataFrame, query_id: str | None) -> Head:
+        """Preflight and read the head once per (re)start of the query in this driver."""
+        if self._head is not None and self._started_for == query_id:
+            return self._head
+        self.preflight(df.schema)
+        head = self._read_head()
+        if head is None:
+            shards = self.shards or max(1, df.sparkSession.sparkContext.defaultParallelism)
+            head = Head(NO_EPOCH, query_id, shards)
+            self._create_head(head)
+        elif query_id and head.spark_query_id and head.spark_query_id != query_id:
+            raise CheckpointResetError(
+                f"{self.sink_name}: the head of query_name {self.query_name!r} was written by "
+                f"Spark query {head.spark_query_id}, but this run is query {query_id} (a new or "
+                "deleted checkpoint). Its epochs would restart at 0 and be skipped as already "
+                "committed. Use a new query_name, or reset the head explicitly with "
+                f"`exactlyonce reset-head` / sink.reset_head() if you mean to start over."
+            )
+        elif query_id and not head.spark_query_id:
+            self._bind_query_id(query_id)
+            head = Head(head.epoch, query_id, head.num_shards)
+        if self.shards is not None and self.shards != head.num_shards:
+            log.warning(
+                "%s: shards=%d ignored; this query was started with %d shards, kept so that "
+                "re-runs put every ID in the same shard",
+                self, self.shards, head.num_shards,
+            )
+        self._head, self._started_for = head, query_id
+        log.info("%s started: head epoch %d, %d shards", self, head.epoch, head.num_shards)
+        return head
+
+    def _write_epoch(self, df: DataFrame, epoch: int, num_shards: int) -> list[TaskResult]:
+        """Run the writes in executor tasks; only one small result row per task comes back."""
+        from pyspark.sql import functions as F
+
+        projected = self._project(df, epoch)
+        columns = [c for c in projected.columns if not c.startswith("_eo_")]
+        shard = F.pmod(F.hash(F.col(self.id_column)), F.lit(num_shards))
+        sharded = projected.withColumn(SHARD_COLUMN, shard).repartition(
+            num_shards, F.col(self.id_column)
+        )
+        writer = self._task_writer(epoch, columns)
+        rows = sharded.mapInArrow(writer, TASK_RESULT_SCHEMA).collect()
+        return [TaskResult(**row.asDict()) for row in rows]
+
+    def _with_ids(self, df: DataFrame, epoch_column: str, epoch: int) -> DataFrame:
+        """Add the record ID, the epoch, and for bad records the reason and payload."""
+        from pyspark.sql import functions as F
+
+        missing = self.ids.missing_from(df.columns)
+        if missing:
+            raise ConfigError("id_columns", f"not in the stream's columns {df.columns}: {missing}")
+        rid = self.ids.column()
+        user_columns = [F.col(c) for c in df.columns]
+        return df.select(
+            *user_columns,
+            rid.alias(self.id_column),
+            F.lit(epoch).cast("long").alias(epoch_column),
+            F.when(rid.isNull(), self.ids.null_key_reason()).alias(ERROR_COLUMN),
+            F.when(rid.isNull(), F.to_json(F.struct(*user_columns), {"ignoreNullFields": "false"})).alias(PAYLOAD_COLUMN),
+        )
+
+    @property
+    @abstractmethod
+    def id_column(self) -> str: ...
+
+    def _record(self, report: BatchReport) -> None:
+        self.reports.append(report)
+        if not report.skipped:
+            log.info(
+                "%s epoch %d: %d rows, %d written, %d duplicates, %d dead letters, "
+                "%d shards committed, %d skipped (%.2fs)",
+                self, report.epoch, report.rows, report.written, report.duplicates,
+                report.dead_letters, report.shards_committed, report.shards_skipped,
+                report.seconds,
+            )
+
+    @property
+    def last_report(self) -> BatchReport | None:
+        return self.reports[-1] if self.reports else None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(query_name={self.query_name!r}, sink={self.sink_name!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError(
+            f"{type(self).__name__} runs in the driver as a foreachBatch callable and is not "
+            "shipped to executors; its task writers are"
+        )

@@ -1,0 +1,45 @@
+"""Errors by meaning.
+
+Every error the library raises derives from :class:`ExactlyOnceError`. The subclass says what
+the caller should do: fix the configuration, retry later, or look in the dead-letter
+destination. All of them pickle cleanly, because Spark moves exceptions between processes.
+No message ever contains a credential: build messages from redacted values only.
+"""
+
+from __future__ import annotations
+
+
+class ExactlyOnceError(Exception):
+    """Root of every error raised by exactlyonce."""
+
+
+class ConfigError(ExactlyOnceError, ValueError):
+    """The configuration is wrong. Raised before the stream starts; names the field."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
+        return (type(self), (self.field, self.reason))
+
+
+class SinkUnavailableError(ExactlyOnceError):
+    """The destination cannot be reached now. Transient: retrying later may succeed."""
+
+
+class CheckpointResetError(ExactlyOnceError):
+    """The sink head belongs to another Spark checkpoint (DESIGN invariant 9).
+
+    Spark restarts at batchId 0 when its checkpoint is deleted. Every epoch would then look
+    already committed and be skipped, so we refuse instead of silently losing data.
+    """
+
+
+class BadRecordError(ExactlyOnceError):
+    """A record that cannot be written. It goes to the dead-letter destination."""
+
+
+class AmbiguousCommitError(ExactlyOnceError):
+    """A commit whose outcome is unknown (the reply was lost). Verify against the head."""

@@ -1,0 +1,300 @@
+"""Exactly-once PostgreSQL sink.
+
+Guarantee: every record of the stream is in the target table exactly once, through driver
+crashes, executor loss, re-run micro-batches and duplicate input, provided the source replays
+(Spark's file, Kafka and rate sources do) and nothing else deletes from the table.
+
+Mechanism:
+
+- each record gets a deterministic ID (``record_id``, a uuid) and its epoch (``epoch``);
+- ``mode="insert"`` (default) keeps a unique index on ``record_id``: a re-written ID is a
+  no-op (``ON CONFLICT DO NOTHING``), so the first version of a record wins;
+- executor tasks COPY their shard straight into the table and commit it together with a
+  shard-commit row, in one transaction (see :mod:`.postgres_writer`);
+- the driver advances the head row in ``exactlyonce_heads`` after every task committed, and
+  skips whole epochs at or below it after a restart.
+
+Example::
+
+    sink = PostgresSink(dsn="postgresql://app@db/app", table="events",
+                        id_columns=["event_id"], query_name="clicks-to-pg")
+    df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
+from psycopg import sql
+
+from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
+from exactlyonce.connectors.postgres_schema import (
+    HEADS,
+    SHARD_COMMITS,
+    TableName,
+    control_tables_ddl,
+    create_table_ddl,
+    has_unique_index_on,
+    regclass,
+    schema_exists,
+    table_columns,
+)
+from exactlyonce.connectors.postgres_writer import PgTarget, PostgresShardWriter
+from exactlyonce.connectors.secrets import Secret, dsn_password, redact_dsn, scrub
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("exactlyonce.postgres")
+
+Mode = Literal["insert"]
+MODES = ("insert",)
+
+
+class PostgresSink(ExactlyOnceSink):
+    """Writes a stream into a PostgreSQL table exactly once. See the module docstring."""
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        table: str,
+        id_columns: Sequence[str] | str,
+        query_name: str,
+        *,
+        mode: Mode = "insert",
+        shards: int | None = None,
+        create_table: bool = True,
+        id_column: str = "record_id",
+        epoch_column: str = "epoch",
+        sink_name: str | None = None,
+        connect_timeout: int = 10,
+        check: bool = True,
+    ) -> None:
+        super().__init__(
+            query_name=query_name, id_columns=id_columns, shards=shards, sink_name=sink_name
+        )
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError("dsn", "a PostgreSQL connection string is required")
+        if mode not in MODES:
+            raise ConfigError("mode", f"must be one of {list(MODES)}, got {mode!r}")
+        if not isinstance(table, str) or not table.strip() or "\x00" in table:
+            raise ConfigError("table", "a table name, optionally schema-qualified, is required")
+        if id_column == epoch_column:
+            raise ConfigError("epoch_column", "must differ from id_column")
+        self._dsn = Secret(dsn)
+        self._where = redact_dsn(dsn)
+        self.table = TableName.parse(table)
+        self.mode: Mode = mode
+        self.create_table = create_table
+        self._id_column = id_column
+        self.epoch_column = epoch_column
+        self.connect_timeout = connect_timeout
+        self._checked_schema: StructType | None = None
+        self._table_ready = False
+        if check:
+            self.preflight()
+
+    @property
+    def sink_name(self) -> str:
+        return self._sink_name or f"postgres:{self.table}"
+
+    @property
+    def id_column(self) -> str:
+        return self._id_column
+
+    # -- connections -------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(
+                self._dsn.reveal(), autocommit=True, connect_timeout=self.connect_timeout
+            )
+        except psycopg.ProgrammingError:
+            raise ConfigError(
+                "dsn", "not a valid PostgreSQL connection string (libpq could not parse it)"
+            ) from None
+        except psycopg.OperationalError as exc:
+            reason = scrub(str(exc).strip(), dsn_password(self._dsn.reveal()))
+            raise SinkUnavailableError(
+                f"cannot connect to PostgreSQL at {self._where}: {reason}"
+            ) from None
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def preflight(self, schema: StructType | None = None) -> None:
+        """Check the server, the control tables and the target table before any write.
+
+        With ``schema`` (the stream's), also check that every stream column exists in the
+        table, and create the table when it is missing and ``create_table`` is on.
+        """
+        if self._table_ready and (schema is None or schema == self._checked_schema):
+            return
+        with self._connect() as conn:
+            if not schema_exists(conn, self.table.schema):
+                raise ConfigError("table", f"schema {self.table.schema!r} does not exist")
+            for statement in control_tables_ddl(self.table):
+                conn.execute(statement)
+            oid = regclass(conn, self.table)
+            if oid is None:
+                if schema is None:
+                    if not self.create_table:
+                        raise ConfigError(
+                            "table", f"{self.table} does not exist and create_table is off"
+                        )
+                    return  # created from the stream's schema at the first batch
+                self._create(conn, schema)
+                oid = regclass(conn, self.table)
+                assert oid is not None
+            self._check_table(conn, oid, schema)
+        self._table_ready = True
+        self._checked_schema = schema
+
+    def _create(self, conn: psycopg.Connection[Any], schema: StructType) -> None:
+        if not self.create_table:
+            raise ConfigError("table", f"{self.table} does not exist and create_table is off")
+        self._check_stream_columns(schema)
+        for statement in create_table_ddl(
+            self.table, schema, self.id_column, self.epoch_column, unique=self.mode == "insert"
+        ):
+            conn.execute(statement)
+        log.info("created table %s", self.table)
+
+    def _check_stream_columns(self, schema: StructType) -> None:
+        for reserved in (self.id_column, self.epoch_column):
+            if reserved in schema.names:
+                raise ConfigError(
+                    "id_column" if reserved == self.id_column else "epoch_column",
+                    f"the stream already has a column named {reserved!r}; choose another name",
+                )
+        missing = self.ids.missing_from(schema.names)
+        if missing:
+            raise ConfigError("id_columns", f"not in the stream's columns {schema.names}: {missing}")
+
+    def _check_table(
+        self, conn: psycopg.Connection[Any], oid: int, schema: StructType | None
+    ) -> None:
+        columns = table_columns(conn, oid)
+        if self.mode == "insert" and not has_unique_index_on(conn, oid, self.id_column):
+            raise ConfigError(
+                "table",
+                f"{self.table} has no unique index on {self.id_column!r}, so a re-written record "
+                f"would be stored twice. Add one: CREATE UNIQUE INDEX ON {self.table} "
+                f"({self.id_column})",
+            )
+        if schema is None:
+            return
+        self._check_stream_columns(schema)
+        wanted = [*schema.names, self.id_column, self.epoch_column]
+        missing = [c for c in wanted if c not in columns]
+        if missing:
+            raise ConfigError(
+                "table", f"{self.table} lacks column(s) {missing} that the stream writes"
+            )
+
+    # -- the head ----------------------------------------------------------------------
+
+    def _read_head(self) -> Head | None:
+        with self._connect() as conn:
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT epoch, spark_query_id, num_shards FROM {} "
+                    "WHERE query_name = %s AND sink = %s"
+                ).format(self.table.sibling(HEADS)),
+                [self.query_name, self.sink_name],
+            ).fetchone()
+        if row is None:
+            return None
+        return Head(int(row[0]), row[1], int(row[2]))
+
+    def _create_head(self, head: Head) -> None:
+        with self._connect() as conn:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (query_name, sink, epoch, spark_query_id, num_shards) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+                ).format(self.table.sibling(HEADS)),
+                [self.query_name, self.sink_name, head.epoch, head.spark_query_id, head.num_shards],
+            )
+
+    def _bind_query_id(self, spark_query_id: str) -> None:
+        with self._connect() as conn:
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET spark_query_id = %s, updated_at = now() "
+                    "WHERE query_name = %s AND sink = %s AND spark_query_id IS NULL"
+                ).format(self.table.sibling(HEADS)),
+                [spark_query_id, self.query_name, self.sink_name],
+            )
+
+    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
+        """One transaction: the head moves to ``epoch``; shard commits at or below it go."""
+        with self._connect() as conn, conn.transaction():
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET epoch = %s, spark_query_id = COALESCE(%s, spark_query_id), "
+                    "updated_at = now() WHERE query_name = %s AND sink = %s AND epoch < %s"
+                ).format(self.table.sibling(HEADS)),
+                [epoch, spark_query_id, self.query_name, self.sink_name, epoch],
+            )
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE query_name = %s AND sink = %s AND epoch <= %s").format(
+                    self.table.sibling(SHARD_COMMITS)
+                ),
+                [self.query_name, self.sink_name, epoch],
+            )
+
+    def reset_head(self) -> None:
+        """Forget what this query committed (not the data): for a deliberate fresh start."""
+        with self._connect() as conn, conn.transaction():
+            for name in (HEADS, SHARD_COMMITS):
+                conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE query_name = %s AND sink = %s").format(
+                        self.table.sibling(name)
+                    ),
+                    [self.query_name, self.sink_name],
+                )
+        self._head = None
+        log.warning("%s: head reset", self)
+
+    def head(self) -> Head | None:
+        """The committed head as the database has it now."""
+        return self._read_head()
+
+    # -- the write ---------------------------------------------------------------------
+
+    def _project(self, df: DataFrame, epoch: int) -> DataFrame:
+        """Cast columns to what COPY's CSV input reads: bytea as hex, nested types as JSON."""
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        nested = (T.ArrayType, T.MapType, T.StructType)
+        kinds = {f.name: f.dataType for f in df.schema.fields}
+        with_ids = self._with_ids(df, self.epoch_column, epoch)
+        columns = []
+        for name in with_ids.columns:
+            c, kind = F.col(name), kinds.get(name)
+            if isinstance(kind, T.BinaryType):
+                c = F.concat(F.lit("\\x"), F.lower(F.hex(c)))
+            elif isinstance(kind, nested):
+                c = F.to_json(c)
+            columns.append(c.alias(name))
+        return with_ids.select(*columns)
+
+    def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
+        target = PgTarget(
+            dsn=self._dsn,
+            table=self.table,
+            columns=tuple(columns),
+            id_column=self.id_column,
+            query_name=self.query_name,
+            sink_name=self.sink_name,
+            connect_timeout=self.connect_timeout,
+        )
+        return PostgresShardWriter(target, epoch)

@@ -1,0 +1,162 @@
+"""PostgreSQL names, DDL and catalog queries used by the PostgreSQL sink.
+
+Every identifier is quoted with ``psycopg.sql``; nothing from config is pasted into SQL text.
+
+Tables the sink keeps next to the target table, in the same schema:
+
+``exactlyonce_heads``
+    one row per (query_name, sink): the last committed epoch, the Spark query id that wrote
+    it (DESIGN invariant 9) and the shard count fixed at the query's first start.
+``exactlyonce_shard_commits``
+    one row per (query_name, sink, epoch, shard) committed by a task in the same transaction
+    as the shard's rows; rows at or below the head are deleted when the head advances.
+``exactlyonce_dead_letters``
+    records that could not be written, with epoch, record ID, error and JSON payload; written
+    in the shard's transaction, so a re-run never doubles them.
+
+A target table created by the sink has the stream's columns (types below), then
+``record_id uuid NOT NULL`` and ``epoch bigint NOT NULL``, and in ``mode="insert"`` a unique
+index on ``record_id``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from psycopg import sql
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql.types import DataType, StructType
+
+HEADS = "exactlyonce_heads"
+SHARD_COMMITS = "exactlyonce_shard_commits"
+DEAD_LETTERS = "exactlyonce_dead_letters"
+
+
+@dataclass(frozen=True)
+class TableName:
+    schema: str
+    name: str
+
+    @classmethod
+    def parse(cls, qualified: str) -> TableName:
+        schema, dot, name = qualified.partition(".")
+        return cls(schema, name) if dot else cls("public", qualified)
+
+    def ident(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.name)
+
+    def sibling(self, name: str) -> sql.Identifier:
+        return sql.Identifier(self.schema, name)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+def pg_type(dtype: DataType) -> str:
+    """The PostgreSQL column type for a Spark type (complex types become jsonb)."""
+    from pyspark.sql import types as T
+
+    simple: dict[type[DataType], str] = {
+        T.StringType: "text",
+        T.LongType: "bigint",
+        T.IntegerType: "integer",
+        T.ShortType: "smallint",
+        T.ByteType: "smallint",
+        T.DoubleType: "double precision",
+        T.FloatType: "real",
+        T.BooleanType: "boolean",
+        T.TimestampType: "timestamptz",
+        T.TimestampNTZType: "timestamp",
+        T.DateType: "date",
+        T.BinaryType: "bytea",
+    }
+    if isinstance(dtype, T.DecimalType):
+        return f"numeric({dtype.precision},{dtype.scale})"
+    if isinstance(dtype, (T.ArrayType, T.MapType, T.StructType, T.VariantType)):
+        return "jsonb"
+    return simple.get(type(dtype), "text")
+
+
+def control_tables_ddl(table: TableName) -> list[sql.Composed]:
+    return [
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (query_name text NOT NULL, sink text NOT NULL, "
+            "epoch bigint NOT NULL, spark_query_id text, num_shards integer NOT NULL, "
+            "updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (query_name, sink))"
+        ).format(table.sibling(HEADS)),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (query_name text NOT NULL, sink text NOT NULL, "
+            "epoch bigint NOT NULL, shard integer NOT NULL, writer text, "
+            "committed_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (query_name, sink, epoch, shard))"
+        ).format(table.sibling(SHARD_COMMITS)),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, query_name text NOT NULL, "
+            "sink text NOT NULL, epoch bigint NOT NULL, shard integer, record_id text, "
+            "error text NOT NULL, payload text, created_at timestamptz NOT NULL DEFAULT now())"
+        ).format(table.sibling(DEAD_LETTERS)),
+    ]
+
+
+def create_table_ddl(
+    table: TableName, schema: StructType, id_column: str, epoch_column: str, unique: bool
+) -> list[sql.Composed]:
+    columns = [
+        sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(pg_type(f.dataType)))
+        for f in schema.fields
+    ]
+    columns.append(sql.SQL("{} uuid NOT NULL").format(sql.Identifier(id_column)))
+    columns.append(sql.SQL("{} bigint NOT NULL").format(sql.Identifier(epoch_column)))
+    statements = [
+        sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+            table.ident(), sql.SQL(", ").join(columns)
+        )
+    ]
+    if unique:
+        statements.append(
+            sql.SQL("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                sql.Identifier(f"{table.name}_{id_column}_key"[:63]),
+                table.ident(),
+                sql.Identifier(id_column),
+            )
+        )
+    return statements
+
+
+def regclass(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> int | None:
+    """The table's oid, or None when it does not exist."""
+    row = conn.execute(
+        "SELECT to_regclass(%s)::oid", [table.ident().as_string(conn)]
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else None  # type: ignore[call-overload]
+
+
+def table_columns(conn: psycopg.Connection[tuple[object, ...]], oid: int) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        [oid],
+    ).fetchall()
+    return {str(name): str(kind) for name, kind in rows}
+
+
+def has_unique_index_on(
+    conn: psycopg.Connection[tuple[object, ...]], oid: int, column: str
+) -> bool:
+    """True when a non-partial unique index (or key) covers exactly ``column``."""
+    row = conn.execute(
+        "SELECT 1 FROM pg_index i JOIN pg_attribute a "
+        "ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+        "WHERE i.indrelid = %s AND i.indisunique AND i.indnkeyatts = 1 "
+        "AND i.indpred IS NULL AND a.attname = %s",
+        [oid, column],
+    ).fetchone()
+    return row is not None
+
+
+def schema_exists(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> bool:
+    row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()
+    return row is not None
