@@ -107,7 +107,10 @@ class _ShardTask:
     def _open(self) -> psycopg.Connection[Any]:
         if self.conn is None:
             self.conn = psycopg.connect(
-                self.t.dsn.reveal(), autocommit=False, connect_timeout=self.t.connect_timeout
+                self.t.dsn.reveal(),
+                autocommit=False,
+                connect_timeout=self.t.connect_timeout,
+                application_name=f"exactlyonce:{self.result.writer}"[:63],
             )
             rows = self.conn.execute(
                 sql.SQL(

@@ -1,0 +1,608 @@
+"""PostgreSQL: our exactly-once sink against Spark's JDBC writer and a plain COPY ceiling.
+
+``python -m bench postgres --rows 1000000`` writes the same N generated rows three ways, in
+one Spark session, each into its own freshly created table:
+
+``eos``
+    ``PostgresSink(dsn, "bench_eos", id_columns=["id"], shards=2)`` called as a
+    ``foreachBatch`` callable, ``sink(df, 0)``, on a cached DataFrame. The sink creates its
+    table: the columns, ``record_id uuid`` and ``epoch bigint``, a unique index on
+    ``record_id``.
+``spark_jdbc``
+    ``df.write.jdbc(..., mode="append")`` with ``batchsize=10000`` and
+    ``reWriteBatchedInserts=true`` into ``bench_spark_jdbc (id text, value bigint, note text)``
+    with a unique index on ``id``.
+``raw_copy``
+    ``df.mapInArrow(fn, "n long")``: each task opens one connection and one transaction and
+    streams every Arrow batch, as CSV from ``pyarrow.csv``, through one
+    ``COPY ... FROM STDIN (FORMAT csv)`` into ``bench_raw_copy`` (same DDL as ``spark_jdbc``).
+    No IDs, no shuffle, no savepoints, no shard commits: the ceiling for a Python writer.
+
+The rows, ``(id string(32), value bigint, note string)``, come from ``spark.range(N)``
+through md5/sha1, are repartitioned into 2 partitions, cached and counted before any
+timing. Each path is warmed up once on a small table, then timed ``--repeat`` times (the
+best counts); after every run the table must hold exactly N rows or the benchmark fails.
+
+With ``--stream`` (the default) the sink and the COPY ceiling are also timed through a real
+``readStream.parquet(...).writeStream.foreachBatch(...)`` query (one micro-batch with
+``availableNow``); those figures include reading Parquet and are reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import io
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.common import (
+    PathTiming,
+    machine_info,
+    now_utc,
+    print_table,
+    progress,
+    ratio,
+    timed,
+    versions,
+    write_results,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from exactlyonce.connectors.secrets import Secret
+
+NAME = "postgres"
+JDBC_JAR = "/usr/share/java/postgresql.jar"
+PARTITIONS = 2
+COLUMNS = ("id", "value", "note")
+TABLES = {"eos": "bench_eos", "spark_jdbc": "bench_spark_jdbc", "raw_copy": "bench_raw_copy"}
+STREAM_TABLES = {"eos_stream": "bench_eos_stream", "raw_copy_stream": "bench_raw_copy_stream"}
+EOS_QUERY = "bench-postgres-eos"
+EOS_STREAM_QUERY = "bench-postgres-eos-stream"
+TARGETS = {"eos_vs_spark_jdbc": 1.0, "eos_vs_raw_copy": 0.8}
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot run, or a path wrote the wrong number of rows."""
+
+
+# -- where PostgreSQL is -----------------------------------------------------------------
+
+
+def resolve_dsn(explicit: str | None) -> str:
+    """``--dsn``, else ``$EXACTLYONCE_PG_DSN``, else the services file written by
+    ``python -m exactlyonce.integration.services up``."""
+    if explicit:
+        return explicit
+    if os.environ.get("EXACTLYONCE_PG_DSN"):
+        return os.environ["EXACTLYONCE_PG_DSN"]
+    try:
+        from exactlyonce.integration.services import service_env
+
+        return service_env()["EXACTLYONCE_PG_DSN"]
+    except (ImportError, RuntimeError, KeyError) as exc:
+        raise BenchError(
+            f"no PostgreSQL to benchmark against ({exc}). Start one with "
+            "`python -m exactlyonce.integration.services up --only pg`, set "
+            "EXACTLYONCE_PG_DSN, or pass --dsn."
+        ) from None
+
+
+@dataclass(frozen=True)
+class JdbcTarget:
+    """A libpq DSN as Spark's JDBC writer wants it; the password stays in ``properties``."""
+
+    url: str
+    user: str
+    password: str | None
+    extra: dict[str, str]
+
+    def properties(self, **more: str) -> dict[str, str]:
+        props = {"driver": "org.postgresql.Driver", "user": self.user, **self.extra, **more}
+        if self.password is not None:
+            props["password"] = self.password
+        return props
+
+
+def jdbc_target(dsn: str) -> JdbcTarget:
+    """Convert a libpq DSN (URL or ``key=value`` form) to a JDBC URL and properties."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    host = info.get("host") or os.environ.get("PGHOST") or "localhost"
+    if "," in host or host.startswith("/"):
+        raise BenchError(f"the JDBC driver needs one TCP host, not {host!r}")
+    port = info.get("port") or os.environ.get("PGPORT") or "5432"
+    user = info.get("user") or os.environ.get("PGUSER") or getpass.getuser()
+    dbname = info.get("dbname") or os.environ.get("PGDATABASE") or user
+    password = info.get("password") or os.environ.get("PGPASSWORD")
+    extra = {k: info[k] for k in ("sslmode", "application_name") if k in info}
+    if "connect_timeout" in info:
+        extra["connectTimeout"] = info["connect_timeout"]
+    host_part = f"[{host}]" if ":" in host else host
+    return JdbcTarget(f"jdbc:postgresql://{host_part}:{port}/{dbname}", user, password, extra)
+
+
+# -- SQL helpers ---------------------------------------------------------------------------
+
+
+def _connect(dsn: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def server_version(dsn: str) -> str:
+    with _connect(dsn) as conn:
+        return str(conn.execute("SHOW server_version").fetchone()[0])
+
+
+def drop_tables(dsn: str, *tables: str) -> None:
+    from psycopg import sql
+
+    with _connect(dsn) as conn:
+        for table in tables:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def plain_table_ddl(table: str) -> list[str]:
+    """The DDL of the ``spark_jdbc`` and ``raw_copy`` targets (identical for both)."""
+    return [
+        f"CREATE TABLE {table} (id text, value bigint, note text)",
+        f"CREATE UNIQUE INDEX {table}_id_key ON {table} (id)",
+    ]
+
+
+def create_plain_table(dsn: str, table: str) -> None:
+    drop_tables(dsn, table)
+    with _connect(dsn) as conn:
+        for statement in plain_table_ddl(table):
+            conn.execute(statement)
+
+
+def table_ddl(dsn: str, table: str) -> list[str]:
+    """The table's columns and indexes as the catalog has them (for the results file)."""
+    with _connect(dsn) as conn:
+        cols = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            [table],
+        ).fetchall()
+        indexes = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = %s ORDER BY indexname", [table]
+        ).fetchall()
+    columns = ", ".join(f"{n} {t}{' NOT NULL' if nn else ''}" for n, t, nn in cols)
+    return [f"CREATE TABLE {table} ({columns})", *(str(i[0]) for i in indexes)]
+
+
+def count_rows(dsn: str, table: str) -> int:
+    from psycopg import sql
+
+    with _connect(dsn) as conn:
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+        return int(row.fetchone()[0])
+
+
+def verify(dsn: str, table: str, expected: int, path: str) -> None:
+    found = count_rows(dsn, table)
+    if found != expected:
+        raise BenchError(f"{path}: table {table} holds {found:,} rows, expected {expected:,}")
+
+
+def checkpoint(dsn: str) -> None:
+    """Flush dirty pages before a timed run so a checkpoint does not land inside it."""
+    import psycopg
+
+    try:
+        with _connect(dsn) as conn:
+            conn.execute("CHECKPOINT")
+    except psycopg.Error:
+        pass  # needs superuser or pg_checkpoint; the run is just noisier without it
+
+
+# -- the rows ------------------------------------------------------------------------------
+
+
+def generate(spark: SparkSession, n: int, partitions: int = PARTITIONS) -> DataFrame:
+    """N deterministic rows ``(id string(32), value bigint, note string)``, cached and counted."""
+    from pyspark.sql import functions as F
+
+    key = F.col("id").cast("string")
+    df = spark.range(n).select(
+        F.md5(key).alias("id"),
+        (F.col("id") * F.lit(2654435761) % F.lit(1_000_000_007)).alias("value"),
+        F.concat(F.lit("note-"), F.substring(F.sha1(key), 1, 10)).alias("note"),
+    )
+    df = df.repartition(partitions).cache()
+    counted = df.count()
+    if counted != n:
+        raise BenchError(f"generated {counted} rows, expected {n}")
+    return df
+
+
+# -- the three write paths -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RawCopyWriter:
+    """``mapInArrow`` function: every batch of the task as CSV through one COPY, one commit."""
+
+    dsn: Secret
+    table: str
+    columns: tuple[str, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import psycopg
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        from psycopg import sql
+
+        options = pacsv.WriteOptions(include_header=False)
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+            sql.Identifier(self.table), sql.SQL(", ").join(map(sql.Identifier, self.columns))
+        )
+        rows = 0
+        with psycopg.connect(self.dsn.reveal(), autocommit=False) as conn:
+            with conn.cursor() as cur, cur.copy(statement) as copy:
+                for batch in batches:
+                    out = io.BytesIO()
+                    pacsv.write_csv(batch.select(list(self.columns)), out, options)
+                    copy.write(out.getbuffer())
+                    rows += batch.num_rows
+            conn.commit()
+        yield pa.RecordBatch.from_pydict({"n": pa.array([rows], pa.int64())})
+
+
+def write_raw_copy(df: DataFrame, dsn: str, table: str) -> int:
+    from exactlyonce.connectors.secrets import Secret
+
+    writer = RawCopyWriter(Secret(dsn), table, COLUMNS)
+    return sum(int(r["n"]) for r in df.mapInArrow(writer, "n long").collect())
+
+
+def make_sink(dsn: str, table: str, query_name: str, shards: int, schema: Any) -> Any:
+    """A fresh sink over a fresh table: dropped, head reset, then created by the sink."""
+    from exactlyonce.connectors.postgres import PostgresSink
+
+    drop_tables(dsn, table)
+    sink = PostgresSink(dsn, table, id_columns=["id"], query_name=query_name, shards=shards)
+    quiet = logging.getLogger("exactlyonce.postgres")
+    level, quiet.level = quiet.level, logging.ERROR  # "head reset" is expected here
+    try:
+        sink.reset_head()
+    finally:
+        quiet.setLevel(level)
+    sink.preflight(schema)  # creates the table from the stream's schema, outside the timing
+    return sink
+
+
+def run_eos(df: DataFrame, dsn: str, table: str, shards: int) -> tuple[float, dict[str, Any]]:
+    sink = make_sink(dsn, table, EOS_QUERY, shards, df.schema)
+    checkpoint(dsn)
+    seconds, _ = timed(lambda: sink(df, 0))
+    report = sink.last_report
+    detail = {
+        "written": report.written,
+        "duplicates": report.duplicates,
+        "slow_batches": report.slow_batches,
+        "dead_letters": report.dead_letters,
+        "shards_committed": report.shards_committed,
+    }
+    return seconds, detail
+
+
+def run_spark_jdbc(df: DataFrame, dsn: str, table: str) -> tuple[float, dict[str, Any]]:
+    target = jdbc_target(dsn)
+    props = target.properties(batchsize="10000", reWriteBatchedInserts="true")
+    create_plain_table(dsn, table)
+    checkpoint(dsn)
+    seconds, _ = timed(lambda: df.write.jdbc(target.url, table, mode="append", properties=props))
+    return seconds, {}
+
+
+def run_raw_copy(df: DataFrame, dsn: str, table: str) -> tuple[float, dict[str, Any]]:
+    create_plain_table(dsn, table)
+    checkpoint(dsn)
+    seconds, rows = timed(lambda: write_raw_copy(df, dsn, table))
+    return seconds, {"rows_reported_by_tasks": rows}
+
+
+# -- the same through a real streaming query -----------------------------------------------
+
+
+def _stream_once(
+    spark: SparkSession, source: Path, schema: Any, fn: Callable[[DataFrame, int], None],
+    checkpoint_dir: Path,
+) -> float:
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    stream = spark.readStream.schema(schema).parquet(str(source))
+    writer = (
+        stream.writeStream.foreachBatch(fn)
+        .option("checkpointLocation", str(checkpoint_dir))
+        .trigger(availableNow=True)
+    )
+    began = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - began
+    if query.exception() is not None:
+        raise BenchError(f"streaming query failed: {query.exception()}")
+    return seconds
+
+
+def run_eos_stream(
+    spark: SparkSession, source: Path, schema: Any, dsn: str, table: str, shards: int,
+    scratch: Path,
+) -> tuple[float, dict[str, Any]]:
+    sink = make_sink(dsn, table, EOS_STREAM_QUERY, shards, schema)
+    checkpoint(dsn)
+    seconds = _stream_once(spark, source, schema, sink, scratch / "ckpt-eos")
+    batches = [r for r in sink.reports if not r.skipped]
+    return seconds, {"micro_batches": len(batches), "written": sum(r.written for r in batches)}
+
+
+def run_raw_copy_stream(
+    spark: SparkSession, source: Path, schema: Any, dsn: str, table: str, scratch: Path
+) -> tuple[float, dict[str, Any]]:
+    create_plain_table(dsn, table)
+    checkpoint(dsn)
+    batches: list[int] = []
+
+    def each_batch(batch_df: DataFrame, epoch: int) -> None:
+        batches.append(write_raw_copy(batch_df, dsn, table))
+
+    seconds = _stream_once(spark, source, schema, each_batch, scratch / "ckpt-raw")
+    return seconds, {"micro_batches": len(batches)}
+
+
+# -- the benchmark -------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows per path (1,000,000)")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per path; best wins")
+    parser.add_argument("--warmup-rows", type=int, default=20_000, help="rows of the warm-up")
+    parser.add_argument("--shards", type=int, default=2, help="the sink's shards (2)")
+    parser.add_argument("--dsn", help="libpq DSN (default: $EXACTLYONCE_PG_DSN / services.env)")
+    parser.add_argument(
+        "--stream", action=argparse.BooleanOptionalAction, default=True,
+        help="also time the sink and COPY through a real readStream/foreachBatch query",
+    )
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="extra Spark configuration, repeatable (e.g. " + ARROW_BATCH_CONF + "=50000)",
+    )
+    parser.add_argument(
+        "--results-name", default=NAME, help="write bench/results/<name>.json (postgres)"
+    )
+    parser.add_argument("--keep-tables", action="store_true", help="leave the tables behind")
+    parser.add_argument(
+        "--fail-on-targets", action="store_true", help="exit 2 when a target is not met"
+    )
+
+
+def _spark_conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BenchError(f"--conf wants KEY=VALUE, got {pair!r}")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def _ensure_workers_import_bench() -> None:
+    """Spark's Python workers unpickle ``RawCopyWriter`` by reference: put ``bench`` on their
+    path (they inherit the JVM's environment, which inherits ours)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.rows < 1 or args.repeat < 1 or args.warmup_rows < 1:
+        raise BenchError("--rows, --repeat and --warmup-rows must be positive")
+    if not Path(JDBC_JAR).is_file():
+        raise BenchError(
+            f"{JDBC_JAR} is missing: apt-get install -y libpostgresql-jdbc-java"
+        )
+    dsn = resolve_dsn(args.dsn)
+    from exactlyonce.connectors.secrets import redact_dsn
+
+    pg_version = server_version(dsn)
+    progress(f"PostgreSQL {pg_version} at {redact_dsn(dsn)}")
+
+    _ensure_workers_import_bench()
+    from exactlyonce.integration.spark import session
+
+    os.environ.setdefault("EXACTLYONCE_SPARK_LOG_LEVEL", "ERROR")
+    conf = {
+        "spark.jars": JDBC_JAR,
+        "spark.ui.showConsoleProgress": "false",
+        **_spark_conf(args.conf),
+    }
+    progress(f"starting Spark (local[{PARTITIONS}]) with {conf}")
+    spark = session("exactlyonce-bench-postgres", extra=conf)
+    arrow_batch = spark.conf.get(ARROW_BATCH_CONF)
+
+    progress(f"generating and caching {args.warmup_rows:,} warm-up rows")
+    small = generate(spark, args.warmup_rows)
+    progress(f"generating and caching {args.rows:,} rows in {PARTITIONS} partitions")
+    df = generate(spark, args.rows)
+
+    paths: dict[str, Callable[[DataFrame], tuple[float, dict[str, Any]]]] = {
+        "eos": lambda d: run_eos(d, dsn, TABLES["eos"], args.shards),
+        "spark_jdbc": lambda d: run_spark_jdbc(d, dsn, TABLES["spark_jdbc"]),
+        "raw_copy": lambda d: run_raw_copy(d, dsn, TABLES["raw_copy"]),
+    }
+    timings = {name: PathTiming(name, args.rows) for name in paths}
+    for name, fn in paths.items():
+        seconds, _ = fn(small)
+        verify(dsn, TABLES[name], args.warmup_rows, f"{name} warm-up")
+        progress(f"warm-up {name}: {args.warmup_rows:,} rows in {seconds:.2f}s")
+    ddl = {name: table_ddl(dsn, TABLES[name]) for name in paths}
+    for attempt in range(1, args.repeat + 1):
+        for name, fn in paths.items():  # interleaved, so drift hits every path alike
+            seconds, detail = fn(df)
+            verify(dsn, TABLES[name], args.rows, name)
+            timings[name].runs.append(seconds)
+            timings[name].details.append(detail)
+            progress(
+                f"run {attempt}/{args.repeat} {name}: {args.rows:,} rows in {seconds:.2f}s "
+                f"= {args.rows / seconds:,.0f} rows/s (verified)"
+            )
+
+    stream_timings: dict[str, PathTiming] = {}
+    if args.stream:
+        stream_timings = _run_streams(spark, df, small, dsn, args)
+
+    eos, jdbc, raw = timings["eos"], timings["spark_jdbc"], timings["raw_copy"]
+    vs_jdbc = ratio(eos.rows_per_s, jdbc.rows_per_s)
+    vs_raw = ratio(eos.rows_per_s, raw.rows_per_s)
+    print()
+    table = print_table(
+        list(timings.values()), "eos",
+        title=f"PostgreSQL, {args.rows:,} rows, local[{PARTITIONS}], best of {args.repeat}",
+    )
+    print(f"eos/spark_jdbc = {vs_jdbc:.3f}x (target >= {TARGETS['eos_vs_spark_jdbc']}x)")
+    print(f"eos/raw_copy   = {vs_raw:.3f}x (target >= {TARGETS['eos_vs_raw_copy']}x)")
+    if stream_timings:
+        print()
+        print_table(
+            list(stream_timings.values()), "eos_stream",
+            title="through readStream.parquet -> writeStream.foreachBatch (one micro-batch)",
+        )
+
+    met = {
+        "eos_vs_spark_jdbc": vs_jdbc >= TARGETS["eos_vs_spark_jdbc"],
+        "eos_vs_raw_copy": vs_raw >= TARGETS["eos_vs_raw_copy"],
+    }
+    result: dict[str, Any] = {
+        "benchmark": NAME,
+        "date": now_utc(),
+        "rows": args.rows,
+        "repeat": args.repeat,
+        "warmup_rows": args.warmup_rows,
+        "eos_rows_per_s": round(eos.rows_per_s),
+        "spark_jdbc_rows_per_s": round(jdbc.rows_per_s),
+        "raw_copy_rows_per_s": round(raw.rows_per_s),
+        "eos_vs_spark_jdbc": vs_jdbc,
+        "eos_vs_raw_copy": vs_raw,
+        "targets": {
+            key: {"target": TARGETS[key], "measured": value, "met": met[key]}
+            for key, value in (("eos_vs_spark_jdbc", vs_jdbc), ("eos_vs_raw_copy", vs_raw))
+        },
+        "targets_met": all(met.values()),
+        "paths": {name: t.as_dict() for name, t in timings.items()},
+        "table": table,
+        "setup": {
+            "spark_master": spark.sparkContext.master,
+            "partitions": PARTITIONS,
+            "eos_shards": args.shards,
+            "arrow_max_records_per_batch": arrow_batch,
+            "spark_conf": conf,
+            "spark_jdbc_properties": {"batchsize": "10000", "reWriteBatchedInserts": "true"},
+            "rows_schema": "id string (32 hex chars), value bigint, note string (15 chars)",
+            "ddl": ddl,
+            "postgres": pg_version,
+        },
+        "machine": machine_info(),
+        "versions": {
+            **versions("pyspark", "pyarrow", "psycopg"),
+            "java": spark.sparkContext._jvm.java.lang.System.getProperty("java.version"),
+        },
+    }
+    if stream_timings:
+        s_eos, s_raw = stream_timings["eos_stream"], stream_timings["raw_copy_stream"]
+        result["stream"] = {
+            "eos_stream_rows_per_s": round(s_eos.rows_per_s),
+            "raw_copy_stream_rows_per_s": round(s_raw.rows_per_s),
+            "eos_stream_vs_raw_copy_stream": ratio(s_eos.rows_per_s, s_raw.rows_per_s),
+            "paths": {name: t.as_dict() for name, t in stream_timings.items()},
+        }
+    path = write_results(args.results_name, result)
+    progress(f"wrote {path}")
+    if not args.keep_tables:
+        drop_tables(dsn, *TABLES.values(), *STREAM_TABLES.values())
+        for query in (EOS_QUERY, EOS_STREAM_QUERY):
+            _forget_head(dsn, query)
+    spark.stop()
+    return result
+
+
+def _forget_head(dsn: str, query_name: str) -> None:
+    from psycopg import sql
+
+    from exactlyonce.connectors.postgres_schema import HEADS, SHARD_COMMITS
+
+    with _connect(dsn) as conn:
+        for name in (HEADS, SHARD_COMMITS):
+            if conn.execute("SELECT to_regclass(%s)", [name]).fetchone()[0] is None:
+                continue
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE query_name = %s").format(sql.Identifier(name)),
+                [query_name],
+            )
+
+
+def _run_streams(
+    spark: SparkSession, df: DataFrame, small: DataFrame, dsn: str, args: argparse.Namespace
+) -> dict[str, PathTiming]:
+    scratch = Path(tempfile.mkdtemp(prefix="exactlyonce-bench-"))
+    try:
+        sources = {}
+        for label, frame in (("small", small), ("full", df)):
+            sources[label] = scratch / f"src-{label}"
+            frame.write.parquet(str(sources[label]))
+        progress(f"wrote the rows as Parquet under {scratch} for the streaming runs")
+        schema = df.schema
+        paths: dict[str, Callable[[Path], tuple[float, dict[str, Any]]]] = {
+            "eos_stream": lambda src: run_eos_stream(
+                spark, src, schema, dsn, STREAM_TABLES["eos_stream"], args.shards, scratch
+            ),
+            "raw_copy_stream": lambda src: run_raw_copy_stream(
+                spark, src, schema, dsn, STREAM_TABLES["raw_copy_stream"], scratch
+            ),
+        }
+        timings = {name: PathTiming(name, args.rows) for name in paths}
+        for name, fn in paths.items():
+            seconds, _ = fn(sources["small"])
+            verify(dsn, STREAM_TABLES[name], args.warmup_rows, f"{name} warm-up")
+            progress(f"warm-up {name}: {args.warmup_rows:,} rows in {seconds:.2f}s")
+        for attempt in range(1, args.repeat + 1):
+            for name, fn in paths.items():
+                seconds, detail = fn(sources["full"])
+                verify(dsn, STREAM_TABLES[name], args.rows, name)
+                timings[name].runs.append(seconds)
+                timings[name].details.append(detail)
+                progress(
+                    f"run {attempt}/{args.repeat} {name}: {args.rows:,} rows in {seconds:.2f}s "
+                    f"= {args.rows / seconds:,.0f} rows/s (verified)"
+                )
+        return timings
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        result = run(args)
+    except BenchError as exc:
+        print(f"bench postgres: FAILED: {exc}", file=sys.stderr)
+        return 1
+    if args.fail_on_targets and not result["targets_met"]:
+        return 2
+    return 0

@@ -1,0 +1,251 @@
+"""The ``exactlyonce`` command.
+
+::
+
+    exactlyonce run pipeline.yaml [--until-idle SECONDS] [--max-batches N]
+    exactlyonce check pipeline.yaml
+    exactlyonce reset-head pipeline.yaml --yes
+    exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N]
+    exactlyonce services up|status|down [--only pg,redis,kafka]
+
+Exit codes: 0 success; 1 the query (or the audit) failed; 2 bad configuration, or the sink
+refused to start (checked before any Spark work); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
+from exactlyonce.connectors.secrets import scrub
+from exactlyonce.integration.config import PipelineConfig, load_config, sink_field_errors
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+    from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+POLL_SECONDS = 0.5
+log = logging.getLogger("exactlyonce.cli")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _configure_logging()
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        _err(f"config error: {exc}")
+        return EXIT_CONFIG
+    except SinkUnavailableError as exc:
+        _err(f"sink unavailable: {exc}")
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="exactlyonce", description="Exactly-once sinks for PySpark Structured Streaming."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a pipeline file's streaming query")
+    run.add_argument("config", help="pipeline YAML file")
+    run.add_argument("--until-idle", type=float, metavar="SECONDS",
+                     help="stop after this long without a micro-batch")
+    run.add_argument("--max-batches", type=int, metavar="N",
+                     help="stop after N micro-batches (re-runs skipped as committed count too)")
+    run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check", help="validate a pipeline file and preflight its sink")
+    check.add_argument("config")
+    check.set_defaults(func=cmd_check)
+
+    reset = sub.add_parser(
+        "reset-head", help="forget what the query committed to its sink (keeps the data)"
+    )
+    reset.add_argument("config")
+    reset.add_argument("--yes", action="store_true", help="really reset")
+    reset.set_defaults(func=cmd_reset_head)
+
+    audit = sub.add_parser("audit", help="compare the sink's contents with the expected IDs")
+    audit.add_argument("config")
+    audit.add_argument("--expected-ids", required=True, metavar="FILE",
+                       help="one record per line: its key value, or a JSON array of key values")
+    audit.add_argument("--expected-dead-letters", type=int, metavar="N")
+    audit.set_defaults(func=cmd_audit)
+
+    services = sub.add_parser("services", help="local PostgreSQL, Redis and Kafka broker")
+    services.add_argument("action", choices=["up", "status", "down", "env"])
+    services.add_argument("--only", help="comma-separated subset of pg,redis,kafka")
+    services.set_defaults(func=cmd_services)
+    return parser
+
+
+def _configure_logging() -> None:
+    logger = logging.getLogger("exactlyonce")
+    if not any(getattr(h, "_exactlyonce_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler._exactlyonce_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)  # before Spark starts: a bad file costs no JVM
+    secrets = cfg.sink.secrets()
+    sink = cfg.build_sink()  # connects and checks the database, still before Spark
+    from exactlyonce.integration.spark import session, start_stream
+
+    spark = session(
+        app_name=cfg.spark.app_name or cfg.query_name, master=cfg.spark.master,
+        extra=dict(cfg.spark.conf),
+    )
+    try:
+        df = cfg.source.build(spark)
+        with sink_field_errors():
+            query = start_stream(df, sink, cfg.checkpoint, **cfg.trigger_kwargs())
+        print(f"started {cfg.query_name}: {cfg.source.type} -> {sink.sink_name}", flush=True)
+        try:
+            _watch(query, sink, args.until_idle, args.max_batches)
+        except KeyboardInterrupt:
+            query.stop()
+            raise
+        failure = query.exception()
+        if failure is not None:
+            _err(f"query failed: {scrub(_summarize(str(failure)), *secrets)}")
+            return EXIT_FAILED
+        done = len(sink.reports)
+        print(f"stopped {cfg.query_name} after {done} batch(es)", flush=True)
+        return EXIT_OK
+    finally:
+        spark.stop()
+
+
+def _watch(
+    query: StreamingQuery,
+    sink: ExactlyOnceSink,
+    until_idle: float | None,
+    max_batches: int | None,
+) -> None:
+    """Print each batch's report until the query ends, goes idle, or ran ``max_batches``."""
+    shown = 0
+    last_activity = time.monotonic()
+    while query.isActive:
+        while shown < len(sink.reports):
+            print(_progress(sink.reports[shown]), flush=True)
+            shown += 1
+            last_activity = time.monotonic()
+        if max_batches is not None and shown >= max_batches:
+            log.info("ran %d batch(es), stopping", shown)
+            query.stop()
+            break
+        status = query.status
+        if status.get("isTriggerActive") and status.get("isDataAvailable"):
+            last_activity = time.monotonic()  # a batch is in progress: not idle
+        idle = time.monotonic() - last_activity
+        if until_idle is not None and idle >= until_idle:
+            log.info("no new batch for %.0f s, stopping", idle)
+            query.stop()
+            break
+        time.sleep(POLL_SECONDS)
+    for report in sink.reports[shown:]:
+        print(_progress(report), flush=True)
+
+
+def _progress(report: BatchReport) -> str:
+    if report.skipped:
+        return f"epoch {report.epoch}: already committed (at or below the head), skipped"
+    return (
+        f"epoch {report.epoch}: {report.rows} rows, {report.written} written, "
+        f"{report.duplicates} duplicates, {report.dead_letters} dead letters, "
+        f"{report.seconds:.2f} s"
+    )
+
+
+_ERROR_LINE = re.compile(r"^\s*((?:[\w.]+\.)?\w+(?:Error|Exception)): (.+)$")
+
+
+def _summarize(text: str) -> str:
+    """Spark's failure text is a JVM trace around a Python one; keep the Python error line."""
+    lines = text.strip().splitlines()
+    python_errors = [
+        m.group(0).strip()
+        for m in map(_ERROR_LINE.match, lines)
+        if m and not m.group(1).startswith(("org.apache", "java.", "py4j", "scala."))
+    ]
+    head = lines[0] if lines else "unknown error"
+    if python_errors and python_errors[-1] not in head:
+        return f"{python_errors[-1]}\n  ({head[:300]})"
+    return head
+
+
+# ---------------------------------------------------------------------- check, reset-head
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    sink = cfg.build_sink()
+    head = sink.head()
+    where = "no head yet" if head is None else f"head epoch {head.epoch}, {head.num_shards} shards"
+    print(f"OK {cfg.query_name}: {cfg.source.type} -> {sink.sink_name} ({where})")
+    return EXIT_OK
+
+
+def cmd_reset_head(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    if not args.yes:
+        _err(
+            f"refusing to reset the head of {cfg.query_name!r} without --yes. A reset makes the "
+            "sink accept epochs from 0 again (the data stays; re-written records are no-ops). "
+            "Do it only after deleting the query's checkpoint on purpose."
+        )
+        return EXIT_CONFIG
+    sink = cfg.build_sink()
+    sink.reset_head()
+    print(f"head of {cfg.query_name!r} on {sink.sink_name} reset; the data was kept")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- audit, services
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from exactlyonce.integration.demo import print_audit, read_audit, read_expected_ids
+
+    cfg = load_config(args.config)
+    expected = read_expected_ids(args.expected_ids)
+    audit = read_audit(cfg, expected, expected_dead_letters=args.expected_dead_letters)
+    print_audit(audit)
+    return EXIT_OK if audit.ok else EXIT_FAILED
+
+
+def cmd_services(args: argparse.Namespace) -> int:
+    try:
+        from exactlyonce.integration import services
+    except ImportError as exc:
+        _err(f"the services module is not available: {exc}")
+        return EXIT_FAILED
+    argv = [args.action] + (["--only", args.only] if args.only else [])
+    return int(services.main(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Spark wiring: a session builder for local runs, and starting a stream with preflight."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from exactlyonce.connectors.base import ExactlyOnceSink
+
+
+def session(
+    app_name: str = "exactlyonce",
+    master: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession whose Python workers run this interpreter (so they import exactlyonce).
+
+    ``master`` defaults to ``$SPARK_MASTER`` or ``local[2]``.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.pyspark.python", sys.executable)
+    )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("EXACTLYONCE_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+def start_stream(
+    df: DataFrame,
+    sink: ExactlyOnceSink,
+    checkpoint: str,
+    *,
+    processing_time: str | None = None,
+    available_now: bool = False,
+) -> StreamingQuery:
+    """Preflight the sink against the stream's schema, then start ``foreachBatch(sink)``.
+
+    Bad configuration (a missing column, a table without a unique index) fails here, before
+    the stream starts, rather than at the first batch.
+    """
+    sink.preflight(df.schema)
+    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    writer = writer.queryName(sink.query_name.replace("-", "_"))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif processing_time:
+        writer = writer.trigger(processingTime=processing_time)
+    return writer.start()

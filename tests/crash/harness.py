@@ -1,0 +1,151 @@
+"""Run the crash job as a real subprocess, SIGKILL it, restart it, and audit the sink."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exactlyonce.dedup.ids import record_id
+
+JOB = Path(__file__).with_name("job.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Input:
+    expected_ids: set[str]
+    null_keys: int
+    records: int
+    files: int
+
+
+def make_input(
+    directory: Path, files: int, rows: int, seed: int, dup_fraction: float = 0.25
+) -> Input:
+    """JSON-lines files with deliberate duplicates (within and across files) and null keys."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True)
+    seen: list[str] = []
+    expected: set[str] = set()
+    nulls = records = 0
+    for n in range(files):
+        lines = []
+        for _ in range(rows):
+            if seen and rng.random() < dup_fraction:
+                key: str | None = rng.choice(seen)
+            else:
+                key = f"e{len(seen)}"
+                seen.append(key)
+            lines.append({"event_id": key, "amount": rng.randint(1, 1000), "action": "click"})
+        if n % 6 == 5:
+            lines.append({"event_id": None, "amount": -1, "action": "broken"})
+            nulls += 1
+        records += len(lines)
+        expected.update(record_id([line["event_id"]]) for line in lines if line["event_id"])
+        tmp = directory.parent / f".{n:04d}.json.tmp"
+        tmp.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+        tmp.rename(directory / f"part-{n:04d}.json")
+    return Input(expected, nulls, records, files)
+
+
+@dataclass
+class Job:
+    """One streaming job: start it, kill -9 its whole process tree, start it again."""
+
+    workdir: Path
+    table: str
+    dsn: str
+    master: str = "local[2]"
+    runs: int = 0
+    kills: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.workdir / "checkpoint"
+
+    @property
+    def crash_dir(self) -> Path:
+        path = self.workdir / "crash"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def start(self, crash_at: str | None = None) -> None:
+        env = {**os.environ, "EXACTLYONCE_PG_DSN": self.dsn, "PYTHONPATH": str(ROOT)}
+        env.pop("EXACTLYONCE_CRASH_AT", None)
+        if crash_at:
+            env["EXACTLYONCE_CRASH_AT"] = crash_at
+            env["EXACTLYONCE_CRASH_DIR"] = str(self.crash_dir)
+        self.runs += 1
+        log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, str(JOB), "--input", str(self.workdir / "input"),
+             "--checkpoint", str(self.checkpoint), "--table", self.table,
+             "--query-name", self.table, "--master", self.master],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+
+    def kill(self, why: str) -> None:
+        """SIGKILL the job's whole session: driver, JVM and Python workers."""
+        assert self.proc is not None
+        sid = self.proc.pid
+        os.killpg(sid, signal.SIGKILL)
+        for pid in session_members(sid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=30)
+        self.kills.append(why)
+        print(f"killed run {self.runs} ({why})", flush=True)
+
+    def wait_for_marker(self, point: str, timeout: float = 180) -> None:
+        marker = self.crash_dir / f"crashed-{point}"
+        self._wait(lambda: marker.exists(), timeout, f"crash point {point}")
+        time.sleep(0.2)  # let the paused process settle inside its wait loop
+
+    def wait_for_commit(self, epoch: int, timeout: float = 180) -> None:
+        self._wait(lambda: epoch in self.spark_commits(), timeout, f"Spark commit of {epoch}")
+
+    def spark_commits(self) -> set[int]:
+        commits = self.checkpoint / "commits"
+        if not commits.exists():
+            return set()
+        return {int(p.name) for p in commits.iterdir() if p.name.isdigit()}
+
+    def finish(self, timeout: float = 300) -> None:
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill("timeout")
+            raise AssertionError(f"job did not finish in {timeout}s; see {self.log_tail()}")
+        assert code == 0, f"job exited {code}:\n{self.log_tail()}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = (self.workdir / f"run-{self.runs}.log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _wait(self, ready: object, timeout: float, what: str) -> None:
+        assert callable(ready)
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"job exited before {what}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+
+def session_members(sid: int) -> list[int]:
+    """Processes still alive in session ``sid`` (a Python worker may have its own group)."""
+    out = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True).stdout
+    return [int(p) for p, s in (line.split() for line in out.splitlines()) if int(s) == sid]

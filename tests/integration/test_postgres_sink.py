@@ -1,0 +1,173 @@
+"""PostgresSink against real PostgreSQL and real Spark (local[2]), batch by batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from exactlyonce.connectors import ConfigError, PostgresSink, SinkUnavailableError
+from exactlyonce.dedup.ids import record_id
+from tests.audit import assert_exactly_once, install_audit, write_counts
+
+pytestmark = pytest.mark.integration
+
+
+def events(spark: SparkSession, start: int, end: int) -> DataFrame:
+    return spark.range(start, end).select(
+        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
+        (F.col("id") * 10).alias("amount"),
+        F.lit("click").alias("action"),
+    )
+
+
+def ids(start: int, end: int) -> set[str]:
+    return {record_id([f"e{i}"]) for i in range(start, end)}
+
+
+def new_sink(dsn: str, table: str, **kw: Any) -> PostgresSink:
+    return PostgresSink(dsn, table, ["event_id"], query_name=table, **kw)
+
+
+def prepared(dsn: str, pg: psycopg.Connection[Any], table: str, df: DataFrame) -> PostgresSink:
+    sink = new_sink(dsn, table)
+    sink.preflight(df.schema)
+    install_audit(pg, table)
+    return sink
+
+
+def test_epoch_writes_every_row_once_and_replay_is_skipped(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    df = events(spark, 0, 500)
+    sink = prepared(pg_dsn, pg, unique_name, df)
+    sink(df, 0)
+    assert sink.last_report is not None and sink.last_report.written == 500
+    sink(df, 0)  # Spark re-runs a batch after a crash before its commit log
+    assert sink.last_report.skipped
+    restarted = new_sink(pg_dsn, unique_name)  # a new driver reads the head back
+    restarted(df, 0)
+    assert restarted.last_report is not None and restarted.last_report.skipped
+    assert_exactly_once(pg, unique_name, ids(0, 500))
+    head = restarted.head()
+    assert head is not None and head.epoch == 0
+
+
+def test_duplicates_within_and_across_epochs_are_dropped(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    first = events(spark, 0, 300)
+    first = first.union(first.limit(60))  # 60 repeated inside the batch
+    sink = prepared(pg_dsn, pg, unique_name, first)
+    sink(first, 0)
+    second = events(spark, 250, 400)  # 50 IDs seen in epoch 0
+    sink(second, 1)
+    assert sink.reports[0].duplicates == 60
+    assert sink.reports[1].duplicates == 50 and sink.reports[1].written == 100
+    assert_exactly_once(pg, unique_name, ids(0, 400))
+
+
+def test_committed_shards_are_skipped_when_the_head_did_not_advance(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    df = events(spark, 0, 400)
+    sink = prepared(pg_dsn, pg, unique_name, df)
+    sink(df, 0)
+    # The driver dies after the tasks of epoch 1 committed, before the head advanced.
+    head = sink._start(df, None)
+    sink._write_epoch(events(spark, 400, 800), 1, head.num_shards)
+    assert new_sink(pg_dsn, unique_name).head().epoch == 0  # type: ignore[union-attr]
+    rerun = new_sink(pg_dsn, unique_name)
+    rerun(events(spark, 400, 800), 1)
+    report = rerun.last_report
+    assert report is not None and report.shards_skipped >= 1 and report.written == 0
+    assert_exactly_once(pg, unique_name, ids(0, 800))
+
+
+def test_null_keys_and_refused_records_go_to_dead_letters(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    df = events(spark, 0, 200).withColumn(
+        "event_id", F.when(F.col("amount") == 70, None).otherwise(F.col("event_id"))
+    )
+    sink = prepared(pg_dsn, pg, unique_name, df)
+    pg.execute(f'ALTER TABLE "{unique_name}" ADD CONSTRAINT no_big CHECK (amount <> 1500)')
+    sink(df, 0)
+    report = sink.last_report
+    assert report is not None and report.dead_letters == 2 and report.written == 198
+    letters = pg.execute(
+        "SELECT epoch, record_id, error, payload FROM exactlyonce_dead_letters "
+        "WHERE query_name = %s ORDER BY error",
+        [unique_name],
+    ).fetchall()
+    assert [row[0] for row in letters] == [0, 0]
+    errors = sorted(row[2] for row in letters)
+    assert errors[0].startswith("23514")  # check_violation, by SQLSTATE
+    assert "null key column(s): event_id" in errors[1]
+    assert any('"amount":70' in row[3] for row in letters)
+    assert any(row[1] == record_id(["e150"]) for row in letters)
+    expected = ids(0, 200) - {record_id(["e7"]), record_id(["e150"])}
+    assert_exactly_once(pg, unique_name, expected)
+
+
+def test_column_types_round_trip(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    df = spark.sql(
+        "SELECT 'k1' AS k, '' AS empty, CAST(NULL AS STRING) AS nothing, "
+        "'quote\" comma, newline\n' AS tricky, CAST(1.25 AS DECIMAL(10,2)) AS dec, "
+        "TIMESTAMP '2024-01-02 03:04:05.123456' AS ts, DATE '2024-01-02' AS d, true AS b, "
+        "CAST('hi' AS BINARY) AS bin, array(1, 2) AS arr, named_struct('x', 1) AS st, "
+        "CAST('NaN' AS DOUBLE) AS nan"
+    )
+    sink = PostgresSink(pg_dsn, unique_name, ["k"], query_name=unique_name)
+    sink(df, 0)
+    row = pg.execute(
+        f'SELECT empty, nothing, tricky, dec::text, ts::text, d::text, b, bin, arr::text, '
+        f'st::text, nan::text FROM "{unique_name}"'
+    ).fetchone()
+    assert row == (
+        "", None, 'quote" comma, newline\n', "1.25", "2024-01-02 03:04:05.123456+00",
+        "2024-01-02", True, b"hi", "[1, 2]", '{"x": 1}', "NaN",
+    )
+
+
+def test_preflight_names_the_problem_without_the_password(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    wrong_password = pg_dsn.replace("exactlyonce@", "s3cret-pw@", 1)
+    assert "s3cret-pw" in wrong_password
+    with pytest.raises(SinkUnavailableError) as err:
+        new_sink(wrong_password, unique_name)
+    assert "s3cret-pw" not in str(err.value) and "***" in str(err.value)
+    with pytest.raises(SinkUnavailableError, match="cannot connect"):
+        new_sink("postgresql://u:s3cret-pw@127.0.0.1:1/db", unique_name, connect_timeout=2)
+    with pytest.raises(ConfigError, match="dsn"):
+        new_sink("host=127.0.0.1 password=s3cret-pw port", unique_name)
+    pg.execute(f'CREATE TABLE "{unique_name}" (event_id text, record_id uuid, epoch bigint)')
+    with pytest.raises(ConfigError, match="no unique index") as err:
+        new_sink(pg_dsn, unique_name)
+    assert err.value.field == "table"
+    pg.execute(f'CREATE UNIQUE INDEX ON "{unique_name}" (record_id)')
+    sink = new_sink(pg_dsn, unique_name)
+    with pytest.raises(ConfigError, match=r"lacks column\(s\) \['amount', 'action'\]"):
+        sink.preflight(events(spark, 0, 1).schema)
+    with pytest.raises(ConfigError, match="id_columns"):
+        PostgresSink(pg_dsn, unique_name, ["nope"], query_name="q").preflight(
+            events(spark, 0, 1).schema
+        )
+
+
+def test_counts_are_writes_not_rows(pg: psycopg.Connection[Any], unique_name: str) -> None:
+    """The audit sees a second write that a unique key would hide: the check can fail."""
+    pg.execute(f'CREATE TABLE "{unique_name}" (record_id text)')
+    install_audit(pg, unique_name)
+    pg.execute(f"INSERT INTO \"{unique_name}\" VALUES ('a'), ('b')")
+    pg.execute(f"DELETE FROM \"{unique_name}\" WHERE record_id = 'a'")
+    pg.execute(f"INSERT INTO \"{unique_name}\" VALUES ('a')")
+    assert write_counts(pg, unique_name) == {"a": 2, "b": 1}
+    with pytest.raises(AssertionError, match="written more than once"):
+        assert_exactly_once(pg, unique_name, {"a", "b"})

@@ -1,0 +1,139 @@
+"""Pure unit tests of the services config (no service is started): env-file parsing, the
+rule that environment variables win over the env file, and password masking."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exactlyonce.integration import services
+from exactlyonce.integration.services import (
+    ENV_FILE,
+    ENV_KEYS,
+    describe,
+    format_env_file,
+    local_env,
+    mask_dsn,
+    parse_env_file,
+    service_env,
+    write_env_file,
+)
+
+FILE_VALUES = {
+    "EXACTLYONCE_PG_DSN": "postgresql://exactlyonce:exactlyonce@127.0.0.1:54329/exactlyonce",
+    "EXACTLYONCE_REDIS_URL": "redis://127.0.0.1:63790/0",
+    "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
+}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's or CI's own settings must not leak into these tests."""
+    for key in (*ENV_KEYS, "EXACTLYONCE_HOME", *services.PORT_ENV.values()):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_parse_env_file_skips_comments_and_keeps_equals_in_values() -> None:
+    text = (
+        "# written by services up\n"
+        "\n"
+        "EXACTLYONCE_PG_DSN=postgresql://u:p@h:1/db?options=-c%20x=1\n"
+        "export KAFKA_BOOTSTRAP_SERVERS='127.0.0.1:19092'\n"
+        '  EXACTLYONCE_REDIS_URL = "redis://127.0.0.1:63790/0"  \n'
+        "not a pair\n"
+    )
+    assert parse_env_file(text) == {
+        "EXACTLYONCE_PG_DSN": "postgresql://u:p@h:1/db?options=-c%20x=1",
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
+        "EXACTLYONCE_REDIS_URL": "redis://127.0.0.1:63790/0",
+    }
+
+
+def test_format_and_parse_round_trip() -> None:
+    text = format_env_file(FILE_VALUES)
+    assert text.splitlines() == [f"{k}={v}" for k, v in FILE_VALUES.items()]
+    assert parse_env_file(text) == FILE_VALUES
+
+
+def test_local_env_uses_port_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert local_env() == FILE_VALUES
+    monkeypatch.setenv("EXACTLYONCE_PG_PORT", "6000")
+    monkeypatch.setenv("EXACTLYONCE_KAFKA_PORT", "6001")
+    values = local_env()
+    assert values["EXACTLYONCE_PG_DSN"].endswith("@127.0.0.1:6000/exactlyonce")
+    assert values["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:6001"
+    monkeypatch.setenv("EXACTLYONCE_REDIS_PORT", "not-a-port")
+    with pytest.raises(RuntimeError, match="EXACTLYONCE_REDIS_PORT"):
+        local_env()
+
+
+def test_home_dir_default_and_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert services.home_dir() == tmp_path / ".exactlyonce"
+    monkeypatch.setenv("EXACTLYONCE_HOME", str(tmp_path / "elsewhere"))
+    assert services.home_dir() == tmp_path / "elsewhere"
+    assert services.home_dir(tmp_path / "given") == tmp_path / "given"
+
+
+def test_service_env_reads_the_file(tmp_path: Path) -> None:
+    path = write_env_file(FILE_VALUES, tmp_path)
+    assert path == tmp_path / ENV_FILE
+    assert service_env(tmp_path) == FILE_VALUES
+
+
+def test_environment_wins_over_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_env_file(FILE_VALUES, tmp_path)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")
+    monkeypatch.setenv("EXACTLYONCE_REDIS_URL", "")  # empty counts as unset
+    env = service_env(tmp_path)
+    assert env["KAFKA_BOOTSTRAP_SERVERS"] == "localhost:9092"
+    assert env["EXACTLYONCE_REDIS_URL"] == FILE_VALUES["EXACTLYONCE_REDIS_URL"]
+    assert env["EXACTLYONCE_PG_DSN"] == FILE_VALUES["EXACTLYONCE_PG_DSN"]
+
+
+def test_environment_alone_needs_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compose = {
+        "EXACTLYONCE_PG_DSN": "postgresql://exactlyonce:exactlyonce@localhost:5432/exactlyonce",
+        "EXACTLYONCE_REDIS_URL": "redis://localhost:6379/0",
+        "KAFKA_BOOTSTRAP_SERVERS": "localhost:9092",
+    }
+    for key, value in compose.items():
+        monkeypatch.setenv(key, value)
+    assert service_env(tmp_path) == compose
+
+
+def test_missing_file_and_env_says_run_make_services(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(RuntimeError, match="make services"):
+        service_env(tmp_path)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")
+    with pytest.raises(RuntimeError, match="EXACTLYONCE_PG_DSN"):
+        service_env(tmp_path)
+
+
+def test_mask_dsn_hides_the_password() -> None:
+    dsn = FILE_VALUES["EXACTLYONCE_PG_DSN"]
+    assert mask_dsn(dsn) == "postgresql://exactlyonce:***@127.0.0.1:54329/exactlyonce"
+    assert mask_dsn("postgresql://u:s3cr%40t@db:5432/x?sslmode=require") == (
+        "postgresql://u:***@db:5432/x?sslmode=require"
+    )
+    assert mask_dsn("postgresql://u@db/x") == "postgresql://u@db/x"
+
+
+def test_printed_lines_and_cli_never_show_the_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = dict(FILE_VALUES)
+    values["EXACTLYONCE_PG_DSN"] = "postgresql://exactlyonce:hunter2@127.0.0.1:54329/exactlyonce"
+    lines = describe(values)
+    assert any("exactlyonce:***@127.0.0.1:54329" in line for line in lines)
+    assert not any("hunter2" in line for line in lines)
+
+    write_env_file(values, tmp_path)
+    monkeypatch.setenv("EXACTLYONCE_HOME", str(tmp_path))
+    assert services.main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert "exactlyonce:***@" in out
+    assert "hunter2" not in out
