@@ -17,9 +17,10 @@ def install_audit(conn: psycopg.Connection[Any], table: str, id_column: str = "r
     audit = f"{table}_audit"
     fn = f"{table}_audit_fn"
     conn.execute(
-        sql.SQL("CREATE TABLE IF NOT EXISTS {} (record_id text NOT NULL, app text, at timestamptz DEFAULT clock_timestamp())").format(
-            sql.Identifier(audit)
-        )
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (record_id text NOT NULL, app text, "
+            "at timestamptz DEFAULT clock_timestamp())"
+        ).format(sql.Identifier(audit))
     )
     conn.execute(
         sql.SQL(
@@ -29,9 +30,9 @@ def install_audit(conn: psycopg.Connection[Any], table: str, id_column: str = "r
         ).format(fn=sql.Identifier(fn), audit=sql.Identifier(audit), col=sql.Identifier(id_column))
     )
     conn.execute(
-        sql.SQL(
-            "CREATE TRIGGER {} AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()"
-        ).format(sql.Identifier(f"{table}_audit_trg"), sql.Identifier(table), sql.Identifier(fn))
+        sql.SQL("CREATE TRIGGER {} AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
+            sql.Identifier(f"{table}_audit_trg"), sql.Identifier(table), sql.Identifier(fn)
+        )
     )
     return audit
 
@@ -58,7 +59,9 @@ def assert_exactly_once(conn: psycopg.Connection[Any], table: str, expected: set
     counts = write_counts(conn, table)
     duplicates = {i: n for i, n in counts.items() if n > 1}
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicate rows in {table}"
-    assert not duplicates, f"{len(duplicates)} IDs written more than once: {list(duplicates.items())[:5]}"
+    assert not duplicates, (
+        f"{len(duplicates)} IDs written more than once: {list(duplicates.items())[:5]}"
+    )
     missing = expected - set(ids)
     unexpected = set(ids) - expected
     assert not missing, f"{len(missing)} expected IDs missing from {table}"

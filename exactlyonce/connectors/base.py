@@ -206,7 +206,9 @@ class ExactlyOnceSink(ABC):
         head = self._start(df, query_id)
         if batch_id <= head.epoch:
             self._record(BatchReport(self.query_name, self.sink_name, batch_id, skipped=True))
-            log.info("%s epoch %d <= head %d: already committed, skipped", self, batch_id, head.epoch)
+            log.info(
+                "%s epoch %d <= head %d: already committed, skipped", self, batch_id, head.epoch
+            )
             return
         crash_point("before_write", batch_id)
         tasks = self._write_epoch(df, batch_id, head.num_shards)
@@ -242,7 +244,9 @@ class ExactlyOnceSink(ABC):
             log.warning(
                 "%s: shards=%d ignored; this query was started with %d shards, kept so that "
                 "re-runs put every ID in the same shard",
-                self, self.shards, head.num_shards,
+                self,
+                self.shards,
+                head.num_shards,
             )
         self._head, self._started_for = head, query_id
         log.info("%s started: head epoch %d, %d shards", self, head.epoch, head.num_shards)
@@ -276,7 +280,9 @@ class ExactlyOnceSink(ABC):
             rid.alias(self.id_column),
             F.lit(epoch).cast("long").alias(epoch_column),
             F.when(rid.isNull(), self.ids.null_key_reason()).alias(ERROR_COLUMN),
-            F.when(rid.isNull(), F.to_json(F.struct(*user_columns), {"ignoreNullFields": "false"})).alias(PAYLOAD_COLUMN),
+            F.when(
+                rid.isNull(), F.to_json(F.struct(*user_columns), {"ignoreNullFields": "false"})
+            ).alias(PAYLOAD_COLUMN),
         )
 
     @property
@@ -289,8 +295,14 @@ class ExactlyOnceSink(ABC):
             log.info(
                 "%s epoch %d: %d rows, %d written, %d duplicates, %d dead letters, "
                 "%d shards committed, %d skipped (%.2fs)",
-                self, report.epoch, report.rows, report.written, report.duplicates,
-                report.dead_letters, report.shards_committed, report.shards_skipped,
+                self,
+                report.epoch,
+                report.rows,
+                report.written,
+                report.duplicates,
+                report.dead_letters,
+                report.shards_committed,
+                report.shards_skipped,
                 report.seconds,
             )
 

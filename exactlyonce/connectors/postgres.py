@@ -175,7 +175,9 @@ class PostgresSink(ExactlyOnceSink):
                 )
         missing = self.ids.missing_from(schema.names)
         if missing:
-            raise ConfigError("id_columns", f"not in the stream's columns {schema.names}: {missing}")
+            raise ConfigError(
+                "id_columns", f"not in the stream's columns {schema.names}: {missing}"
+            )
 
     def _check_table(
         self, conn: psycopg.Connection[Any], oid: int, schema: StructType | None
@@ -244,9 +246,9 @@ class PostgresSink(ExactlyOnceSink):
                 [epoch, spark_query_id, self.query_name, self.sink_name, epoch],
             )
             conn.execute(
-                sql.SQL("DELETE FROM {} WHERE query_name = %s AND sink = %s AND epoch <= %s").format(
-                    self.table.sibling(SHARD_COMMITS)
-                ),
+                sql.SQL(
+                    "DELETE FROM {} WHERE query_name = %s AND sink = %s AND epoch <= %s"
+                ).format(self.table.sibling(SHARD_COMMITS)),
                 [self.query_name, self.sink_name, epoch],
             )
 

@@ -128,9 +128,7 @@ def create_table_ddl(
 
 def regclass(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> int | None:
     """The table's oid, or None when it does not exist."""
-    row = conn.execute(
-        "SELECT to_regclass(%s)::oid", [table.ident().as_string(conn)]
-    ).fetchone()
+    row = conn.execute("SELECT to_regclass(%s)::oid", [table.ident().as_string(conn)]).fetchone()
     return int(row[0]) if row and row[0] is not None else None  # type: ignore[call-overload]
 
 

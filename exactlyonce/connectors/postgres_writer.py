@@ -256,6 +256,7 @@ class _ShardTask:
                 bad.column(SHARD_COLUMN).to_pylist(),
                 bad.column(ERROR_COLUMN).to_pylist(),
                 bad.column(PAYLOAD_COLUMN).to_pylist(),
+                strict=False,
             )
         ]
         self._insert_dead_letters(conn, rows)

@@ -37,7 +37,9 @@ class RecordIdSpec:
             raise ConfigError("id_columns", "name at least one column that identifies a record")
         for name in self.columns:
             if not isinstance(name, str) or not name:
-                raise ConfigError("id_columns", f"column names must be non-empty strings, got {name!r}")
+                raise ConfigError(
+                    "id_columns", f"column names must be non-empty strings, got {name!r}"
+                )
         if len(set(self.columns)) != len(self.columns):
             raise ConfigError("id_columns", f"duplicate column in {list(self.columns)}")
 

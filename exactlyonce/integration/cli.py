@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.connectors.secrets import scrub
-from exactlyonce.integration.config import PipelineConfig, load_config, sink_field_errors
+from exactlyonce.integration.config import load_config, sink_field_errors
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -60,10 +60,18 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a pipeline file's streaming query")
     run.add_argument("config", help="pipeline YAML file")
-    run.add_argument("--until-idle", type=float, metavar="SECONDS",
-                     help="stop after this long without a micro-batch")
-    run.add_argument("--max-batches", type=int, metavar="N",
-                     help="stop after N micro-batches (re-runs skipped as committed count too)")
+    run.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop after this long without a micro-batch",
+    )
+    run.add_argument(
+        "--max-batches",
+        type=int,
+        metavar="N",
+        help="stop after N micro-batches (re-runs skipped as committed count too)",
+    )
     run.set_defaults(func=cmd_run)
 
     check = sub.add_parser("check", help="validate a pipeline file and preflight its sink")
@@ -79,8 +87,12 @@ def _parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="compare the sink's contents with the expected IDs")
     audit.add_argument("config")
-    audit.add_argument("--expected-ids", required=True, metavar="FILE",
-                       help="one record per line: its key value, or a JSON array of key values")
+    audit.add_argument(
+        "--expected-ids",
+        required=True,
+        metavar="FILE",
+        help="one record per line: its key value, or a JSON array of key values",
+    )
     audit.add_argument("--expected-dead-letters", type=int, metavar="N")
     audit.set_defaults(func=cmd_audit)
 
@@ -115,7 +127,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from exactlyonce.integration.spark import session, start_stream
 
     spark = session(
-        app_name=cfg.spark.app_name or cfg.query_name, master=cfg.spark.master,
+        app_name=cfg.spark.app_name or cfg.query_name,
+        master=cfg.spark.master,
         extra=dict(cfg.spark.conf),
     )
     try:

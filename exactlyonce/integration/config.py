@@ -32,7 +32,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -59,9 +59,7 @@ _INTERVAL_UNITS = (
     "microsecond|microseconds|millisecond|milliseconds|ms|second|seconds|s|sec|secs|"
     "minute|minutes|min|mins|hour|hours|h|day|days|week|weeks"
 )
-_INTERVAL = re.compile(
-    rf"(?i)\s*(interval\s+)?(\d+(\.\d+)?\s*({_INTERVAL_UNITS})\s*)+"
-)
+_INTERVAL = re.compile(rf"(?i)\s*(interval\s+)?(\d+(\.\d+)?\s*({_INTERVAL_UNITS})\s*)+")
 
 
 class _Model(BaseModel):
@@ -235,7 +233,7 @@ class RateSourceConfig(_Model):
         return reader.load()
 
 
-SourceConfig = Annotated[Union[FilesSourceConfig, RateSourceConfig], Field(discriminator="type")]
+SourceConfig = Annotated[FilesSourceConfig | RateSourceConfig, Field(discriminator="type")]
 
 
 # ---------------------------------------------------------------------- sinks
@@ -303,7 +301,7 @@ class PostgresSinkConfig(_Model):
             )
 
 
-SinkConfig = Annotated[Union[PostgresSinkConfig], Field(discriminator="type")]
+SinkConfig = Annotated[PostgresSinkConfig, Field(discriminator="type")]
 
 
 @contextlib.contextmanager
@@ -332,9 +330,7 @@ class PipelineConfig(_Model):
     @classmethod
     def _query_name(cls, value: str) -> str:
         if not _NAME.fullmatch(value):
-            raise ValueError(
-                "must be non-empty and use only letters, digits, '_', '.' and '-'"
-            )
+            raise ValueError("must be non-empty and use only letters, digits, '_', '.' and '-'")
         return value
 
     @model_validator(mode="after")
@@ -383,7 +379,9 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
     return parse_config(data)
 
 
-def parse_config(data: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> PipelineConfig:
+def parse_config(
+    data: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> PipelineConfig:
     """Validate an already-parsed mapping (after ``${VAR}`` substitution from ``environ``)."""
     problems: list[tuple[str, str]] = []
     substituted = _substitute(data, os.environ if environ is None else environ, (), problems)

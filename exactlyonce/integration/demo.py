@@ -91,7 +91,9 @@ class Audit:
     @property
     def ok(self) -> bool:
         return (
-            self.duplicates == 0 and self.missing == 0 and self.unexpected == 0
+            self.duplicates == 0
+            and self.missing == 0
+            and self.unexpected == 0
             and self.dead_letters_ok
         )
 
@@ -270,9 +272,7 @@ def head_epoch(cfg: PipelineConfig) -> int:
         if regclass(conn, TableName(table.schema, HEADS)) is None:
             return -1
         row = conn.execute(
-            sql.SQL("SELECT max(epoch) FROM {} WHERE query_name = %s").format(
-                table.sibling(HEADS)
-            ),
+            sql.SQL("SELECT max(epoch) FROM {} WHERE query_name = %s").format(table.sibling(HEADS)),
             [cfg.query_name],
         ).fetchone()
     return -1 if row is None or row[0] is None else int(row[0])
@@ -284,11 +284,22 @@ def head_epoch(cfg: PipelineConfig) -> int:
 def start_run(config: str, log_path: Path, label: str) -> subprocess.Popen[str]:
     """``exactlyonce run`` in a new session; its progress lines are echoed, stderr logged."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    cmd = [sys.executable, "-m", "exactlyonce.integration.cli", "run", config,
-           "--until-idle", str(IDLE_SECONDS)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "exactlyonce.integration.cli",
+        "run",
+        config,
+        "--until-idle",
+        str(IDLE_SECONDS),
+    ]
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
             start_new_session=True,
         )
     threading.Thread(target=_echo, args=(proc, label), daemon=True).start()
@@ -406,8 +417,10 @@ def _demo_source(cfg: PipelineConfig) -> FilesSourceConfig:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m exactlyonce.integration.demo",
-                                description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog="python -m exactlyonce.integration.demo",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     p.add_argument("--config", default="examples/pipeline.yaml")
     p.add_argument("--files", type=int, default=24)
     p.add_argument("--rows-per-file", type=int, default=500)

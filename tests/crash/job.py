@@ -32,11 +32,12 @@ def main() -> None:
         if key.startswith("EXACTLYONCE_CRASH_")
     }
     spark = session("crash-job", master=args.master, extra=crash_env)
-    source = (
-        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
-    )
+    source = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     sink = PostgresSink(
-        os.environ["EXACTLYONCE_PG_DSN"], args.table, ["event_id"], args.query_name,
+        os.environ["EXACTLYONCE_PG_DSN"],
+        args.table,
+        ["event_id"],
+        args.query_name,
         shards=args.shards,
     )
     query = start_stream(source, sink, args.checkpoint, available_now=True)

@@ -24,13 +24,24 @@ pytestmark = [pytest.mark.crash, pytest.mark.integration]
 FILES = 8
 
 
-def prepare(tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], table: str,
-            files: int = FILES, seed: int = 7) -> tuple[Job, Input]:
+def prepare(
+    tmp_path: Path,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    table: str,
+    files: int = FILES,
+    seed: int = 7,
+) -> tuple[Job, Input]:
     data = make_input(tmp_path / "input", files=files, rows=150, seed=seed)
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    schema = StructType([StructField("event_id", StringType()), StructField("amount", LongType()),
-                         StructField("action", StringType())])
+    schema = StructType(
+        [
+            StructField("event_id", StringType()),
+            StructField("amount", LongType()),
+            StructField("action", StringType()),
+        ]
+    )
     PostgresSink(pg_dsn, table, ["event_id"], table).preflight(schema)
     install_audit(pg, table)
     return Job(tmp_path, table, pg_dsn), data

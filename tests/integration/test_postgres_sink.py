@@ -126,12 +126,21 @@ def test_column_types_round_trip(
     sink = PostgresSink(pg_dsn, unique_name, ["k"], query_name=unique_name)
     sink(df, 0)
     row = pg.execute(
-        f'SELECT empty, nothing, tricky, dec::text, ts::text, d::text, b, bin, arr::text, '
+        f"SELECT empty, nothing, tricky, dec::text, ts::text, d::text, b, bin, arr::text, "
         f'st::text, nan::text FROM "{unique_name}"'
     ).fetchone()
     assert row == (
-        "", None, 'quote" comma, newline\n', "1.25", "2024-01-02 03:04:05.123456+00",
-        "2024-01-02", True, b"hi", "[1, 2]", '{"x": 1}', "NaN",
+        "",
+        None,
+        'quote" comma, newline\n',
+        "1.25",
+        "2024-01-02 03:04:05.123456+00",
+        "2024-01-02",
+        True,
+        b"hi",
+        "[1, 2]",
+        '{"x": 1}',
+        "NaN",
     )
 
 
