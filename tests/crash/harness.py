@@ -139,7 +139,8 @@ class Job:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             self.kill("timeout")
-            raise AssertionError(f"job did not finish in {timeout}s; see {self.log_tail()}") from exc
+            tail = self.log_tail()
+            raise AssertionError(f"job did not finish in {timeout}s:\n{tail}") from exc
         assert code == 0, f"job exited {code}:\n{self.log_tail()}"
 
     def log_tail(self, lines: int = 40) -> str:
