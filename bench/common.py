@@ -80,7 +80,11 @@ def print_table(paths: Sequence[PathTiming], judged: str, title: str = "") -> st
     ref = by_name[judged].rows_per_s
     header = f"{'path':<24} {'rows':>10} {'best s':>9} {'rows/s':>12} {'vs ' + judged:>14}"
     lines = [title] if title else []
-    lines += [header, "-" * len(header)]
+    lines += [
+        f"(last column: {judged} rows/s / the path's rows/s; above 1.0 {judged} is faster)",
+        header,
+        "-" * len(header),
+    ]
     for p in paths:
         vs = "1.000x" if p.name == judged else f"{ratio(ref, p.rows_per_s):.3f}x"
         lines.append(

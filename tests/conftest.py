@@ -25,9 +25,11 @@ def services() -> dict[str, str]:
     from exactlyonce.integration.services import service_env
 
     try:
-        return service_env()
+        env = service_env()
     except RuntimeError as exc:
         pytest.fail(f"real services are required and not running: {exc}. Run `make services`.")
+    os.environ.update(env)  # sinks and subprocess jobs find the catalog's Redis here
+    return env
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ shards, and anything written to the destination by other writers.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +31,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.errors import CheckpointResetError, ConfigError
+from exactlyonce.dedup.catalog import CatalogLostError, DedupConfig
 from exactlyonce.dedup.ids import RecordIdSpec
+from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
+from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.integration.crashpoints import crash_point
 
 if TYPE_CHECKING:
@@ -45,9 +49,18 @@ ERROR_COLUMN = "_eo_error"
 PAYLOAD_COLUMN = "_eo_payload"
 NO_EPOCH = -1
 
+DEDUP_COUNTERS = (
+    "ids_checked",
+    "task_repeats",
+    "bloom_negatives",
+    "catalog_lookups",
+    "catalog_duplicates",
+    "bloom_false_positives",
+)
 TASK_RESULT_SCHEMA = (
     "shards array<int>, skipped_shards array<int>, rows long, written long, "
-    "duplicates long, dead_letters long, slow_batches long, writer string"
+    "duplicates long, dead_letters long, slow_batches long, writer string, "
+    + ", ".join(f"{name} long" for name in DEDUP_COUNTERS)
 )
 
 TaskWriter = Callable[["Iterator[pa.RecordBatch]"], "Iterator[pa.RecordBatch]"]
@@ -74,25 +87,31 @@ class TaskResult:
     dead_letters: int = 0
     slow_batches: int = 0
     writer: str = ""
+    ids_checked: int = 0
+    task_repeats: int = 0
+    bloom_negatives: int = 0
+    catalog_lookups: int = 0
+    catalog_duplicates: int = 0
+    bloom_false_positives: int = 0
+
+    def add_dedup_stats(self, stats: object) -> None:
+        for name in DEDUP_COUNTERS:
+            setattr(self, name, getattr(self, name) + int(getattr(stats, name)))
 
     def to_arrow(self) -> pa.RecordBatch:
         import pyarrow as pa
 
-        return pa.RecordBatch.from_pylist(
-            [self.__dict__],
-            schema=pa.schema(
-                [
-                    ("shards", pa.list_(pa.int32())),
-                    ("skipped_shards", pa.list_(pa.int32())),
-                    ("rows", pa.int64()),
-                    ("written", pa.int64()),
-                    ("duplicates", pa.int64()),
-                    ("dead_letters", pa.int64()),
-                    ("slow_batches", pa.int64()),
-                    ("writer", pa.string()),
-                ]
-            ),
-        )
+        fields = [
+            ("shards", pa.list_(pa.int32())),
+            ("skipped_shards", pa.list_(pa.int32())),
+            ("rows", pa.int64()),
+            ("written", pa.int64()),
+            ("duplicates", pa.int64()),
+            ("dead_letters", pa.int64()),
+            ("slow_batches", pa.int64()),
+            ("writer", pa.string()),
+        ] + [(name, pa.int64()) for name in DEDUP_COUNTERS]
+        return pa.RecordBatch.from_pylist([self.__dict__], schema=pa.schema(fields))
 
 
 @dataclass
@@ -112,6 +131,19 @@ class BatchReport:
     slow_batches: int = 0
     writers: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    ids_checked: int = 0
+    task_repeats: int = 0
+    bloom_negatives: int = 0
+    catalog_lookups: int = 0
+    catalog_duplicates: int = 0
+    bloom_false_positives: int = 0
+    catalog_rebuilds: int = 0
+
+    @property
+    def observed_fp_rate(self) -> float:
+        """Bloom 'maybe's the catalog denied, over the IDs that were new to the catalog."""
+        new = self.bloom_negatives + self.bloom_false_positives
+        return self.bloom_false_positives / new if new else 0.0
 
     @classmethod
     def from_tasks(
@@ -128,7 +160,35 @@ class BatchReport:
             report.shards_skipped += len(t.skipped_shards)
             if t.writer:
                 report.writers.append(t.writer)
+            for name in DEDUP_COUNTERS:
+                setattr(report, name, getattr(report, name) + getattr(t, name))
         return report
+
+
+def resolve_dedup(dedup: bool | DedupConfig, redis_url: str | None) -> DedupConfig | None:
+    """Dedup is on by default; it needs the catalog's Redis (argument or environment)."""
+    if isinstance(dedup, DedupConfig):
+        return dedup
+    if dedup is False:
+        return None
+    if dedup is not True:
+        raise ConfigError("dedup", f"must be True, False or a DedupConfig, got {dedup!r}")
+    url = redis_url or os.environ.get("EXACTLYONCE_REDIS_URL")
+    if not url:
+        raise ConfigError(
+            "redis_url",
+            "dedup is on by default and needs the catalog's Redis: pass redis_url=... or set "
+            "EXACTLYONCE_REDIS_URL, or turn dedup off with dedup=False",
+        )
+    return DedupConfig(redis_url=url)
+
+
+def _catalog_unreachable(keeper: CatalogKeeper) -> bool:
+    try:
+        keeper.catalog.redis.ping()
+    except Exception:
+        return True
+    return False
 
 
 def spark_query_id(df: DataFrame) -> str | None:
@@ -155,6 +215,9 @@ class ExactlyOnceSink(ABC):
         id_columns: Sequence[str] | str,
         shards: int | None = None,
         sink_name: str | None = None,
+        dedup: bool | DedupConfig = True,
+        redis_url: str | None = None,
+        write_retries: int = 3,
     ) -> None:
         if not isinstance(query_name, str) or not query_name.strip():
             raise ConfigError("query_name", "a stable, non-empty name for the streaming query")
@@ -167,6 +230,9 @@ class ExactlyOnceSink(ABC):
         self._head: Head | None = None
         self._started_for: str | None = None
         self.reports: list[BatchReport] = []
+        self.dedup_config = resolve_dedup(dedup, redis_url)
+        self.write_retries = write_retries
+        self._keeper: CatalogKeeper | None = None
 
     # -- what subclasses provide -------------------------------------------------------
 
@@ -198,6 +264,19 @@ class ExactlyOnceSink(ABC):
     @abstractmethod
     def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter: ...
 
+    @property
+    def unique_sink(self) -> bool:
+        """True when the destination itself refuses a second copy of an ID."""
+        return True
+
+    def _rebuild_source(self) -> RebuildSource | None:
+        """The sink's own recent IDs, to rebuild a lost catalog; None if it cannot list them."""
+        return None
+
+    @property
+    def dedup_plan(self) -> DedupPlan | None:
+        return self._keeper.plan if self._keeper is not None else None
+
     # -- the protocol ------------------------------------------------------------------
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -211,13 +290,42 @@ class ExactlyOnceSink(ABC):
             )
             return
         crash_point("before_write", batch_id)
-        tasks = self._write_epoch(df, batch_id, head.num_shards)
+        rebuilds_before = self._keeper.rebuilds if self._keeper else 0
+        tasks = self._write_with_retries(df, batch_id, head)
         self._advance_head(batch_id, query_id)
         self._head = Head(batch_id, query_id, head.num_shards)
+        if self._keeper is not None:
+            self._keeper.after_head(batch_id)
         crash_point("after_head", batch_id)
         report = BatchReport.from_tasks(self.query_name, self.sink_name, batch_id, tasks)
         report.seconds = time.monotonic() - began
+        report.catalog_rebuilds = (self._keeper.rebuilds if self._keeper else 0) - rebuilds_before
         self._record(report)
+
+    def _write_with_retries(self, df: DataFrame, epoch: int, head: Head) -> list[TaskResult]:
+        """Write the epoch; after a failure, recover a lost catalog and try again.
+
+        Shards that committed in a failed attempt are skipped by the next one, so a retry
+        never writes twice. Anything but a lost or unreachable catalog is raised at once.
+        """
+        for attempt in range(self.write_retries + 1):
+            try:
+                if self._keeper is not None:
+                    self._keeper.ensure(head.epoch)
+                return self._write_epoch(df, epoch, head.num_shards)
+            except CatalogLostError:
+                raise  # on_catalog_loss="fail", or a sink that cannot rebuild
+            except Exception:
+                if self._keeper is None or attempt == self.write_retries:
+                    raise
+                if not self._keeper.lost() and not _catalog_unreachable(self._keeper):
+                    raise
+                log.warning(
+                    "%s epoch %d: catalog lost or unreachable; recovering, retry %d",
+                    self, epoch, attempt + 1,
+                )
+                time.sleep(min(10.0, 0.5 * 2**attempt))
+        raise AssertionError("unreachable")
 
     def _start(self, df: DataFrame, query_id: str | None) -> Head:
         """Preflight and read the head once per (re)start of the query in this driver."""
@@ -248,6 +356,12 @@ class ExactlyOnceSink(ABC):
                 self.shards,
                 head.num_shards,
             )
+        if self.dedup_config is not None:
+            self._keeper = CatalogKeeper(
+                self.dedup_config, self.query_name, self.sink_name,
+                unique_sink=self.unique_sink, rebuild_source=self._rebuild_source(),
+            )
+            self._keeper.open(head.epoch, head.num_shards)
         self._head, self._started_for = head, query_id
         log.info("%s started: head epoch %d, %d shards", self, head.epoch, head.num_shards)
         return head

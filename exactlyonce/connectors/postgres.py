@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
@@ -45,6 +45,8 @@ from exactlyonce.connectors.postgres_schema import (
 )
 from exactlyonce.connectors.postgres_writer import PgTarget, PostgresShardWriter
 from exactlyonce.connectors.secrets import Secret, dsn_password, redact_dsn, scrub
+from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.dedup.keeper import RebuildSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -52,8 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exactlyonce.postgres")
 
-Mode = Literal["insert"]
-MODES = ("insert",)
+Mode = Literal["insert", "append"]
+MODES = ("insert", "append")
 
 
 class PostgresSink(ExactlyOnceSink):
@@ -76,10 +78,17 @@ class PostgresSink(ExactlyOnceSink):
         sink_name: str | None = None,
         connect_timeout: int = 10,
         check: bool = True,
+        dedup: bool | DedupConfig = True,
+        redis_url: str | None = None,
     ) -> None:
         super().__init__(
-            query_name=query_name, id_columns=id_columns, shards=shards, sink_name=sink_name
+            query_name=query_name, id_columns=id_columns, shards=shards, sink_name=sink_name,
+            dedup=dedup, redis_url=redis_url,
         )
+        if mode == "append" and self.dedup_config is None:
+            raise ConfigError(
+                "dedup", "mode='append' has no unique index: exactly-once needs the catalog"
+            )
         if not isinstance(dsn, str) or not dsn.strip():
             raise ConfigError("dsn", "a PostgreSQL connection string is required")
         if mode not in MODES:
@@ -298,5 +307,34 @@ class PostgresSink(ExactlyOnceSink):
             query_name=self.query_name,
             sink_name=self.sink_name,
             connect_timeout=self.connect_timeout,
+            dedup=self.dedup_plan,
         )
         return PostgresShardWriter(target, epoch)
+
+    @property
+    def unique_sink(self) -> bool:
+        return self.mode == "insert"
+
+    def _rebuild_source(self) -> RebuildSource | None:
+        """In append mode, the table's own IDs from an epoch on rebuild a lost catalog."""
+        if self.mode != "append":
+            return None
+
+        def read(from_epoch: int) -> Iterator[tuple[Any, Any]]:
+            import numpy as np
+
+            query = sql.SQL(
+                "SELECT replace({}::text, '-', ''), {} FROM {} WHERE {} >= %s"
+            ).format(
+                sql.Identifier(self.id_column), sql.Identifier(self.epoch_column),
+                self.table.ident(), sql.Identifier(self.epoch_column),
+            )
+            with self._connect() as conn, conn.transaction(), conn.cursor(name="eo_rebuild") as cur:
+                cur.execute(query, [from_epoch])
+                while rows := cur.fetchmany(50_000):
+                    yield (
+                        np.array([r[0] for r in rows], dtype="S32"),
+                        np.array([r[1] for r in rows], dtype=np.int64),
+                    )
+
+        return read

@@ -15,8 +15,8 @@ Tables the sink keeps next to the target table, in the same schema:
     in the shard's transaction, so a re-run never doubles them.
 
 A target table created by the sink has the stream's columns (types below), then
-``record_id uuid NOT NULL`` and ``epoch bigint NOT NULL``, and in ``mode="insert"`` a unique
-index on ``record_id``.
+``record_id uuid NOT NULL`` and ``epoch bigint NOT NULL``; in ``mode="insert"`` a unique
+index on ``record_id``, in ``mode="append"`` an index on ``epoch`` (to rebuild a lost catalog).
 """
 
 from __future__ import annotations
@@ -115,6 +115,14 @@ def create_table_ddl(
             table.ident(), sql.SQL(", ").join(columns)
         )
     ]
+    if not unique:  # append mode: the catalog is rebuilt from recent epochs
+        statements.append(
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                sql.Identifier(f"{table.name}_{epoch_column}_idx"[:63]),
+                table.ident(),
+                sql.Identifier(epoch_column),
+            )
+        )
     if unique:
         statements.append(
             sql.SQL("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} ({})").format(

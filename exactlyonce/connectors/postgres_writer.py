@@ -37,6 +37,8 @@ from psycopg import sql
 from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN, TaskResult
 from exactlyonce.connectors.postgres_schema import DEAD_LETTERS, SHARD_COMMITS, TableName
 from exactlyonce.connectors.secrets import Secret
+from exactlyonce.dedup.bloom import ids_from_hex
+from exactlyonce.dedup.shard import DedupPlan, TaskDedup
 from exactlyonce.integration.crashpoints import crash_point
 
 COPY_CHUNK_BYTES = 1 << 20
@@ -55,6 +57,7 @@ class PgTarget:
     query_name: str
     sink_name: str
     connect_timeout: int = 10
+    dedup: DedupPlan | None = None
 
 
 def is_bad_record_error(exc: BaseException) -> bool:
@@ -100,6 +103,7 @@ class _ShardTask:
         self.shards: set[int] = set()
         self.staging_ready = False
         self.result = TaskResult(writer=f"{socket.gethostname()}:{os.getpid()}")
+        self.dedup = TaskDedup(target.dedup, epoch) if target.dedup is not None else None
         self.column_list = sql.SQL(", ").join(sql.Identifier(c) for c in target.columns)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -140,11 +144,16 @@ class _ShardTask:
                 )
         self.conn.commit()
         crash_point("after_shard_commit", self.epoch)
+        if self.dedup is not None:
+            self.dedup.after_commit()  # mark only what is durably in the sink
+            self.result.add_dedup_stats(self.dedup.stats)
 
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()  # rolls back an uncommitted transaction
             self.conn = None
+        if self.dedup is not None:
+            self.dedup.close()
 
     # -- one Arrow batch ---------------------------------------------------------------
 
@@ -162,8 +171,16 @@ class _ShardTask:
         if pc.any(bad_mask).as_py():
             self._dead_letter_null_keys(conn, batch.filter(bad_mask))
             batch = batch.filter(pc.invert(bad_mask))
+        if batch.num_rows and self.dedup is not None:
+            batch = self._drop_seen(batch)
         if batch.num_rows:
             self._write_rows(conn, batch.select(list(self.t.columns)))
+
+    def _drop_seen(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        assert self.dedup is not None
+        keep = self.dedup.keep(_shards(batch), ids_from_hex(batch.column(self.t.id_column)))
+        self.result.duplicates += int(len(keep) - keep.sum())
+        return batch.filter(pa.array(keep))
 
     def _drop_committed_shards(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if not self.committed_before:
@@ -173,6 +190,11 @@ class _ShardTask:
         for s in pc.unique(pc.filter(shard, done)).to_pylist():
             if int(s) not in self.result.skipped_shards:
                 self.result.skipped_shards.append(int(s))
+        if self.dedup is not None:
+            committed = batch.filter(pc.and_(done, pc.is_valid(batch.column(self.t.id_column))))
+            if committed.num_rows:
+                ids = ids_from_hex(committed.column(self.t.id_column))
+                self.dedup.remember_committed(_shards(committed), ids)
         return batch.filter(pc.invert(done))
 
     def _write_rows(self, conn: psycopg.Connection[Any], rows: pa.RecordBatch) -> None:
@@ -281,6 +303,10 @@ class _ShardTask:
                 rows,
             )
         self.result.dead_letters += len(rows)
+
+
+def _shards(batch: pa.RecordBatch) -> Any:
+    return batch.column(SHARD_COLUMN).to_numpy(zero_copy_only=False).astype("int64")
 
 
 def _describe(exc: psycopg.Error) -> str:

@@ -39,6 +39,8 @@ def session(
     from pyspark.sql import SparkSession
 
     ensure_java()
+    # Local runs stay on loopback; a cluster deployment sets SPARK_LOCAL_IP itself.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (

@@ -1,0 +1,368 @@
+"""The Redis catalog of record IDs already written, per (query, sink, shard).
+
+Layout (all keys share one ``{hash tag}``, so a Redis Cluster keeps a query's keys together):
+
+``<p>:meta``                         HASH: ``instance`` (random, new whenever the catalog is
+                                     created), and the sizing fixed at creation
+``<p>:c:<shard>:<gen>:<bucket>``     HASH field = 16-byte ID, value = epoch. Buckets keep each
+                                     hash small enough for Redis's compact listpack encoding:
+                                     about 25-45 bytes per live ID instead of 80 for a SET
+``<p>:j:<shard>:<epoch>``            the IDs marked for an epoch that the head has not passed
+                                     yet (a journal), to roll them back on restart
+``<p>:b:<shard>:<gen>`` / ``:bv:``    the shard's Bloom filter for a generation, and its version
+
+Generations: ``gen = epoch // gen_epochs``; lookups check every live generation, and a whole
+generation is deleted once all of its epochs are older than ``retention_epochs``. So an ID is
+remembered for at least ``retention_epochs`` epochs. The rule users must keep: the source must
+never replay a record older than that (Kafka retention, file source cleanup, upstream retries).
+
+All traffic is batched: one Lua call marks or looks up thousands of IDs, grouped by bucket.
+Every call checks ``instance`` first, so a Redis that restarted empty is detected (it answers
+CATALOG_LOST) instead of answering "never seen" for everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from exactlyonce.connectors.errors import ConfigError, ExactlyOnceError
+from exactlyonce.dedup.bloom import Backend, BloomFilter, BloomSpec, Ids
+
+LUA_MARK = """
+if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
+local epoch = ARGV[2]; local prefix = ARGV[3]; local blob = ARGV[4]
+local t = {}
+for i = 5, #ARGV, 3 do
+  local s = tonumber(ARGV[i+1]); local e = tonumber(ARGV[i+2]); local n = 0
+  for j = s * 16 + 1, e * 16, 16 do t[n + 1] = string.sub(blob, j, j + 15); t[n + 2] = epoch; n = n + 2 end
+  redis.call('HSET', prefix .. ARGV[i], unpack(t, 1, n))
+end
+return 1
+"""
+
+LUA_LOOKUP = """
+if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
+local blob = ARGV[2]; local out = {}; local t = {}
+for i = 3, #ARGV, 3 do
+  local s = tonumber(ARGV[i+1]); local e = tonumber(ARGV[i+2]); local n = 0
+  for j = s * 16 + 1, e * 16, 16 do n = n + 1; t[n] = string.sub(blob, j, j + 15) end
+  local vals = redis.call('HMGET', ARGV[i], unpack(t, 1, n))
+  for k = 1, n do out[s + k] = vals[k] and '1' or '0' end
+end
+return table.concat(out)
+"""
+
+LUA_UNMARK = """
+local epoch = ARGV[1]; local prefix = ARGV[2]; local blob = ARGV[3]; local bits = tonumber(ARGV[4])
+local removed = 0
+for j = 1, #blob, 16 do
+  local id = string.sub(blob, j, j + 15)
+  local b = math.floor((string.byte(id, 1) * 256 + string.byte(id, 2)) / (2 ^ (16 - bits)))
+  local key = prefix .. string.format('%x', b)
+  if redis.call('HGET', key, id) == epoch then redis.call('HDEL', key, id); removed = removed + 1 end
+end
+return removed
+"""
+
+
+class CatalogLostError(ExactlyOnceError):
+    """The catalog's Redis lost its data (restart without persistence, flush, failover)."""
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Dedup settings. ``expected_ids`` is per retention window, over all shards."""
+
+    redis_url: str
+    expected_ids: int = 1_000_000
+    fp_rate: float = 0.001
+    retention_epochs: int = 1000
+    bloom_backend: Backend = "numpy"
+    on_catalog_loss: str = "rebuild"  # or "fail"
+    chunk_ids: int = 20_000
+
+    def __post_init__(self) -> None:
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("redis_url", "must be a redis://, rediss:// or unix:// URL")
+        if self.retention_epochs < 1:
+            raise ConfigError("retention_epochs", "must be at least 1")
+        if self.on_catalog_loss not in ("rebuild", "fail"):
+            raise ConfigError("on_catalog_loss", "must be 'rebuild' or 'fail'")
+        BloomSpec(max(1, self.expected_ids), self.fp_rate, self.bloom_backend)
+
+    def __repr__(self) -> str:
+        return f"DedupConfig(expected_ids={self.expected_ids}, fp_rate={self.fp_rate}, ...)"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizing fixed when the catalog is created; stored in meta and reused after restarts."""
+
+    shards: int
+    gen_epochs: int
+    live_gens: int
+    bucket_bits: int
+    bloom: BloomSpec
+
+    @classmethod
+    def plan(cls, config: DedupConfig, shards: int) -> Layout:
+        gen_epochs = max(1, math.ceil(config.retention_epochs / 4))
+        live_gens = math.ceil(config.retention_epochs / gen_epochs) + 1
+        per_gen = math.ceil(config.expected_ids * gen_epochs / config.retention_epochs)
+        per_shard = max(64, math.ceil(per_gen / shards))
+        bits = min(16, max(0, math.ceil(math.log2(per_shard / 64))))
+        return cls(shards, gen_epochs, live_gens, bits,
+                   BloomSpec(per_shard, config.fp_rate, config.bloom_backend))
+
+    def gen(self, epoch: int) -> int:
+        return epoch // self.gen_epochs
+
+    def live(self, epoch: int) -> list[int]:
+        current = self.gen(epoch)
+        return [g for g in range(current - self.live_gens + 1, current + 1) if g >= 0]
+
+    def to_meta(self) -> dict[str, str]:
+        return {
+            "shards": str(self.shards), "gen_epochs": str(self.gen_epochs),
+            "live_gens": str(self.live_gens), "bucket_bits": str(self.bucket_bits),
+            "bloom_capacity": str(self.bloom.capacity), "fp_rate": repr(self.bloom.fp_rate),
+            "bloom_backend": self.bloom.backend,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, str]) -> Layout:
+        spec = BloomSpec(int(meta["bloom_capacity"]), float(meta["fp_rate"]),
+                         meta["bloom_backend"])  # type: ignore[arg-type]
+        return cls(int(meta["shards"]), int(meta["gen_epochs"]), int(meta["live_gens"]),
+                   int(meta["bucket_bits"]), spec)
+
+
+def namespace(query_name: str, sink_name: str) -> str:
+    digest = hashlib.sha1(f"{query_name}\0{sink_name}".encode()).hexdigest()[:10]
+    return f"eo:{{{query_name}:{digest}}}"
+
+
+def buckets(ids: Ids, bits: int) -> npt.NDArray[np.int64]:
+    first = (ids[:, 0].astype(np.int64) << 8) | ids[:, 1]
+    return first >> (16 - bits)
+
+
+class RedisCatalog:
+    """One (query, sink)'s catalog. Cheap to build; opens its Redis connection lazily."""
+
+    def __init__(self, config: DedupConfig, query_name: str, sink_name: str) -> None:
+        self.config = config
+        self.prefix = namespace(query_name, sink_name)
+        self._redis: Any = None
+        self._scripts: dict[str, Any] = {}
+
+    @property
+    def redis(self) -> Any:
+        if self._redis is None:
+            import redis
+
+            self._redis = redis.Redis.from_url(self.config.redis_url, socket_timeout=30)
+        return self._redis
+
+    def _script(self, source: str) -> Any:
+        if source not in self._scripts:
+            self._scripts[source] = self.redis.register_script(source)
+        return self._scripts[source]
+
+    def close(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
+
+    # -- keys ------------------------------------------------------------------------
+
+    @property
+    def meta_key(self) -> str:
+        return f"{self.prefix}:meta"
+
+    def bucket_prefix(self, shard: int, gen: int) -> str:
+        return f"{self.prefix}:c:{shard}:{gen}:"
+
+    def journal_key(self, shard: int, epoch: int) -> str:
+        return f"{self.prefix}:j:{shard}:{epoch}"
+
+    def bloom_key(self, shard: int, gen: int) -> str:
+        return f"{self.prefix}:b:{shard}:{gen}"
+
+    def bloom_version_key(self, shard: int, gen: int) -> str:
+        return f"{self.prefix}:bv:{shard}:{gen}"
+
+    # -- meta --------------------------------------------------------------------------
+
+    def meta(self) -> dict[str, str]:
+        raw = self.redis.hgetall(self.meta_key)
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def create(self, layout: Layout) -> str:
+        """A new, empty catalog with a fresh instance id (after loss, or the first start)."""
+        instance = uuid.uuid4().hex
+        self.redis.hset(self.meta_key, mapping={"instance": instance, **layout.to_meta()})
+        return instance
+
+    # -- lookups and marks (executor side) --------------------------------------------
+
+    def _groups(self, ids: Ids, bits: int) -> tuple[bytes, list[tuple[int, int, int]]]:
+        keys = buckets(ids, bits)
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        cuts = np.flatnonzero(np.diff(sorted_keys)) + 1
+        starts = np.concatenate(([0], cuts)).astype(np.int64)
+        ends = np.concatenate((cuts, [len(ids)])).astype(np.int64)
+        blob = np.ascontiguousarray(ids[order]).tobytes()
+        groups = [(int(sorted_keys[s]), int(s), int(e)) for s, e in zip(starts, ends)]
+        self._last_order = order
+        return blob, groups
+
+    def lookup(self, instance: str, layout: Layout, shard: int, epoch: int, ids: Ids
+               ) -> npt.NDArray[np.bool_]:
+        """True for every ID the catalog holds in a live generation. Batched, exact."""
+        found = np.zeros(len(ids), dtype=bool)
+        for start in range(0, len(ids), self.config.chunk_ids):
+            chunk = ids[start : start + self.config.chunk_ids]
+            blob, groups = self._groups(chunk, layout.bucket_bits)
+            order = self._last_order
+            hit = np.zeros(len(chunk), dtype=bool)
+            for gen in layout.live(epoch):
+                base = self.bucket_prefix(shard, gen)
+                args: list[Any] = [instance, blob]
+                for bucket, s, e in groups:
+                    args += [f"{base}{bucket:x}", s, e]
+                flags = self._call(LUA_LOOKUP, args)
+                hit |= np.frombuffer(flags, dtype=np.uint8) == ord("1")
+            unsorted = np.zeros(len(chunk), dtype=bool)
+            unsorted[order] = hit
+            found[start : start + len(chunk)] = unsorted
+        return found
+
+    def mark(self, instance: str, layout: Layout, shard: int, epoch: int, ids: Ids,
+             journal: bool = True) -> None:
+        """Record IDs as written at ``epoch``. Call only after the sink committed them."""
+        if not len(ids):
+            return
+        base = self.bucket_prefix(shard, layout.gen(epoch))
+        for start in range(0, len(ids), self.config.chunk_ids):
+            chunk = ids[start : start + self.config.chunk_ids]
+            blob, groups = self._groups(chunk, layout.bucket_bits)
+            args: list[Any] = [instance, epoch, base, blob]
+            for bucket, s, e in groups:
+                args += [f"{bucket:x}", s, e]
+            self._call(LUA_MARK, args)
+        if journal:
+            self.redis.append(self.journal_key(shard, epoch), np.ascontiguousarray(ids).tobytes())
+
+    def _call(self, source: str, args: Sequence[Any]) -> bytes:
+        import redis
+
+        try:
+            result: bytes = self._script(source)(keys=[self.meta_key], args=args)
+        except redis.ResponseError as exc:
+            if "CATALOG_LOST" in str(exc):
+                raise CatalogLostError(f"catalog {self.prefix} was lost (Redis restarted empty?)"
+                                       ) from None
+            raise
+        return result
+
+    # -- Bloom filters -----------------------------------------------------------------
+
+    def load_blooms(self, instance: str, layout: Layout, shard: int, gens: Iterable[int],
+                    cached: dict[int, tuple[int, BloomFilter]]) -> dict[int, tuple[int, BloomFilter]]:
+        """The shard's filters for ``gens``, reusing cached ones whose version is current.
+
+        A filter returned here is complete: the persisted filter is OR-ed before the catalog
+        is marked, so it holds every ID the catalog holds for that generation.
+        """
+        gens = list(gens)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hget(self.meta_key, "instance")
+        for g in gens:
+            pipe.get(self.bloom_version_key(shard, g))
+        got = pipe.execute()
+        if (got[0] or b"").decode() != instance:
+            raise CatalogLostError(f"catalog {self.prefix} was lost (Redis restarted empty?)")
+        out: dict[int, tuple[int, BloomFilter]] = {}
+        for g, raw_version in zip(gens, got[1:]):
+            version = int(raw_version or 0)
+            if g in cached and cached[g][0] == version:
+                out[g] = cached[g]
+                continue
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.get(self.bloom_version_key(shard, g))
+            pipe.get(self.bloom_key(shard, g))
+            raw_version, data = pipe.execute()
+            spec = layout.bloom
+            out[g] = (int(raw_version or 0), spec.load(data) if data else spec.empty())
+        return out
+
+    def merge_bloom(self, instance: str, shard: int, gen: int, delta: BloomFilter) -> int:
+        """OR ``delta`` into the persisted filter atomically; returns the new version."""
+        tmp = f"{self.prefix}:tmp:{uuid.uuid4().hex}"
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hget(self.meta_key, "instance")
+        pipe.set(tmp, delta.to_bytes())
+        pipe.bitop("OR", self.bloom_key(shard, gen), self.bloom_key(shard, gen), tmp)
+        pipe.delete(tmp)
+        pipe.incr(self.bloom_version_key(shard, gen))
+        got = pipe.execute()
+        if (got[0] or b"").decode() != instance:
+            raise CatalogLostError(f"catalog {self.prefix} was lost (Redis restarted empty?)")
+        return int(got[-1])
+
+    # -- driver-side maintenance -------------------------------------------------------
+
+    def roll_back_above(self, layout: Layout, head_epoch: int) -> int:
+        """Drop entries marked for epochs above the head (a restart re-runs those epochs)."""
+        removed = 0
+        for key in self.redis.scan_iter(match=f"{self.prefix}:j:*", count=1000):
+            _, _, shard, epoch = key.decode().rsplit(":", 3)
+            if int(epoch) > head_epoch:
+                blob = self.redis.get(key) or b""
+                removed += int(self._script(LUA_UNMARK)(
+                    keys=[], args=[epoch, self.bucket_prefix(int(shard), layout.gen(int(epoch))),
+                                   blob, layout.bucket_bits]))
+            self.redis.delete(key)
+        return removed
+
+    def forget_journals(self, shards: int, epoch: int) -> None:
+        """The head passed ``epoch``: its journal is no longer needed for a rollback."""
+        self.redis.delete(*[self.journal_key(s, epoch) for s in range(shards)])
+
+    def expire_before(self, layout: Layout, epoch: int) -> int:
+        """Delete whole generations older than the retention window; returns keys deleted."""
+        oldest_live = min(layout.live(epoch))
+        deleted = 0
+        for gen in range(max(0, oldest_live - 2), oldest_live):
+            keys = [self.bloom_key(s, gen) for s in range(layout.shards)]
+            keys += [self.bloom_version_key(s, gen) for s in range(layout.shards)]
+            for s in range(layout.shards):
+                base = self.bucket_prefix(s, gen)
+                keys += [f"{base}{b:x}" for b in range(1 << layout.bucket_bits)]
+            for i in range(0, len(keys), 10_000):
+                deleted += int(self.redis.unlink(*keys[i : i + 10_000]))
+        return deleted
+
+    def memory_per_id(self, layout: Layout, epoch: int) -> float | None:
+        """Redis bytes per live ID in this catalog (sampled with MEMORY USAGE)."""
+        total_bytes = total_ids = 0
+        for gen in layout.live(epoch):
+            for shard in range(layout.shards):
+                base = self.bucket_prefix(shard, gen)
+                for b in range(min(1 << layout.bucket_bits, 64)):
+                    key = f"{base}{b:x}"
+                    n = int(self.redis.hlen(key))
+                    if n:
+                        total_ids += n
+                        total_bytes += int(self.redis.memory_usage(key) or 0)
+        return total_bytes / total_ids if total_ids else None

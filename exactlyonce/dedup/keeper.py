@@ -1,0 +1,131 @@
+"""Driver-side life of a catalog: open, detect loss, roll back, rebuild, expire.
+
+The sink head is the truth; the catalog is a cache of it (DESIGN invariant 4). On every start
+and before every epoch the driver checks the catalog's ``instance``. When Redis lost it:
+
+- a sink that can list its own recent IDs (``rebuild_source``) rebuilds the catalog from them
+  for the retention window, then goes on;
+- a sink with a unique key (PostgreSQL ``mode="insert"``, Elasticsearch ``_id``) starts an
+  empty catalog: its keys keep it exactly-once, the catalog only saves work;
+- with ``on_catalog_loss="fail"``, or a sink that can do neither, it refuses with
+  :class:`CatalogLostError`, and never guesses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import numpy.typing as npt
+
+from exactlyonce.dedup.bloom import ids_from_hex
+from exactlyonce.dedup.catalog import CatalogLostError, DedupConfig, Layout, RedisCatalog
+from exactlyonce.dedup.murmur3 import spark_shard
+from exactlyonce.dedup.shard import DedupPlan
+
+log = logging.getLogger("exactlyonce.dedup")
+
+# Chunks of (32-hex-character IDs, their epochs) that the sink holds from ``from_epoch`` on.
+RebuildSource = Callable[[int], Iterator[tuple[npt.NDArray[np.bytes_], npt.NDArray[np.int64]]]]
+
+
+class CatalogKeeper:
+    def __init__(self, config: DedupConfig, query_name: str, sink_name: str,
+                 unique_sink: bool, rebuild_source: RebuildSource | None) -> None:
+        self.config = config
+        self.query_name = query_name
+        self.sink_name = sink_name
+        self.unique_sink = unique_sink
+        self.rebuild_source = rebuild_source
+        self.catalog = RedisCatalog(config, query_name, sink_name)
+        self.instance: str | None = None
+        self.layout: Layout | None = None
+        self.rebuilds = 0
+
+    @property
+    def plan(self) -> DedupPlan:
+        assert self.instance is not None and self.layout is not None
+        return DedupPlan(self.config, self.query_name, self.sink_name, self.instance, self.layout)
+
+    def open(self, head_epoch: int, shards: int) -> None:
+        """At (re)start: adopt the catalog, roll back epochs above the head, or handle loss."""
+        meta = self.catalog.meta()
+        if not meta:
+            self.layout = Layout.plan(self.config, shards)
+            if head_epoch < 0:
+                self.instance = self.catalog.create(self.layout)
+                return
+            self._recover(head_epoch, "no catalog found for a query that has committed epochs")
+            return
+        self.layout = Layout.from_meta(meta)
+        self.instance = meta["instance"]
+        removed = self.catalog.roll_back_above(self.layout, head_epoch)
+        if removed:
+            log.info("catalog: rolled back %d IDs of epochs above head %d", removed, head_epoch)
+
+    def ensure(self, head_epoch: int) -> None:
+        """Before an epoch: is the catalog still the one we opened?"""
+        current = self.catalog.redis.hget(self.catalog.meta_key, "instance")
+        if current is None or current.decode() != self.instance:
+            self._recover(head_epoch, "the catalog's Redis lost its data")
+
+    def lost(self) -> bool:
+        try:
+            current = self.catalog.redis.hget(self.catalog.meta_key, "instance")
+        except Exception:
+            return False  # unreachable is not lost; the caller retries
+        return current is None or current.decode() != self.instance
+
+    def _recover(self, head_epoch: int, why: str) -> None:
+        assert self.layout is not None
+        if self.config.on_catalog_loss == "fail":
+            raise CatalogLostError(
+                f"{self.sink_name}: {why}; on_catalog_loss='fail' refuses to guess. Restore "
+                "Redis, or set on_catalog_loss='rebuild'."
+            )
+        if self.rebuild_source is not None:
+            self._rebuild(head_epoch)
+        elif self.unique_sink:
+            self.instance = self.catalog.create(self.layout)
+            log.warning("%s: %s; started an empty catalog (the sink's unique key keeps "
+                        "writes exactly-once)", self.sink_name, why)
+        else:
+            raise CatalogLostError(
+                f"{self.sink_name}: {why}, and this append-only sink cannot rebuild it. "
+                "Refusing to write: duplicates could not be detected."
+            )
+        self.rebuilds += 1
+
+    def _rebuild(self, head_epoch: int) -> None:
+        """A new catalog filled from the sink's own IDs for the retention window."""
+        assert self.layout is not None and self.rebuild_source is not None
+        layout = self.layout
+        self.instance = self.catalog.create(layout)
+        start = max(0, min(layout.live(head_epoch + 1)) * layout.gen_epochs)
+        total = 0
+        for hex_ids, epochs in self.rebuild_source(start):
+            ids = ids_from_hex(hex_ids)
+            shards = spark_shard(hex_ids, layout.shards)
+            for shard in np.unique(shards):
+                for epoch in np.unique(epochs[shards == shard]):
+                    rows = (shards == shard) & (epochs == epoch)
+                    chunk = ids[rows]
+                    delta = layout.bloom.empty()
+                    delta.add(chunk)
+                    gen = layout.gen(int(epoch))
+                    self.catalog.merge_bloom(self.instance, int(shard), gen, delta)
+                    self.catalog.mark(self.instance, layout, int(shard), int(epoch), chunk,
+                                      journal=int(epoch) > head_epoch)
+            total += len(ids)
+        log.warning("%s: catalog rebuilt from the sink: %d IDs from epoch %d on",
+                    self.sink_name, total, start)
+
+    def after_head(self, epoch: int) -> None:
+        """The head reached ``epoch``: drop its journals, and expire old generations."""
+        assert self.layout is not None
+        self.catalog.forget_journals(self.layout.shards, epoch)
+        if epoch % self.layout.gen_epochs == 0:
+            deleted = self.catalog.expire_before(self.layout, epoch)
+            if deleted:
+                log.info("catalog: expired %d keys older than the retention window", deleted)

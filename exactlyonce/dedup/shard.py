@@ -1,0 +1,165 @@
+"""Task-side dedup: what one executor task does with its shard's record IDs.
+
+Per Arrow batch, :meth:`TaskDedup.keep` answers which records are new:
+
+1. repeats inside the task are dropped (all copies of an ID are in one task: sharded by ID);
+2. the shard's Bloom filters (every live generation) answer "no" or "maybe". They come from
+   Redis at the version the catalog has now, so they are complete (invariant 3);
+3. every "maybe" is confirmed in the catalog, in batches (invariant 2: a hit is only a hint).
+
+After the sink committed the task's transaction, :meth:`TaskDedup.after_commit` ORs the new
+IDs into the persisted filter, then marks them in the catalog (invariant 1: mark after commit;
+filter before catalog, so the filter always holds what the catalog holds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from exactlyonce.dedup.bloom import BloomFilter, Ids
+from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
+
+# Filters survive between tasks in a reused Python worker: (prefix, instance, shard) -> gens.
+_FILTER_CACHE: dict[tuple[str, str, int], dict[int, tuple[int, BloomFilter]]] = {}
+
+
+@dataclass(frozen=True)
+class DedupPlan:
+    """What the driver hands each task: the config and the catalog instance it checked."""
+
+    config: DedupConfig
+    query_name: str
+    sink_name: str
+    instance: str
+    layout: Layout
+
+
+@dataclass
+class DedupStats:
+    ids_checked: int = 0
+    task_repeats: int = 0
+    bloom_negatives: int = 0
+    catalog_lookups: int = 0
+    catalog_duplicates: int = 0
+    bloom_false_positives: int = 0
+
+
+@dataclass
+class TaskDedup:
+    plan: DedupPlan
+    epoch: int
+    stats: DedupStats = field(default_factory=DedupStats)
+    _catalog: RedisCatalog | None = None
+    _seen: set[bytes] = field(default_factory=set)
+    _new: dict[int, list[Ids]] = field(default_factory=dict)
+    _filters: dict[int, dict[int, tuple[int, BloomFilter]]] = field(default_factory=dict)
+
+    @property
+    def catalog(self) -> RedisCatalog:
+        if self._catalog is None:
+            self._catalog = RedisCatalog(self.plan.config, self.plan.query_name,
+                                         self.plan.sink_name)
+        return self._catalog
+
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+    # -- checking ----------------------------------------------------------------------
+
+    def keep(self, shards: npt.NDArray[np.int64], ids: Ids) -> npt.NDArray[np.bool_]:
+        """True for each record to write; False for a repeat or an ID the catalog holds."""
+        self.stats.ids_checked += len(ids)
+        keep = self._first_in_task(ids)
+        for shard in np.unique(shards[keep]):
+            rows = np.flatnonzero(keep & (shards == shard))
+            seen = self._in_catalog(int(shard), ids[rows])
+            keep[rows[seen]] = False
+        for shard in np.unique(shards[keep]):
+            self._new.setdefault(int(shard), []).append(ids[keep & (shards == shard)])
+        return keep
+
+    def _first_in_task(self, ids: Ids) -> npt.NDArray[np.bool_]:
+        keys = np.ascontiguousarray(ids).view("S16").ravel()
+        _, first = np.unique(keys, return_index=True)
+        keep = np.zeros(len(ids), dtype=bool)
+        keep[first] = True
+        seen = self._seen
+        for i in first:
+            key = keys[i].tobytes()  # numpy strips trailing NULs from S16 items
+            if key in seen:
+                keep[i] = False
+            else:
+                seen.add(key)
+        self.stats.task_repeats += len(ids) - int(keep.sum())
+        return keep
+
+    def _in_catalog(self, shard: int, ids: Ids) -> npt.NDArray[np.bool_]:
+        maybe = np.zeros(len(ids), dtype=bool)
+        for _, bloom in self._blooms(shard).values():
+            maybe |= bloom.contains(ids)
+        self.stats.bloom_negatives += len(ids) - int(maybe.sum())
+        found = np.zeros(len(ids), dtype=bool)
+        if maybe.any():
+            rows = np.flatnonzero(maybe)
+            p = self.plan
+            hit = self.catalog.lookup(p.instance, p.layout, shard, self.epoch, ids[rows])
+            found[rows] = hit
+            self.stats.catalog_lookups += len(rows)
+            self.stats.catalog_duplicates += int(hit.sum())
+            self.stats.bloom_false_positives += len(rows) - int(hit.sum())
+        return found
+
+    def _blooms(self, shard: int) -> dict[int, tuple[int, BloomFilter]]:
+        if shard not in self._filters:
+            p = self.plan
+            key = (self.catalog.prefix, p.instance, shard)
+            cached = _FILTER_CACHE.get(key, {})
+            fresh = self.catalog.load_blooms(
+                p.instance, p.layout, shard, p.layout.live(self.epoch), cached
+            )
+            _FILTER_CACHE[key] = fresh
+            self._filters[shard] = fresh
+        return self._filters[shard]
+
+    # -- after the sink committed ------------------------------------------------------
+
+    def remember_committed(self, shards: npt.NDArray[np.int64], ids: Ids) -> None:
+        """IDs of a shard an earlier attempt committed: make sure they are marked too.
+
+        That attempt may have died between its commit and its marks; marking again is
+        idempotent and keeps 'everything at or below the head is in the catalog'.
+        """
+        for shard in np.unique(shards):
+            self._new.setdefault(int(shard), []).append(ids[shards == shard])
+
+    def after_commit(self) -> None:
+        p = self.plan
+        gen = p.layout.gen(self.epoch)
+        for shard, parts in sorted(self._new.items()):
+            ids = np.concatenate(parts) if parts else np.zeros((0, 16), dtype=np.uint8)
+            if not len(ids):
+                continue
+            delta = p.layout.bloom.empty()
+            delta.add(ids)
+            version = self.catalog.merge_bloom(p.instance, shard, gen, delta)
+            self._update_cache(shard, gen, version, delta)
+            self.catalog.mark(p.instance, p.layout, shard, self.epoch, ids)
+        self._new.clear()
+
+    def _update_cache(self, shard: int, gen: int, version: int, delta: BloomFilter) -> None:
+        key = (self.catalog.prefix, self.plan.instance, shard)
+        gens = _FILTER_CACHE.get(key)
+        if gens is None or gen not in gens or gens[gen][0] != version - 1:
+            if gens is not None:
+                gens.pop(gen, None)  # someone else wrote too: reload next time
+            return
+        old = gens[gen][1]
+        merged = self.plan.layout.bloom.load(
+            (np.frombuffer(old.to_bytes(), np.uint8) | np.frombuffer(delta.to_bytes(), np.uint8))
+            .tobytes()
+        )
+        gens[gen] = (version, merged)
