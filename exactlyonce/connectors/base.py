@@ -280,18 +280,38 @@ class ExactlyOnceSink(ABC):
     # -- the protocol ------------------------------------------------------------------
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.run_epoch(
+            batch_id,
+            spark_query_id(df),
+            df.schema,
+            default_shards=lambda: df.sparkSession.sparkContext.defaultParallelism,
+            write=lambda epoch, shards: self._write_epoch(df, epoch, shards),
+        )
+
+    def run_epoch(
+        self,
+        batch_id: int,
+        query_id: str | None,
+        schema: StructType,
+        default_shards: Callable[[], int],
+        write: Callable[[int, int], list[TaskResult]],
+    ) -> BatchReport:
+        """The protocol for one epoch; ``write(epoch, shards)`` runs the tasks.
+
+        ``__call__`` passes Spark's executor tasks; tests of the protocol may pass tasks run
+        in-process on the same task writers.
+        """
         began = time.monotonic()
-        query_id = spark_query_id(df)
-        head = self._start(df, query_id)
+        head = self._start(schema, default_shards, query_id)
         if batch_id <= head.epoch:
             self._record(BatchReport(self.query_name, self.sink_name, batch_id, skipped=True))
             log.info(
                 "%s epoch %d <= head %d: already committed, skipped", self, batch_id, head.epoch
             )
-            return
+            return self.reports[-1]
         crash_point("before_write", batch_id)
         rebuilds_before = self._keeper.rebuilds if self._keeper else 0
-        tasks = self._write_with_retries(df, batch_id, head)
+        tasks = self._write_with_retries(write, batch_id, head)
         self._advance_head(batch_id, query_id)
         self._head = Head(batch_id, query_id, head.num_shards)
         if self._keeper is not None:
@@ -301,8 +321,11 @@ class ExactlyOnceSink(ABC):
         report.seconds = time.monotonic() - began
         report.catalog_rebuilds = (self._keeper.rebuilds if self._keeper else 0) - rebuilds_before
         self._record(report)
+        return report
 
-    def _write_with_retries(self, df: DataFrame, epoch: int, head: Head) -> list[TaskResult]:
+    def _write_with_retries(
+        self, write: Callable[[int, int], list[TaskResult]], epoch: int, head: Head
+    ) -> list[TaskResult]:
         """Write the epoch; after a failure, recover a lost catalog and try again.
 
         Shards that committed in a failed attempt are skipped by the next one, so a retry
@@ -312,7 +335,7 @@ class ExactlyOnceSink(ABC):
             try:
                 if self._keeper is not None:
                     self._keeper.ensure(head.epoch)
-                return self._write_epoch(df, epoch, head.num_shards)
+                return write(epoch, head.num_shards)
             except CatalogLostError:
                 raise  # on_catalog_loss="fail", or a sink that cannot rebuild
             except Exception:
@@ -327,14 +350,16 @@ class ExactlyOnceSink(ABC):
                 time.sleep(min(10.0, 0.5 * 2**attempt))
         raise AssertionError("unreachable")
 
-    def _start(self, df: DataFrame, query_id: str | None) -> Head:
+    def _start(
+        self, schema: StructType, default_shards: Callable[[], int], query_id: str | None
+    ) -> Head:
         """Preflight and read the head once per (re)start of the query in this driver."""
         if self._head is not None and self._started_for == query_id:
             return self._head
-        self.preflight(df.schema)
+        self.preflight(schema)
         head = self._read_head()
         if head is None:
-            shards = self.shards or max(1, df.sparkSession.sparkContext.defaultParallelism)
+            shards = self.shards or max(1, default_shards())
             head = Head(NO_EPOCH, query_id, shards)
             self._create_head(head)
         elif query_id and head.spark_query_id and head.spark_query_id != query_id:
