@@ -8,6 +8,9 @@
     exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N]
     exactlyonce services up|status|down [--only pg,redis,kafka]
 
+``${VAR}`` references in the pipeline file are filled from the environment; variables of the
+local services (``make services``) that are not set there come from ``.exactlyonce/services.env``.
+
 Exit codes: 0 success; 1 the query (or the audit) failed; 2 bad configuration, or the sink
 refused to start (checked before any Spark work); 130 interrupted.
 """
@@ -27,7 +30,7 @@ from exactlyonce.connectors.secrets import scrub
 from exactlyonce.integration.config import load_config, sink_field_errors
 
 if TYPE_CHECKING:
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink
 
@@ -39,6 +42,7 @@ log = logging.getLogger("exactlyonce.cli")
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging()
+    _load_service_env()
     try:
         return int(args.func(args))
     except ConfigError as exc:
@@ -111,6 +115,23 @@ def _configure_logging() -> None:
         handler._exactlyonce_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+
+
+def _load_service_env() -> None:
+    """Fill unset ``${EXACTLYONCE_PG_DSN}`` & co. from ``.exactlyonce/services.env``, if any.
+
+    Variables already in the environment win; without local services nothing changes.
+    """
+    import os
+
+    try:
+        from exactlyonce.integration.services import service_env
+
+        values = service_env()
+    except (ImportError, RuntimeError):
+        return
+    for key, value in values.items():
+        os.environ.setdefault(key, value)
 
 
 def _err(message: str) -> None:

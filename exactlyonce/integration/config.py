@@ -55,11 +55,11 @@ if TYPE_CHECKING:
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_INTERVAL_UNITS = (
-    "microsecond|microseconds|millisecond|milliseconds|ms|second|seconds|s|sec|secs|"
-    "minute|minutes|min|mins|hour|hours|h|day|days|week|weeks"
+# What Spark's interval parser takes for a processing-time trigger (no abbreviations).
+_INTERVAL = re.compile(
+    r"(?i)\s*(interval\s+)?"
+    r"(\d+(\.\d+)?\s+(microsecond|millisecond|second|minute|hour|day|week)s?\s*)+"
 )
-_INTERVAL = re.compile(rf"(?i)\s*(interval\s+)?(\d+(\.\d+)?\s*({_INTERVAL_UNITS})\s*)+")
 
 
 class _Model(BaseModel):
@@ -306,7 +306,7 @@ SinkConfig = Annotated[PostgresSinkConfig, Field(discriminator="type")]
 
 @contextlib.contextmanager
 def sink_field_errors() -> Iterator[None]:
-    """Re-raise a sink's ConfigError with the field's path in the file (``table`` -> ``sink.table``)."""
+    """Re-raise a sink's ConfigError with the field's path in the file: ``sink.table``."""
     try:
         yield
     except ConfigError as exc:
@@ -349,7 +349,7 @@ class PipelineConfig(_Model):
         return self.sink.build(self.query_name, check=check)
 
     def trigger_kwargs(self) -> dict[str, Any]:
-        """``processing_time`` / ``available_now`` for :func:`~exactlyonce.integration.spark.start_stream`."""
+        """The trigger as :func:`exactlyonce.integration.spark.start_stream` arguments."""
         if self.trigger is None:
             return {}
         if self.trigger.available_now:

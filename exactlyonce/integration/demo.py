@@ -194,30 +194,31 @@ def read_expected_ids(path: str | os.PathLike[str]) -> set[str]:
 
 
 def generate(rng: random.Random, files: int, rows_per_file: int) -> list[list[Record]]:
-    """Records per file. Duplicates repeat a whole earlier record; a few keys are null."""
+    """Records per file. A duplicate repeats a whole earlier record, from the same file or an
+    earlier one; ``NULL_KEYS`` records with a null key are mixed in at random places."""
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    seen: list[Record] = []
+    earlier: list[Record] = []
     out: list[list[Record]] = []
+    n = 0
     for _ in range(files):
         batch: list[Record] = []
         for _ in range(rows_per_file):
-            if seen and rng.random() < DUPLICATE_RATE:
-                here = [r for r in batch[-50:] if r["event_id"] is not None]
-                batch.append(dict(rng.choice(here if here and rng.random() < 0.5 else seen)))
-                continue
-            n = len(seen) + sum(1 for r in batch if r not in seen)
-            batch.append(_record(f"evt-{n:07d}", rng, start + timedelta(seconds=n)))
-        seen.extend(r for r in batch if r not in seen) if False else None
-        seen.extend(_new_in(batch, seen))
+            pool = batch if batch and (not earlier or rng.random() < 0.5) else earlier
+            if pool and rng.random() < DUPLICATE_RATE:
+                batch.append(dict(rng.choice(pool)))
+            else:
+                batch.append(_record(f"evt-{n:07d}", rng, start + timedelta(seconds=n)))
+                n += 1
         out.append(batch)
+        earlier.extend(_first_of_each(batch, earlier))
     for i in range(NULL_KEYS):
         target = out[rng.randrange(len(out))]
         target.insert(rng.randrange(len(target) + 1), _record(None, rng, start, salt=i))
     return out
 
 
-def _new_in(batch: list[Record], seen: list[Record]) -> list[Record]:
-    known = {r["event_id"] for r in seen}
+def _first_of_each(batch: list[Record], earlier: list[Record]) -> list[Record]:
+    known = {r["event_id"] for r in earlier}
     fresh = []
     for r in batch:
         if r["event_id"] not in known:

@@ -64,6 +64,8 @@ class Job:
     table: str
     dsn: str
     master: str = "local[2]"
+    mode: str = "insert"
+    extra_args: tuple[str, ...] = ()
     runs: int = 0
     kills: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
@@ -100,6 +102,9 @@ class Job:
                 self.table,
                 "--master",
                 self.master,
+                "--mode",
+                self.mode,
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -31,6 +31,7 @@ def prepare(
     table: str,
     files: int = FILES,
     seed: int = 7,
+    mode: str = "insert",
 ) -> tuple[Job, Input]:
     data = make_input(tmp_path / "input", files=files, rows=150, seed=seed)
     from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -42,9 +43,10 @@ def prepare(
             StructField("action", StringType()),
         ]
     )
-    PostgresSink(pg_dsn, table, ["event_id"], table).preflight(schema)
+    sink = PostgresSink(pg_dsn, table, ["event_id"], table, mode=mode)  # type: ignore[arg-type]
+    sink.preflight(schema)
     install_audit(pg, table)
-    return Job(tmp_path, table, pg_dsn), data
+    return Job(tmp_path, table, pg_dsn, mode=mode), data
 
 
 def verify(job: Job, data: Input, pg: psycopg.Connection[Any]) -> None:
@@ -61,11 +63,16 @@ def verify(job: Job, data: Input, pg: psycopg.Connection[Any]) -> None:
     assert head == (max(commits),), "the sink head is Spark's last committed epoch"
 
 
+MODES = ["insert", "append"]  # append: no unique index; exactly-once rests on head + catalog
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("point", ["before_write", "mid_copy", "after_shard_commit", "after_head"])
 def test_kill_at_named_point(
-    point: str, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+    point: str, mode: str, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any],
+    unique_name: str,
 ) -> None:
-    job, data = prepare(tmp_path, pg_dsn, pg, unique_name)
+    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, mode=mode)
     job.start(crash_at=f"{point}@3")
     job.wait_for_marker(point)
     job.kill(point)
@@ -75,10 +82,11 @@ def test_kill_at_named_point(
     verify(job, data, pg)
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_kill_after_spark_commit(
-    tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+    mode: str, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
-    job, data = prepare(tmp_path, pg_dsn, pg, unique_name)
+    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, mode=mode)
     job.start()
     job.wait_for_commit(3)
     job.kill("after spark commit of epoch 3")
@@ -87,13 +95,14 @@ def test_kill_after_spark_commit(
     verify(job, data, pg)
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_seeded_random_kills(
-    tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+    mode: str, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
     seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
     print(f"random kill schedule seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
     rng = random.Random(seed)
-    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=22, seed=seed)
+    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=22, seed=seed, mode=mode)
     for n in range(5):
         job.start()
         before = job.spark_commits()
