@@ -1,0 +1,90 @@
+"""The Redis catalog against a real Redis: exact lookups, rollback, expiry, loss, memory."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from exactlyonce.dedup.catalog import CatalogLostError, DedupConfig, Layout, RedisCatalog
+from exactlyonce.dedup.murmur3 import spark_hash, spark_shard
+
+pytestmark = pytest.mark.integration
+
+
+def random_ids(n: int) -> np.ndarray:
+    return np.frombuffer(os.urandom(16 * n), dtype=np.uint8).reshape(n, 16)
+
+
+@pytest.fixture
+def catalog(services: dict[str, str], unique_name: str) -> RedisCatalog:
+    config = DedupConfig(services["EXACTLYONCE_REDIS_URL"], expected_ids=200_000,
+                         retention_epochs=8)
+    return RedisCatalog(config, unique_name, "test-sink")
+
+
+def test_marked_ids_are_found_and_others_are_not(catalog: RedisCatalog) -> None:
+    layout = Layout.plan(catalog.config, 2)
+    instance = catalog.create(layout)
+    marked, fresh = random_ids(30_000), random_ids(30_000)
+    catalog.mark(instance, layout, 1, 5, marked)
+    assert catalog.lookup(instance, layout, 1, 5, marked).all()
+    assert not catalog.lookup(instance, layout, 1, 5, fresh).any()
+    assert not catalog.lookup(instance, layout, 0, 5, marked).any(), "shards are separate"
+
+
+def test_rollback_drops_only_epochs_above_the_head(catalog: RedisCatalog) -> None:
+    layout = Layout.plan(catalog.config, 1)
+    instance = catalog.create(layout)
+    old, new = random_ids(1_000), random_ids(1_000)
+    catalog.mark(instance, layout, 0, 3, old)
+    catalog.mark(instance, layout, 0, 4, new)
+    assert catalog.roll_back_above(layout, head_epoch=3) == 1_000
+    assert catalog.lookup(instance, layout, 0, 4, old).all()
+    assert not catalog.lookup(instance, layout, 0, 4, new).any()
+
+
+def test_generations_expire_after_the_retention_window(catalog: RedisCatalog) -> None:
+    layout = Layout.plan(catalog.config, 1)
+    instance = catalog.create(layout)
+    ids = random_ids(500)
+    catalog.mark(instance, layout, 0, 0, ids)
+    last_remembered = 0
+    for epoch in range(1, 40):
+        if catalog.lookup(instance, layout, 0, epoch, ids).all():
+            last_remembered = epoch
+        if epoch % layout.gen_epochs == 0:
+            catalog.expire_before(layout, epoch)
+    assert last_remembered >= catalog.config.retention_epochs, "kept for the whole window"
+    assert not catalog.lookup(instance, layout, 0, 39, ids).any(), "then forgotten"
+    assert not catalog.redis.keys(f"{catalog.prefix}:c:0:0:*"), "expired keys are deleted"
+
+
+def test_a_catalog_that_lost_its_data_says_so(catalog: RedisCatalog) -> None:
+    layout = Layout.plan(catalog.config, 1)
+    instance = catalog.create(layout)
+    catalog.redis.delete(catalog.meta_key)  # what a Redis restart without persistence does
+    with pytest.raises(CatalogLostError):
+        catalog.lookup(instance, layout, 0, 1, random_ids(10))
+    with pytest.raises(CatalogLostError):
+        catalog.mark(instance, layout, 0, 1, random_ids(10))
+
+
+def test_redis_memory_per_live_id_is_at_most_64_bytes(catalog: RedisCatalog) -> None:
+    layout = Layout.plan(catalog.config, 1)
+    instance = catalog.create(layout)
+    catalog.mark(instance, layout, 0, 1, random_ids(100_000))
+    per_id = catalog.memory_per_id(layout, 1)
+    assert per_id is not None and per_id <= 64, per_id
+
+
+def test_shards_match_spark(spark: object) -> None:
+    from pyspark.sql import functions as F
+
+    ids = [f"{i:032x}" for i in range(0, 5_000_000, 997)]
+    df = spark.createDataFrame([(i,) for i in ids], "id string")  # type: ignore[attr-defined]
+    rows = df.select("id", F.hash("id").alias("h"), F.pmod(F.hash("id"), F.lit(5)).alias("s"))
+    got = {r.id: (r.h, r.s) for r in rows.collect()}
+    ours_hash, ours_shard = spark_hash(ids), spark_shard(ids, 5)
+    assert all(got[i] == (int(h), int(s)) for i, h, s in zip(ids, ours_hash, ours_shard))

@@ -1,0 +1,72 @@
+"""Bloom filters: no false negatives ever, false positives near the target, mergeable bytes."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exactlyonce.connectors.errors import ConfigError
+from exactlyonce.dedup.bloom import BACKENDS, BloomSpec, ids_from_hex
+from exactlyonce.dedup.catalog import DedupConfig, Layout
+
+
+def ids(start: int, end: int) -> np.ndarray:
+    return ids_from_hex([hashlib.md5(str(i).encode()).hexdigest() for i in range(start, end)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_false_negatives_and_fp_rate_near_target(backend: str) -> None:
+    spec = BloomSpec(20_000, 0.01, backend)  # type: ignore[arg-type]
+    bloom = spec.empty()
+    bloom.add(ids(0, 20_000))
+    assert bloom.contains(ids(0, 20_000)).all()
+    fp = bloom.contains(ids(20_000, 60_000)).mean()
+    assert 0.002 < fp < 0.02, f"{backend} false-positive rate {fp}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bytes_round_trip_and_or_merge(backend: str) -> None:
+    spec = BloomSpec(5_000, 0.001, backend)  # type: ignore[arg-type]
+    left, right = spec.empty(), spec.empty()
+    left.add(ids(0, 2_000))
+    right.add(ids(2_000, 4_000))
+    assert len(left.to_bytes()) == len(right.to_bytes()) == len(spec.empty().to_bytes())
+    merged_bytes = np.frombuffer(left.to_bytes(), np.uint8) | np.frombuffer(right.to_bytes(), np.uint8)
+    merged = spec.load(merged_bytes.tobytes())
+    assert merged.contains(ids(0, 4_000)).all()
+    assert spec.load(left.to_bytes()).contains(ids(0, 2_000)).all()
+
+
+def test_numpy_filter_is_under_two_bytes_per_id_at_one_in_a_thousand() -> None:
+    spec = BloomSpec(1_000_000, 0.001)
+    assert spec.empty().nbytes() / spec.capacity <= 2.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.sets(st.binary(min_size=16, max_size=16), min_size=1, max_size=300))
+def test_an_added_id_is_always_maybe(members: set[bytes]) -> None:
+    arr = np.frombuffer(b"".join(members), dtype=np.uint8).reshape(-1, 16)
+    bloom = BloomSpec(10, 0.3).empty()  # tiny: saturated filters still never say "no"
+    bloom.add(arr)
+    assert bloom.contains(arr).all()
+
+
+def test_sizing_is_validated_and_named() -> None:
+    with pytest.raises(ConfigError, match="fp_rate"):
+        BloomSpec(10, 0.9)
+    with pytest.raises(ConfigError, match="bloom_backend"):
+        BloomSpec(10, 0.01, "nope")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="redis_url"):
+        DedupConfig("localhost:6379")
+
+
+def test_layout_keeps_ids_for_the_retention_window() -> None:
+    layout = Layout.plan(DedupConfig("redis://x", expected_ids=1_000_000, retention_epochs=100), 4)
+    for marked in range(0, 300, 7):
+        for later in range(marked, marked + 100):
+            assert layout.gen(marked) in layout.live(later), (marked, later)
+    assert Layout.from_meta(layout.to_meta()) == layout
