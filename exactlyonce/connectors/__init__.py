@@ -1,15 +1,38 @@
-"""Exactly-once sinks. One module per destination; ``base`` holds the shared contract."""
+"""Exactly-once sinks. One module per destination; ``base`` holds the shared contract.
 
-from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink, Head
-from exactlyonce.connectors.errors import (
-    AmbiguousCommitError,
-    BadRecordError,
-    CheckpointResetError,
-    ConfigError,
-    ExactlyOnceError,
-    SinkUnavailableError,
-)
-from exactlyonce.connectors.postgres import PostgresSink
+Names are imported lazily so that ``exactlyonce.connectors.errors`` can be used by the
+``dedup`` package without importing every sink (and without an import cycle).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink, Head
+    from exactlyonce.connectors.errors import (
+        AmbiguousCommitError,
+        BadRecordError,
+        CheckpointResetError,
+        ConfigError,
+        ExactlyOnceError,
+        SinkUnavailableError,
+    )
+    from exactlyonce.connectors.postgres import PostgresSink
+
+_WHERE = {
+    "BatchReport": "base",
+    "ExactlyOnceSink": "base",
+    "Head": "base",
+    "AmbiguousCommitError": "errors",
+    "BadRecordError": "errors",
+    "CheckpointResetError": "errors",
+    "ConfigError": "errors",
+    "ExactlyOnceError": "errors",
+    "SinkUnavailableError": "errors",
+    "PostgresSink": "postgres",
+}
 
 __all__ = [
     "AmbiguousCommitError",
@@ -23,3 +46,9 @@ __all__ = [
     "PostgresSink",
     "SinkUnavailableError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'exactlyonce.connectors' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"exactlyonce.connectors.{_WHERE[name]}"), name)

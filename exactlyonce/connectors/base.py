@@ -345,7 +345,9 @@ class ExactlyOnceSink(ABC):
                     raise
                 log.warning(
                     "%s epoch %d: catalog lost or unreachable; recovering, retry %d",
-                    self, epoch, attempt + 1,
+                    self,
+                    epoch,
+                    attempt + 1,
                 )
                 time.sleep(min(10.0, 0.5 * 2**attempt))
         raise AssertionError("unreachable")
@@ -383,8 +385,11 @@ class ExactlyOnceSink(ABC):
             )
         if self.dedup_config is not None:
             self._keeper = CatalogKeeper(
-                self.dedup_config, self.query_name, self.sink_name,
-                unique_sink=self.unique_sink, rebuild_source=self._rebuild_source(),
+                self.dedup_config,
+                self.query_name,
+                self.sink_name,
+                unique_sink=self.unique_sink,
+                rebuild_source=self._rebuild_source(),
             )
             self._keeper.open(head.epoch, head.num_shards)
         self._head, self._started_for = head, query_id

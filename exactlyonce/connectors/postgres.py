@@ -82,8 +82,12 @@ class PostgresSink(ExactlyOnceSink):
         redis_url: str | None = None,
     ) -> None:
         super().__init__(
-            query_name=query_name, id_columns=id_columns, shards=shards, sink_name=sink_name,
-            dedup=dedup, redis_url=redis_url,
+            query_name=query_name,
+            id_columns=id_columns,
+            shards=shards,
+            sink_name=sink_name,
+            dedup=dedup,
+            redis_url=redis_url,
         )
         if mode == "append" and self.dedup_config is None:
             raise ConfigError(
@@ -323,11 +327,11 @@ class PostgresSink(ExactlyOnceSink):
         def read(from_epoch: int) -> Iterator[tuple[Any, Any]]:
             import numpy as np
 
-            query = sql.SQL(
-                "SELECT replace({}::text, '-', ''), {} FROM {} WHERE {} >= %s"
-            ).format(
-                sql.Identifier(self.id_column), sql.Identifier(self.epoch_column),
-                self.table.ident(), sql.Identifier(self.epoch_column),
+            query = sql.SQL("SELECT replace({}::text, '-', ''), {} FROM {} WHERE {} >= %s").format(
+                sql.Identifier(self.id_column),
+                sql.Identifier(self.epoch_column),
+                self.table.ident(),
+                sql.Identifier(self.epoch_column),
             )
             with self._connect() as conn, conn.transaction(), conn.cursor(name="eo_rebuild") as cur:
                 cur.execute(query, [from_epoch])

@@ -21,24 +21,20 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN, TaskResult
 from exactlyonce.connectors.postgres_schema import DEAD_LETTERS, SHARD_COMMITS, TableName
 from exactlyonce.connectors.secrets import Secret
-from exactlyonce.dedup.bloom import ids_from_hex
-from exactlyonce.dedup.shard import DedupPlan, TaskDedup
+from exactlyonce.connectors.task import DeadLetter, ShardTask
+from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.integration.crashpoints import crash_point
 
 COPY_CHUNK_BYTES = 1 << 20
@@ -82,54 +78,36 @@ class PostgresShardWriter:
         self.epoch = epoch
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        task = _ShardTask(self.target, self.epoch)
-        try:
-            for batch in batches:
-                task.write(batch)
-            task.commit()
-        finally:
-            task.close()
-        yield task.result.to_arrow()
+        yield PgShardTask(self.target, self.epoch).run(batches).to_arrow()
 
 
-class _ShardTask:
+class PgShardTask(ShardTask):
     """One task's transaction. Connects lazily: an empty partition never touches the sink."""
 
     def __init__(self, target: PgTarget, epoch: int) -> None:
+        super().__init__(epoch, target.id_column, target.columns, target.dedup)
         self.t = target
-        self.epoch = epoch
         self.conn: psycopg.Connection[Any] | None = None
-        self.committed_before: set[int] = set()
-        self.shards: set[int] = set()
         self.staging_ready = False
-        self.result = TaskResult(writer=f"{socket.gethostname()}:{os.getpid()}")
-        self.dedup = TaskDedup(target.dedup, epoch) if target.dedup is not None else None
         self.column_list = sql.SQL(", ").join(sql.Identifier(c) for c in target.columns)
 
-    # -- lifecycle ---------------------------------------------------------------------
+    def _open(self) -> set[int]:
+        self.conn = psycopg.connect(
+            self.t.dsn.reveal(),
+            autocommit=False,
+            connect_timeout=self.t.connect_timeout,
+            application_name=f"exactlyonce:{self.result.writer}"[:63],
+        )
+        rows = self.conn.execute(
+            sql.SQL(
+                "SELECT shard FROM {} WHERE query_name = %s AND sink = %s AND epoch = %s"
+            ).format(self.t.table.sibling(SHARD_COMMITS)),
+            [self.t.query_name, self.t.sink_name, self.epoch],
+        ).fetchall()
+        return {int(r[0]) for r in rows}
 
-    def _open(self) -> psycopg.Connection[Any]:
-        if self.conn is None:
-            self.conn = psycopg.connect(
-                self.t.dsn.reveal(),
-                autocommit=False,
-                connect_timeout=self.t.connect_timeout,
-                application_name=f"exactlyonce:{self.result.writer}"[:63],
-            )
-            rows = self.conn.execute(
-                sql.SQL(
-                    "SELECT shard FROM {} WHERE query_name = %s AND sink = %s AND epoch = %s"
-                ).format(self.t.table.sibling(SHARD_COMMITS)),
-                [self.t.query_name, self.t.sink_name, self.epoch],
-            ).fetchall()
-            self.committed_before = {int(r[0]) for r in rows}
-        return self.conn
-
-    def commit(self) -> None:
-        if self.conn is None:
-            return
-        self.result.shards = sorted(self.shards)
-        new_shards = sorted(self.shards - self.committed_before)
+    def _commit(self, new_shards: Sequence[int]) -> None:
+        assert self.conn is not None
         if new_shards:
             with self.conn.cursor() as cur:
                 cur.executemany(
@@ -143,61 +121,19 @@ class _ShardTask:
                     ],
                 )
         self.conn.commit()
-        crash_point("after_shard_commit", self.epoch)
-        if self.dedup is not None:
-            self.dedup.after_commit()  # mark only what is durably in the sink
-            self.result.add_dedup_stats(self.dedup.stats)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         if self.conn is not None:
             self.conn.close()  # rolls back an uncommitted transaction
             self.conn = None
-        if self.dedup is not None:
-            self.dedup.close()
 
-    # -- one Arrow batch ---------------------------------------------------------------
+    @property
+    def _conn(self) -> psycopg.Connection[Any]:
+        assert self.conn is not None
+        return self.conn
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        conn = self._open()
-        shard_values = pc.unique(batch.column(SHARD_COLUMN)).to_pylist()
-        self.shards.update(int(s) for s in shard_values)
-        batch = self._drop_committed_shards(batch)
-        if batch.num_rows == 0:
-            return
-        self.result.rows += batch.num_rows
-        bad_mask = pc.is_valid(batch.column(ERROR_COLUMN))
-        if pc.any(bad_mask).as_py():
-            self._dead_letter_null_keys(conn, batch.filter(bad_mask))
-            batch = batch.filter(pc.invert(bad_mask))
-        if batch.num_rows and self.dedup is not None:
-            batch = self._drop_seen(batch)
-        if batch.num_rows:
-            self._write_rows(conn, batch.select(list(self.t.columns)))
-
-    def _drop_seen(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        assert self.dedup is not None
-        keep = self.dedup.keep(_shards(batch), ids_from_hex(batch.column(self.t.id_column)))
-        self.result.duplicates += int(len(keep) - keep.sum())
-        return batch.filter(pa.array(keep))
-
-    def _drop_committed_shards(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        if not self.committed_before:
-            return batch
-        shard = batch.column(SHARD_COLUMN)
-        done = pc.is_in(shard, value_set=pa.array(sorted(self.committed_before), shard.type))
-        for s in pc.unique(pc.filter(shard, done)).to_pylist():
-            if int(s) not in self.result.skipped_shards:
-                self.result.skipped_shards.append(int(s))
-        if self.dedup is not None:
-            committed = batch.filter(pc.and_(done, pc.is_valid(batch.column(self.t.id_column))))
-            if committed.num_rows:
-                ids = ids_from_hex(committed.column(self.t.id_column))
-                self.dedup.remember_committed(_shards(committed), ids)
-        return batch.filter(pc.invert(done))
-
-    def _write_rows(self, conn: psycopg.Connection[Any], rows: pa.RecordBatch) -> None:
+    def _write_rows(self, rows: pa.RecordBatch) -> None:
+        conn = self._conn
         try:
             with conn.transaction():
                 self._copy(conn, self.t.table.ident(), rows, crash_ok=True)
@@ -271,42 +207,33 @@ class _ShardTask:
         )
         return cur.rowcount
 
-    def _dead_letter_null_keys(self, conn: psycopg.Connection[Any], bad: pa.RecordBatch) -> None:
-        rows = [
-            (self.t.query_name, self.t.sink_name, self.epoch, shard, None, error, payload)
-            for shard, error, payload in zip(
-                bad.column(SHARD_COLUMN).to_pylist(),
-                bad.column(ERROR_COLUMN).to_pylist(),
-                bad.column(PAYLOAD_COLUMN).to_pylist(),
-                strict=False,
-            )
-        ]
-        self._insert_dead_letters(conn, rows)
-
     def _dead_letter(self, conn: psycopg.Connection[Any], row: pa.RecordBatch, error: str) -> None:
         record = row.to_pylist()[0]
         payload = json.dumps(record, default=str, ensure_ascii=False)
-        rid = record.get(self.t.id_column)
-        self._insert_dead_letters(
-            conn, [(self.t.query_name, self.t.sink_name, self.epoch, None, rid, error, payload)]
-        )
+        letter = DeadLetter(self.epoch, None, record.get(self.t.id_column), error, payload)
+        self._write_dead_letters([letter])
+        self.result.dead_letters += 1
 
-    def _insert_dead_letters(
-        self, conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]
-    ) -> None:
-        with conn.cursor() as cur:
+    def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        with self._conn.cursor() as cur:
             cur.executemany(
                 sql.SQL(
                     "INSERT INTO {} (query_name, sink, epoch, shard, record_id, error, payload) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s)"
                 ).format(self.t.table.sibling(DEAD_LETTERS)),
-                rows,
+                [
+                    (
+                        self.t.query_name,
+                        self.t.sink_name,
+                        d.epoch,
+                        d.shard,
+                        d.record_id,
+                        d.error,
+                        d.payload,
+                    )
+                    for d in letters
+                ],
             )
-        self.result.dead_letters += len(rows)
-
-
-def _shards(batch: pa.RecordBatch) -> Any:
-    return batch.column(SHARD_COLUMN).to_numpy(zero_copy_only=False).astype("int64")
 
 
 def _describe(exc: psycopg.Error) -> str:

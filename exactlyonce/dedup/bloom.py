@@ -122,7 +122,7 @@ class NumpyBloom(BloomFilter):
         if not len(ids):
             return np.zeros(0, dtype=bool)
         byte, bit = self._positions(ids)
-        result: npt.NDArray[np.bool_] = ((self.bits[byte] >> bit) & 1).all(axis=1)
+        result = np.asarray(((self.bits[byte] >> bit) & 1).all(axis=1), dtype=bool)
         return result
 
 

@@ -119,8 +119,13 @@ class Layout:
         per_gen = math.ceil(config.expected_ids * gen_epochs / config.retention_epochs)
         per_shard = max(64, math.ceil(per_gen / shards))
         bits = min(16, max(0, math.ceil(math.log2(per_shard / 64))))
-        return cls(shards, gen_epochs, live_gens, bits,
-                   BloomSpec(per_shard, config.fp_rate, config.bloom_backend))
+        return cls(
+            shards,
+            gen_epochs,
+            live_gens,
+            bits,
+            BloomSpec(per_shard, config.fp_rate, config.bloom_backend),
+        )
 
     def gen(self, epoch: int) -> int:
         return epoch // self.gen_epochs
@@ -131,18 +136,25 @@ class Layout:
 
     def to_meta(self) -> dict[str, str]:
         return {
-            "shards": str(self.shards), "gen_epochs": str(self.gen_epochs),
-            "live_gens": str(self.live_gens), "bucket_bits": str(self.bucket_bits),
-            "bloom_capacity": str(self.bloom.capacity), "fp_rate": repr(self.bloom.fp_rate),
+            "shards": str(self.shards),
+            "gen_epochs": str(self.gen_epochs),
+            "live_gens": str(self.live_gens),
+            "bucket_bits": str(self.bucket_bits),
+            "bloom_capacity": str(self.bloom.capacity),
+            "fp_rate": repr(self.bloom.fp_rate),
             "bloom_backend": self.bloom.backend,
         }
 
     @classmethod
     def from_meta(cls, meta: dict[str, str]) -> Layout:
-        spec = BloomSpec(int(meta["bloom_capacity"]), float(meta["fp_rate"]),
-                         meta["bloom_backend"])  # type: ignore[arg-type]
-        return cls(int(meta["shards"]), int(meta["gen_epochs"]), int(meta["live_gens"]),
-                   int(meta["bucket_bits"]), spec)
+        spec = BloomSpec(int(meta["bloom_capacity"]), float(meta["fp_rate"]), meta["bloom_backend"])  # type: ignore[arg-type]
+        return cls(
+            int(meta["shards"]),
+            int(meta["gen_epochs"]),
+            int(meta["live_gens"]),
+            int(meta["bucket_bits"]),
+            spec,
+        )
 
 
 def namespace(query_name: str, sink_name: str) -> str:
@@ -222,12 +234,13 @@ class RedisCatalog:
         starts = np.concatenate(([0], cuts)).astype(np.int64)
         ends = np.concatenate((cuts, [len(ids)])).astype(np.int64)
         blob = np.ascontiguousarray(ids[order]).tobytes()
-        groups = [(int(sorted_keys[s]), int(s), int(e)) for s, e in zip(starts, ends)]
+        groups = [(int(sorted_keys[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=False)]
         self._last_order = order
         return blob, groups
 
-    def lookup(self, instance: str, layout: Layout, shard: int, epoch: int, ids: Ids
-               ) -> npt.NDArray[np.bool_]:
+    def lookup(
+        self, instance: str, layout: Layout, shard: int, epoch: int, ids: Ids
+    ) -> npt.NDArray[np.bool_]:
         """True for every ID the catalog holds in a live generation. Batched, exact."""
         found = np.zeros(len(ids), dtype=bool)
         for start in range(0, len(ids), self.config.chunk_ids):
@@ -247,8 +260,9 @@ class RedisCatalog:
             found[start : start + len(chunk)] = unsorted
         return found
 
-    def mark(self, instance: str, layout: Layout, shard: int, epoch: int, ids: Ids,
-             journal: bool = True) -> None:
+    def mark(
+        self, instance: str, layout: Layout, shard: int, epoch: int, ids: Ids, journal: bool = True
+    ) -> None:
         """Record IDs as written at ``epoch``. Call only after the sink committed them."""
         if not len(ids):
             return
@@ -270,15 +284,22 @@ class RedisCatalog:
             result: bytes = self._script(source)(keys=[self.meta_key], args=args)
         except redis.ResponseError as exc:
             if "CATALOG_LOST" in str(exc):
-                raise CatalogLostError(f"catalog {self.prefix} was lost (Redis restarted empty?)"
-                                       ) from None
+                raise CatalogLostError(
+                    f"catalog {self.prefix} was lost (Redis restarted empty?)"
+                ) from None
             raise
         return result
 
     # -- Bloom filters -----------------------------------------------------------------
 
-    def load_blooms(self, instance: str, layout: Layout, shard: int, gens: Iterable[int],
-                    cached: dict[int, tuple[int, BloomFilter]]) -> dict[int, tuple[int, BloomFilter]]:
+    def load_blooms(
+        self,
+        instance: str,
+        layout: Layout,
+        shard: int,
+        gens: Iterable[int],
+        cached: dict[int, tuple[int, BloomFilter]],
+    ) -> dict[int, tuple[int, BloomFilter]]:
         """The shard's filters for ``gens``, reusing cached ones whose version is current.
 
         A filter returned here is complete: the persisted filter is OR-ed before the catalog
@@ -293,7 +314,7 @@ class RedisCatalog:
         if (got[0] or b"").decode() != instance:
             raise CatalogLostError(f"catalog {self.prefix} was lost (Redis restarted empty?)")
         out: dict[int, tuple[int, BloomFilter]] = {}
-        for g, raw_version in zip(gens, got[1:]):
+        for g, raw_version in zip(gens, got[1:], strict=False):
             version = int(raw_version or 0)
             if g in cached and cached[g][0] == version:
                 out[g] = cached[g]
@@ -329,9 +350,17 @@ class RedisCatalog:
             _, _, shard, epoch = key.decode().rsplit(":", 3)
             if int(epoch) > head_epoch:
                 blob = self.redis.get(key) or b""
-                removed += int(self._script(LUA_UNMARK)(
-                    keys=[], args=[epoch, self.bucket_prefix(int(shard), layout.gen(int(epoch))),
-                                   blob, layout.bucket_bits]))
+                removed += int(
+                    self._script(LUA_UNMARK)(
+                        keys=[],
+                        args=[
+                            epoch,
+                            self.bucket_prefix(int(shard), layout.gen(int(epoch))),
+                            blob,
+                            layout.bucket_bits,
+                        ],
+                    )
+                )
             self.redis.delete(key)
         return removed
 

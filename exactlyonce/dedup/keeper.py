@@ -31,8 +31,14 @@ RebuildSource = Callable[[int], Iterator[tuple[npt.NDArray[np.bytes_], npt.NDArr
 
 
 class CatalogKeeper:
-    def __init__(self, config: DedupConfig, query_name: str, sink_name: str,
-                 unique_sink: bool, rebuild_source: RebuildSource | None) -> None:
+    def __init__(
+        self,
+        config: DedupConfig,
+        query_name: str,
+        sink_name: str,
+        unique_sink: bool,
+        rebuild_source: RebuildSource | None,
+    ) -> None:
         self.config = config
         self.query_name = query_name
         self.sink_name = sink_name
@@ -88,8 +94,12 @@ class CatalogKeeper:
             self._rebuild(head_epoch)
         elif self.unique_sink:
             self.instance = self.catalog.create(self.layout)
-            log.warning("%s: %s; started an empty catalog (the sink's unique key keeps "
-                        "writes exactly-once)", self.sink_name, why)
+            log.warning(
+                "%s: %s; started an empty catalog (the sink's unique key keeps "
+                "writes exactly-once)",
+                self.sink_name,
+                why,
+            )
         else:
             raise CatalogLostError(
                 f"{self.sink_name}: {why}, and this append-only sink cannot rebuild it. "
@@ -115,11 +125,21 @@ class CatalogKeeper:
                     delta.add(chunk)
                     gen = layout.gen(int(epoch))
                     self.catalog.merge_bloom(self.instance, int(shard), gen, delta)
-                    self.catalog.mark(self.instance, layout, int(shard), int(epoch), chunk,
-                                      journal=int(epoch) > head_epoch)
+                    self.catalog.mark(
+                        self.instance,
+                        layout,
+                        int(shard),
+                        int(epoch),
+                        chunk,
+                        journal=int(epoch) > head_epoch,
+                    )
             total += len(ids)
-        log.warning("%s: catalog rebuilt from the sink: %d IDs from epoch %d on",
-                    self.sink_name, total, start)
+        log.warning(
+            "%s: catalog rebuilt from the sink: %d IDs from epoch %d on",
+            self.sink_name,
+            total,
+            start,
+        )
 
     def after_head(self, epoch: int) -> None:
         """The head reached ``epoch``: drop its journals, and expire old generations."""

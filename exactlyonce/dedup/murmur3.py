@@ -19,10 +19,13 @@ _C2 = np.uint32(0x1B873593)
 
 
 def _rotl(x: npt.NDArray[np.uint32], r: int) -> npt.NDArray[np.uint32]:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+    rotated: npt.NDArray[np.uint32] = (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+    return rotated
 
 
-def spark_hash(ids_hex: Sequence[str] | npt.NDArray[np.bytes_], seed: int = SPARK_SEED) -> npt.NDArray[np.int32]:
+def spark_hash(
+    ids_hex: Sequence[str] | npt.NDArray[np.bytes_], seed: int = SPARK_SEED
+) -> npt.NDArray[np.int32]:
     """``hash(id)`` as Spark computes it, for equal-length IDs whose length is a multiple of 4."""
     raw = np.asarray(ids_hex, dtype="S")
     width = raw.dtype.itemsize
@@ -43,6 +46,8 @@ def spark_hash(ids_hex: Sequence[str] | npt.NDArray[np.bytes_], seed: int = SPAR
     return h1.view(np.int32)
 
 
-def spark_shard(ids_hex: Sequence[str] | npt.NDArray[np.bytes_], shards: int) -> npt.NDArray[np.int64]:
+def spark_shard(
+    ids_hex: Sequence[str] | npt.NDArray[np.bytes_], shards: int
+) -> npt.NDArray[np.int64]:
     """``pmod(hash(id), shards)``: the shard Spark assigns each ID."""
     return np.mod(spark_hash(ids_hex).astype(np.int64), shards)

@@ -60,8 +60,9 @@ class TaskDedup:
     @property
     def catalog(self) -> RedisCatalog:
         if self._catalog is None:
-            self._catalog = RedisCatalog(self.plan.config, self.plan.query_name,
-                                         self.plan.sink_name)
+            self._catalog = RedisCatalog(
+                self.plan.config, self.plan.query_name, self.plan.sink_name
+            )
         return self._catalog
 
     def close(self) -> None:
@@ -159,7 +160,8 @@ class TaskDedup:
             return
         old = gens[gen][1]
         merged = self.plan.layout.bloom.load(
-            (np.frombuffer(old.to_bytes(), np.uint8) | np.frombuffer(delta.to_bytes(), np.uint8))
-            .tobytes()
+            (
+                np.frombuffer(old.to_bytes(), np.uint8) | np.frombuffer(delta.to_bytes(), np.uint8)
+            ).tobytes()
         )
         gens[gen] = (version, merged)

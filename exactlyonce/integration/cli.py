@@ -150,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     spark = session(
         app_name=cfg.spark.app_name or cfg.query_name,
         master=cfg.spark.master,
-        extra=dict(cfg.spark.conf),
+        extra={"spark.ui.showConsoleProgress": "false", **cfg.spark.conf},
     )
     try:
         df = cfg.source.build(spark)
@@ -225,10 +225,9 @@ def _summarize(text: str) -> str:
         for m in map(_ERROR_LINE.match, lines)
         if m and not m.group(1).startswith(("org.apache", "java.", "py4j", "scala."))
     ]
-    head = lines[0] if lines else "unknown error"
-    if python_errors and python_errors[-1] not in head:
-        return f"{python_errors[-1]}\n  ({head[:300]})"
-    return head
+    if python_errors:
+        return python_errors[-1]
+    return lines[0] if lines else "unknown error"
 
 
 # ---------------------------------------------------------------------- check, reset-head

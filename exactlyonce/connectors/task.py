@@ -1,0 +1,174 @@
+"""The executor-side half of the protocol, shared by every sink.
+
+Spark runs one task per shard partition (through ``mapInArrow``); the task calls
+:meth:`ShardTask.run`. For every Arrow batch it:
+
+1. learns which shards of this epoch an earlier attempt already committed (asked once, from
+   the sink, when the first row arrives: an empty partition never touches the sink) and drops
+   their rows, keeping their IDs to re-mark in the catalog;
+2. sends records with a null key to the dead-letter destination;
+3. drops repeats and IDs the catalog holds (:class:`~exactlyonce.dedup.shard.TaskDedup`);
+4. hands the rest to the sink's :meth:`_write_rows`.
+
+At the end, :meth:`_commit` makes the rows and "(query, epoch, shard) committed" durable in one
+atomic step; only then are the IDs marked in the catalog. A subclass says how to reach its
+destination; it never re-implements these rules.
+
+Not guaranteed: :meth:`close` runs on normal exit and on exceptions, not when the Python
+worker is SIGKILLed; sinks rely on their server dropping an open transaction then.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN, TaskResult
+from exactlyonce.dedup.bloom import ids_from_hex
+from exactlyonce.dedup.shard import DedupPlan, TaskDedup
+from exactlyonce.integration.crashpoints import crash_point
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record that cannot be written, with why. Goes to the sink's dead-letter destination."""
+
+    epoch: int
+    shard: int | None
+    record_id: str | None
+    error: str
+    payload: str | None
+
+
+def writer_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class ShardTask(ABC):
+    """One task's atomic write of its shard(s) for one epoch."""
+
+    def __init__(
+        self, epoch: int, id_column: str, columns: Sequence[str], dedup: DedupPlan | None
+    ) -> None:
+        self.epoch = epoch
+        self.id_column = id_column
+        self.columns = list(columns)
+        self.result = TaskResult(writer=writer_name())
+        self.dedup = TaskDedup(dedup, epoch) if dedup is not None else None
+        self.opened = False
+        self.committed_before: set[int] = set()
+        self.shards: set[int] = set()
+
+    # -- what a sink provides ------------------------------------------------------------
+
+    @abstractmethod
+    def _open(self) -> set[int]:
+        """Connect, begin the atomic step, and return the shards of this epoch committed."""
+
+    @abstractmethod
+    def _write_rows(self, rows: pa.RecordBatch) -> None:
+        """Write new records (only ``columns``); update ``result.written``/``duplicates``."""
+
+    @abstractmethod
+    def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None: ...
+
+    @abstractmethod
+    def _commit(self, new_shards: Sequence[int]) -> None:
+        """Make the written rows and the shard-commit markers durable, atomically."""
+
+    @abstractmethod
+    def _close(self) -> None:
+        """Release connections; an uncommitted step must not become visible."""
+
+    # -- the shared protocol -----------------------------------------------------------
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> TaskResult:
+        try:
+            for batch in batches:
+                self.write(batch)
+            self.commit()
+        finally:
+            self.close()
+        return self.result
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if not self.opened:
+            self.committed_before = self._open()
+            self.opened = True
+        self.shards.update(int(s) for s in pc.unique(batch.column(SHARD_COLUMN)).to_pylist())
+        batch = self._drop_committed_shards(batch)
+        if batch.num_rows == 0:
+            return
+        self.result.rows += batch.num_rows
+        bad = pc.is_valid(batch.column(ERROR_COLUMN))
+        if pc.any(bad).as_py():
+            self._dead_letter_null_keys(batch.filter(bad))
+            batch = batch.filter(pc.invert(bad))
+        if batch.num_rows and self.dedup is not None:
+            batch = self._drop_seen(batch)
+        if batch.num_rows:
+            self._write_rows(batch.select(self.columns))
+
+    def commit(self) -> None:
+        if not self.opened:
+            return
+        self.result.shards = sorted(self.shards)
+        self._commit(sorted(self.shards - self.committed_before))
+        crash_point("after_shard_commit", self.epoch)
+        if self.dedup is not None:
+            self.dedup.after_commit()  # mark only what is durably in the sink
+            self.result.add_dedup_stats(self.dedup.stats)
+
+    def close(self) -> None:
+        try:
+            self._close()
+        finally:
+            if self.dedup is not None:
+                self.dedup.close()
+
+    def _drop_committed_shards(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if not self.committed_before:
+            return batch
+        shard = batch.column(SHARD_COLUMN)
+        done = pc.is_in(shard, value_set=pa.array(sorted(self.committed_before), shard.type))
+        for s in pc.unique(pc.filter(shard, done)).to_pylist():
+            if int(s) not in self.result.skipped_shards:
+                self.result.skipped_shards.append(int(s))
+        if self.dedup is not None:
+            committed = batch.filter(pc.and_(done, pc.is_valid(batch.column(self.id_column))))
+            if committed.num_rows:
+                ids = ids_from_hex(committed.column(self.id_column))
+                self.dedup.remember_committed(shards_of(committed), ids)
+        return batch.filter(pc.invert(done))
+
+    def _drop_seen(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        assert self.dedup is not None
+        keep = self.dedup.keep(shards_of(batch), ids_from_hex(batch.column(self.id_column)))
+        self.result.duplicates += int(len(keep) - keep.sum())
+        return batch.filter(pa.array(keep))
+
+    def _dead_letter_null_keys(self, bad: pa.RecordBatch) -> None:
+        letters = [
+            DeadLetter(self.epoch, int(shard), None, str(error), payload)
+            for shard, error, payload in zip(
+                bad.column(SHARD_COLUMN).to_pylist(),
+                bad.column(ERROR_COLUMN).to_pylist(),
+                bad.column(PAYLOAD_COLUMN).to_pylist(),
+                strict=True,
+            )
+        ]
+        self._write_dead_letters(letters)
+        self.result.dead_letters += len(letters)
+
+
+def shards_of(batch: pa.RecordBatch) -> Any:
+    return batch.column(SHARD_COLUMN).to_numpy(zero_copy_only=False).astype("int64")
