@@ -4,10 +4,11 @@ Layout (all keys share one ``{hash tag}``, so a Redis Cluster keeps a query's ke
 
 ``<p>:meta``                         HASH: ``instance`` (random, new whenever the catalog is
                                      created), and the sizing fixed at creation
-``<p>:c:<shard>:<gen>:<bucket>``     HASH field = 16-byte ID, value = epoch. Buckets keep each
-                                     hash small enough for Redis's compact listpack encoding:
-                                     about 25-45 bytes per live ID instead of 80 for a SET
-``<p>:j:<shard>:<epoch>``            the IDs marked for an epoch that the head has not passed
+``<p>:c:<shard>:<gen>:<bucket>``     STRING of 16-byte IDs, appended to. A bucket holds about
+                                     64-128 IDs (sized from ``expected_ids``), so a mark is one
+                                     APPEND per bucket and a lookup scans ~2 KB: about 17 bytes
+                                     per live ID (a SET costs 80, a listpack HASH 25-45)
+``<p>:j:<shard>:<epoch>``            the IDs first marked in an epoch the head has not passed
                                      yet (a journal), to roll them back on restart
 ``<p>:b:<shard>:<gen>`` / ``:bv:``    the shard's Bloom filter for a generation, and its version
 
@@ -16,7 +17,7 @@ generation is deleted once all of its epochs are older than ``retention_epochs``
 remembered for at least ``retention_epochs`` epochs. The rule users must keep: the source must
 never replay a record older than that (Kafka retention, file source cleanup, upstream retries).
 
-All traffic is batched: one Lua call marks or looks up thousands of IDs, grouped by bucket.
+All traffic is batched: one Lua call marks or looks up up to 200,000 IDs, grouped by bucket.
 Every call checks ``instance`` first, so a Redis that restarted empty is detected (it answers
 CATALOG_LOST) instead of answering "never seen" for everything.
 """
@@ -38,39 +39,67 @@ from exactlyonce.dedup.bloom import Backend, BloomFilter, BloomSpec, Ids
 
 LUA_MARK = """
 if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
-local epoch = ARGV[2]; local prefix = ARGV[3]; local blob = ARGV[4]
-local t = {}
-for i = 5, #ARGV, 3 do
-  local s = tonumber(ARGV[i+1]); local e = tonumber(ARGV[i+2]); local n = 0
-  for j = s * 16 + 1, e * 16, 16 do t[n + 1] = string.sub(blob, j, j + 15); t[n + 2] = epoch; n = n + 2 end
-  redis.call('HSET', prefix .. ARGV[i], unpack(t, 1, n))
+local prefix = ARGV[2]; local blob = ARGV[3]
+for i = 4, #ARGV, 3 do
+  local s = tonumber(ARGV[i+1]); local e = tonumber(ARGV[i+2])
+  redis.call('APPEND', prefix .. ARGV[i], string.sub(blob, s * 16 + 1, e * 16))
 end
 return 1
 """
 
-LUA_LOOKUP = """
+# A bucket is a string of 16-byte IDs; a match counts only at a multiple of 16.
+LUA_FIND = """
+local function holds(bucket, id)
+  local init = 1
+  while true do
+    local at = string.find(bucket, id, init, true)
+    if not at then return false end
+    if (at - 1) % 16 == 0 then return true end
+    init = at + 1
+  end
+end
+"""
+
+LUA_LOOKUP = LUA_FIND + """
 if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
-local blob = ARGV[2]; local out = {}; local t = {}
+local blob = ARGV[2]; local out = {}
 for i = 3, #ARGV, 3 do
-  local s = tonumber(ARGV[i+1]); local e = tonumber(ARGV[i+2]); local n = 0
-  for j = s * 16 + 1, e * 16, 16 do n = n + 1; t[n] = string.sub(blob, j, j + 15) end
-  local vals = redis.call('HMGET', ARGV[i], unpack(t, 1, n))
-  for k = 1, n do out[s + k] = vals[k] and '1' or '0' end
+  local s = tonumber(ARGV[i+1]); local e = tonumber(ARGV[i+2])
+  local bucket = redis.call('GET', ARGV[i])
+  for k = s + 1, e do
+    out[k] = (bucket and holds(bucket, string.sub(blob, k * 16 - 15, k * 16))) and '1' or '0'
+  end
 end
 return table.concat(out)
 """
 
 LUA_UNMARK = """
-local epoch = ARGV[1]; local prefix = ARGV[2]; local blob = ARGV[3]; local bits = tonumber(ARGV[4])
-local removed = 0
+local prefix = ARGV[1]; local blob = ARGV[2]; local bits = tonumber(ARGV[3])
+local drop = {}; local keys = {}
 for j = 1, #blob, 16 do
   local id = string.sub(blob, j, j + 15)
   local b = math.floor((string.byte(id, 1) * 256 + string.byte(id, 2)) / (2 ^ (16 - bits)))
   local key = prefix .. string.format('%x', b)
-  if redis.call('HGET', key, id) == epoch then redis.call('HDEL', key, id); removed = removed + 1 end
+  if not drop[key] then drop[key] = {}; keys[#keys + 1] = key end
+  drop[key][id] = true
+end
+local removed = 0
+for _, key in ipairs(keys) do
+  local bucket = redis.call('GET', key)
+  if bucket then
+    local kept = {}
+    for j = 1, #bucket, 16 do
+      local id = string.sub(bucket, j, j + 15)
+      if drop[key][id] then removed = removed + 1 else kept[#kept + 1] = id end
+    end
+    redis.call('SET', key, table.concat(kept))
+  end
 end
 return removed
 """
+
+
+MAX_PER_CALL = 2000  # IDs of one bucket per script step
 
 
 class CatalogLostError(ExactlyOnceError):
@@ -87,7 +116,7 @@ class DedupConfig:
     retention_epochs: int = 1000
     bloom_backend: Backend = "numpy"
     on_catalog_loss: str = "rebuild"  # or "fail"
-    chunk_ids: int = 20_000
+    chunk_ids: int = 200_000
 
     def __post_init__(self) -> None:
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
@@ -234,7 +263,11 @@ class RedisCatalog:
         starts = np.concatenate(([0], cuts)).astype(np.int64)
         ends = np.concatenate((cuts, [len(ids)])).astype(np.int64)
         blob = np.ascontiguousarray(ids[order]).tobytes()
-        groups = [(int(sorted_keys[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=False)]
+        groups = [
+            (int(sorted_keys[s]), lo, min(lo + MAX_PER_CALL, int(e)))
+            for s, e in zip(starts, ends, strict=True)
+            for lo in range(int(s), int(e), MAX_PER_CALL)
+        ]
         self._last_order = order
         return blob, groups
 
@@ -270,7 +303,7 @@ class RedisCatalog:
         for start in range(0, len(ids), self.config.chunk_ids):
             chunk = ids[start : start + self.config.chunk_ids]
             blob, groups = self._groups(chunk, layout.bucket_bits)
-            args: list[Any] = [instance, epoch, base, blob]
+            args: list[Any] = [instance, base, blob]
             for bucket, s, e in groups:
                 args += [f"{bucket:x}", s, e]
             self._call(LUA_MARK, args)
@@ -354,7 +387,6 @@ class RedisCatalog:
                     self._script(LUA_UNMARK)(
                         keys=[],
                         args=[
-                            epoch,
                             self.bucket_prefix(int(shard), layout.gen(int(epoch))),
                             blob,
                             layout.bucket_bits,
@@ -390,7 +422,7 @@ class RedisCatalog:
                 base = self.bucket_prefix(shard, gen)
                 for b in range(min(1 << layout.bucket_bits, 64)):
                     key = f"{base}{b:x}"
-                    n = int(self.redis.hlen(key))
+                    n = int(self.redis.strlen(key)) // 16
                     if n:
                         total_ids += n
                         total_bytes += int(self.redis.memory_usage(key) or 0)

@@ -55,6 +55,7 @@ class TaskDedup:
     _catalog: RedisCatalog | None = None
     _seen: set[bytes] = field(default_factory=set)
     _new: dict[int, list[Ids]] = field(default_factory=dict)
+    _recommitted: dict[int, list[Ids]] = field(default_factory=dict)
     _filters: dict[int, dict[int, tuple[int, BloomFilter]]] = field(default_factory=dict)
 
     @property
@@ -135,9 +136,16 @@ class TaskDedup:
         idempotent and keeps 'everything at or below the head is in the catalog'.
         """
         for shard in np.unique(shards):
-            self._new.setdefault(int(shard), []).append(ids[shards == shard])
+            self._recommitted.setdefault(int(shard), []).append(ids[shards == shard])
 
     def after_commit(self) -> None:
+        # Re-marks hold only IDs the catalog lacks: the journal of an epoch lists the IDs
+        # first marked in it, so rolling the epoch back never removes older, true entries.
+        for shard, parts in sorted(self._recommitted.items()):
+            ids = np.unique(np.concatenate(parts).view("S16").ravel()).view(np.uint8)
+            ids = ids.reshape(-1, 16)
+            self._new.setdefault(shard, []).append(ids[~self._in_catalog(shard, ids)])
+        self._recommitted.clear()
         p = self.plan
         gen = p.layout.gen(self.epoch)
         for shard, parts in sorted(self._new.items()):

@@ -247,14 +247,40 @@ def cmd_reset_head(args: argparse.Namespace) -> int:
     if not args.yes:
         _err(
             f"refusing to reset the head of {cfg.query_name!r} without --yes. A reset makes the "
-            "sink accept epochs from 0 again (the data stays; re-written records are no-ops). "
+            "sink accept epochs from 0 again and drops its dedup catalog (the data stays; "
+            "re-written records are no-ops). "
             "Do it only after deleting the query's checkpoint on purpose."
         )
         return EXIT_CONFIG
     sink = cfg.build_sink()
+    dropped = drop_catalog(sink)  # first: a stale catalog must never outlive its head
     sink.reset_head()
-    print(f"head of {cfg.query_name!r} on {sink.sink_name} reset; the data was kept")
+    print(
+        f"head of {cfg.query_name!r} on {sink.sink_name} reset ({dropped} catalog keys "
+        "dropped); the data was kept"
+    )
     return EXIT_OK
+
+
+def drop_catalog(sink: ExactlyOnceSink) -> int:
+    """Delete the query's Redis dedup catalog; returns the number of keys deleted.
+
+    The catalog caches what the head committed. Without the head it is stale: a new run
+    would take every ID it holds for a duplicate and drop the record.
+    """
+    if sink.dedup_config is None:
+        return 0
+    from exactlyonce.dedup.catalog import RedisCatalog
+
+    catalog = RedisCatalog(sink.dedup_config, sink.query_name, sink.sink_name)
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", catalog.prefix) + ":*"
+    try:
+        keys = list(catalog.redis.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(keys), 1000):
+            catalog.redis.unlink(*keys[i : i + 1000])
+    finally:
+        catalog.close()
+    return len(keys)
 
 
 # ---------------------------------------------------------------------- audit, services

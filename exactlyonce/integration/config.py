@@ -239,6 +239,15 @@ SourceConfig = Annotated[FilesSourceConfig | RateSourceConfig, Field(discriminat
 # ---------------------------------------------------------------------- sinks
 
 
+class DedupSettings(_Model):
+    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`)."""
+
+    expected_ids: int | None = Field(default=None, ge=1)
+    fp_rate: float | None = Field(default=None, gt=0, lt=1)
+    retention_epochs: int | None = Field(default=None, ge=1)
+    on_catalog_loss: Literal["rebuild", "fail"] | None = None
+
+
 class PostgresSinkConfig(_Model):
     """:class:`~exactlyonce.connectors.postgres.PostgresSink`'s arguments."""
 
@@ -246,12 +255,14 @@ class PostgresSinkConfig(_Model):
     dsn: SecretStr
     table: str = Field(min_length=1)
     id_columns: tuple[str, ...] = Field(min_length=1)
-    mode: Literal["insert"] = "insert"
+    mode: Literal["insert", "append"] = "insert"
     shards: int | None = Field(default=None, ge=1, le=4096)
     create_table: bool = True
     id_column: str = Field(default="record_id", min_length=1)
     epoch_column: str = Field(default="epoch", min_length=1)
     connect_timeout: int = Field(default=10, ge=1)
+    dedup: bool | DedupSettings = True
+    redis_url: SecretStr | None = None  # default: $EXACTLYONCE_REDIS_URL
 
     @field_validator("dsn")
     @classmethod
@@ -274,12 +285,36 @@ class PostgresSinkConfig(_Model):
             raise ValueError(f"duplicate column in {list(value)}")
         return value
 
+    @model_validator(mode="after")
+    def _append_needs_dedup(self) -> PostgresSinkConfig:
+        if self.mode == "append" and self.dedup is False:
+            raise PydanticCustomError(
+                "append_needs_dedup",
+                "mode 'append' has no unique index: exactly-once needs the catalog (dedup)",
+                {"field": "sink.dedup"},
+            )
+        return self
+
     def secrets(self) -> list[str]:
         """Values that must never be printed (for scrubbing foreign error messages)."""
         from exactlyonce.connectors.secrets import dsn_password
 
-        dsn = self.dsn.get_secret_value()
-        return [s for s in (dsn, dsn_password(dsn)) if s]
+        urls = [self.dsn.get_secret_value()]
+        if self.redis_url is not None:
+            urls.append(self.redis_url.get_secret_value())
+        return [s for url in urls for s in (url, dsn_password(url)) if s]
+
+    def _dedup_argument(self) -> Any:
+        """``dedup`` for the sink: a bool, or a DedupConfig built from the settings."""
+        if isinstance(self.dedup, bool):
+            return self.dedup
+        from exactlyonce.dedup.catalog import DedupConfig
+
+        url = self.redis_url.get_secret_value() if self.redis_url else None
+        url = url or os.environ.get("EXACTLYONCE_REDIS_URL")
+        if not url:
+            raise ConfigError("sink.redis_url", "dedup needs the catalog's Redis: set redis_url")
+        return DedupConfig(redis_url=url, **self.dedup.model_dump(exclude_none=True))
 
     def build(self, query_name: str, *, check: bool = True) -> PostgresSink:
         """The sink; ``check`` preflights the database now (connects, creates control tables)."""
@@ -298,6 +333,8 @@ class PostgresSinkConfig(_Model):
                 epoch_column=self.epoch_column,
                 connect_timeout=self.connect_timeout,
                 check=check,
+                dedup=self._dedup_argument(),
+                redis_url=self.redis_url.get_secret_value() if self.redis_url else None,
             )
 
 
@@ -431,7 +468,7 @@ def _config_error(problems: Sequence[tuple[str, str]]) -> ConfigError:
 
 def _error_path(error: Any, data: Any) -> str:
     """The dotted path of a pydantic error, without union tags (``sink.postgres.table``)."""
-    if not error["loc"] and "field" in error.get("ctx", {}):
+    if "field" in error.get("ctx", {}):  # our cross-field checks name the field themselves
         return str(error["ctx"]["field"])
     parts: list[Any] = []
     loc = error["loc"]

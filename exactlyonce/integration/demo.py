@@ -6,7 +6,8 @@
         [--rows-per-file 500] [--kills 3] [--seed N]
 
 1. Fresh state: the pipeline's checkpoint and input directory are removed, its table dropped,
-   and the query's head, shard-commit and dead-letter rows deleted.
+   its Redis dedup catalog deleted, and the query's head, shard-commit and dead-letter rows
+   deleted.
 2. All input is generated up front (a replayable source, so the expected set is known):
    JSON-lines files with deterministic content from the seed; about a quarter of the records
    repeat an earlier event_id (in the same file or an earlier one), and a few have a null
@@ -50,6 +51,7 @@ from exactlyonce.connectors.postgres_schema import (
     regclass,
 )
 from exactlyonce.dedup.ids import record_id
+from exactlyonce.integration.cli import drop_catalog
 from exactlyonce.integration.config import FilesSourceConfig, PipelineConfig, load_config
 
 DUPLICATE_RATE = 0.25
@@ -253,8 +255,10 @@ def write_files(input_dir: Path, files: list[list[Record]]) -> None:
 
 
 def reset_state(cfg: PipelineConfig, source: FilesSourceConfig) -> None:
+    """No checkpoint, input, table, dedup catalog, head, shard commits or dead letters."""
     shutil.rmtree(cfg.checkpoint, ignore_errors=True)
     shutil.rmtree(source.path, ignore_errors=True)
+    drop_catalog(cfg.build_sink(check=False))  # before the head, as `reset-head` does
     table = TableName.parse(cfg.sink.table)
     with psycopg.connect(cfg.sink.dsn.get_secret_value(), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table.ident()))

@@ -209,3 +209,27 @@ def test_ddl_column_names() -> None:
     for bad in ("", "a", "a INT,, b INT", "`a INT"):
         with pytest.raises(ValueError):
             ddl_column_names(bad)
+
+
+def test_dedup_settings_and_redis_url_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_EO_REDIS", f"redis://:{PASSWORD}@cache:6379/0")
+    text = with_line(
+        "  shards: 2\n",
+        "  shards: 2\n  redis_url: ${TEST_EO_REDIS}\n"
+        "  dedup: {retention_epochs: 50, on_catalog_loss: fail}\n",
+    )
+    cfg = load_config(write(tmp_path, text))
+    assert isinstance(cfg.sink.dedup, object) and not isinstance(cfg.sink.dedup, bool)
+    assert cfg.sink.dedup.retention_epochs == 50
+    assert PASSWORD not in repr(cfg)
+    assert PASSWORD in cfg.sink.secrets()
+
+
+def test_append_mode_without_dedup_is_refused(tmp_path: Path) -> None:
+    text = with_line("mode: insert", "mode: append\n  dedup: false")
+    err = error_for(tmp_path, text)
+    assert err.field == "sink.dedup"
+    err = error_for(tmp_path, with_line("mode: insert", "mode: upsert"))
+    assert err.field == "sink.mode"

@@ -1,0 +1,245 @@
+"""Dedup benchmark: Bloom filter + Redis catalog, against Spark's own stateful dedup.
+
+``python -m bench.dedup --ids 1000000`` measures, in one run:
+
+- the Bloom filter alone, per backend (numpy, rbloom, pybloom-live): IDs checked per second;
+- the task-side dedup path (Bloom + batched catalog confirmation + marking after commit) over
+  1,000,000 IDs with 0% and 20% duplicates, in IDs per second, on one core;
+- the PostgreSQL sink end to end on 1,000,000 rows with 20% duplicates: dedup on, dedup off,
+  and Spark's ``dropDuplicatesWithinWatermark`` (RocksDB state store) in front of our sink
+  with dedup off, each as a real streaming query over the same Parquet files;
+- memory: Bloom filter bytes per ID at a 0.1% false-positive rate, Redis bytes per live ID.
+
+Writes ``bench/results/dedup.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import machine_info, now_utc, progress, ratio, write_results
+from exactlyonce.integration.services import service_env
+from exactlyonce.dedup.bloom import BACKENDS, BloomSpec, ids_from_hex
+from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
+from exactlyonce.dedup.shard import DedupPlan, TaskDedup
+
+ARROW_BATCH = 10_000
+
+
+def hex_ids(start: int, end: int) -> list[str]:
+    return [hashlib.md5(str(i).encode()).hexdigest() for i in range(start, end)]
+
+
+def bloom_rates(ids: np.ndarray) -> dict[str, float]:
+    rates = {}
+    for backend in BACKENDS:
+        n = len(ids) if backend == "numpy" else min(len(ids), 200_000)
+        spec = BloomSpec(len(ids), 0.001, backend)
+        bloom = spec.empty()
+        bloom.add(ids[: n // 2])
+        began = time.perf_counter()
+        for s in range(0, n, ARROW_BATCH):
+            bloom.contains(ids[s : s + ARROW_BATCH])
+        rates[backend] = n / (time.perf_counter() - began)
+        progress(f"bloom {backend}: {rates[backend]:,.0f} IDs/s checked")
+    return rates
+
+
+def task_path_rate(redis_url: str, ids: np.ndarray, dup_fraction: float) -> dict[str, Any]:
+    """One shard's dedup work for one epoch: keep() over Arrow-sized batches, then marks."""
+    config = DedupConfig(redis_url, expected_ids=len(ids) * 2, retention_epochs=1000)
+    query = f"bench-dedup-{dup_fraction}"
+    catalog = RedisCatalog(config, query, "bench")
+    layout = Layout.plan(config, 1)
+    instance = catalog.create(layout)
+    seen = int(len(ids) * dup_fraction)
+    if seen:  # an earlier epoch wrote these; now they come again
+        prior = TaskDedup(DedupPlan(config, query, "bench", instance, layout), 0)
+        prior.remember_committed(np.zeros(seen, dtype=np.int64), ids[:seen])
+        prior.after_commit()
+    task = TaskDedup(DedupPlan(config, query, "bench", instance, layout), 1)
+    shards = np.zeros(ARROW_BATCH, dtype=np.int64)
+    began = time.perf_counter()
+    kept = 0
+    for s in range(0, len(ids), ARROW_BATCH):
+        chunk = ids[s : s + ARROW_BATCH]
+        kept += int(task.keep(shards[: len(chunk)], chunk).sum())
+    checked = time.perf_counter() - began
+    task.after_commit()
+    total = time.perf_counter() - began
+    stats = task.stats
+    assert kept == len(ids) - seen, (kept, len(ids), seen)
+    memory = catalog.memory_per_id(layout, 1)
+    _clear(catalog)
+    return {
+        "dup_fraction": dup_fraction,
+        "check_ids_per_s": round(len(ids) / checked),
+        "check_and_mark_ids_per_s": round(len(ids) / total),
+        "catalog_lookups": stats.catalog_lookups,
+        "bloom_negatives": stats.bloom_negatives,
+        "bloom_false_positives": stats.bloom_false_positives,
+        "redis_bytes_per_id": memory,
+    }
+
+
+def _clear(catalog: RedisCatalog) -> None:
+    keys = list(catalog.redis.scan_iter(match=f"{catalog.prefix}*", count=10_000))
+    for i in range(0, len(keys), 10_000):
+        catalog.redis.unlink(*keys[i : i + 10_000])
+
+
+# -- end to end, streaming -----------------------------------------------------------------
+
+
+def write_input(spark: Any, rows: int, dup_fraction: float, path: Path) -> int:
+    """Parquet files of (event_id, amount, ts) where ``dup_fraction`` of rows repeat an ID."""
+    from pyspark.sql import functions as F
+
+    unique = int(rows * (1 - dup_fraction))
+    df = spark.range(rows).select(
+        F.md5(F.pmod(F.col("id"), F.lit(unique)).cast("string")).alias("event_id"),
+        (F.col("id") % 1000).alias("amount"),
+        F.lit("2026-01-01 00:00:00").cast("timestamp").alias("ts"),
+    )
+    df.repartition(8).write.mode("overwrite").parquet(str(path))
+    return unique
+
+
+def stream(spark: Any, path: Path, sink: Any, checkpoint: Path, spark_dedup: bool) -> float:
+    source = spark.readStream.schema("event_id STRING, amount BIGINT, ts TIMESTAMP").parquet(
+        str(path)
+    )
+    if spark_dedup:
+        source = source.withWatermark("ts", "10 minutes").dropDuplicatesWithinWatermark(
+            ["event_id"]
+        )
+    began = time.perf_counter()
+    query = (
+        source.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return time.perf_counter() - began
+
+
+def end_to_end(rows: int, dsn: str, redis_url: str) -> dict[str, Any]:
+    from exactlyonce.connectors import PostgresSink
+    from exactlyonce.integration.spark import session
+
+    spark = session(
+        "bench-dedup",
+        extra={
+            "spark.sql.streaming.stateStore.providerClass": (
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+            ),
+            "spark.sql.shuffle.partitions": "2",
+        },
+    )
+    work = Path(tempfile.mkdtemp(prefix="bench-dedup-"))
+    results: dict[str, Any] = {}
+    try:
+        unique = write_input(spark, rows, 0.2, work / "input")
+        progress(f"input: {rows:,} rows, {unique:,} distinct IDs")
+        variants = {
+            "dedup_on": ({"redis_url": redis_url}, False),
+            "dedup_off": ({"dedup": False}, False),
+            "spark_dedup": ({"dedup": False}, True),
+        }
+        for name, (options, spark_dedup) in variants.items():
+            table = f"bench_dedup_{name}"
+            _drop(dsn, table)
+            sink = PostgresSink(dsn, table, ["event_id"], f"bench-dedup-{name}-{time.time_ns()}",
+                                shards=2, **options)
+            seconds = stream(spark, work / "input", sink, work / f"ckpt-{name}", spark_dedup)
+            count = _count(dsn, table)
+            assert count == unique, f"{name}: {count} rows, expected {unique}"
+            results[name] = {"seconds": round(seconds, 3), "rows_per_s": round(rows / seconds)}
+            progress(f"{name}: {rows / seconds:,.0f} input rows/s ({seconds:.1f}s)")
+            _drop(dsn, table)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def _drop(dsn: str, table: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+
+
+def _count(dsn: str, table: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()
+    return int(row[0]) if row else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.dedup", description=__doc__)
+    parser.add_argument("--ids", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--skip-e2e", action="store_true")
+    args = parser.parse_args(argv)
+    env = service_env()
+    redis_url, dsn = env["EXACTLYONCE_REDIS_URL"], env["EXACTLYONCE_PG_DSN"]
+    ids = ids_from_hex(hex_ids(0, args.ids))
+    bloom = bloom_rates(ids)
+    paths = [task_path_rate(redis_url, ids, f) for f in (0.0, 0.2)]
+    for p in paths:
+        progress(f"task path, {p['dup_fraction']:.0%} duplicates: {p['check_ids_per_s']:,} IDs/s "
+                 f"checked, {p['check_and_mark_ids_per_s']:,} IDs/s checked and marked")
+    e2e = {} if args.skip_e2e else end_to_end(args.rows, dsn, redis_url)
+    spec = BloomSpec(1_000_000, 0.001)
+    data: dict[str, Any] = {
+        "date": now_utc(),
+        "machine": machine_info(),
+        "ids": args.ids,
+        "rows": args.rows,
+        "bloom_ids_per_s": round(bloom["numpy"]),
+        "bloom_ids_per_s_by_backend": {k: round(v) for k, v in bloom.items()},
+        "bloom_plus_catalog": paths,
+        "bloom_bytes_per_id": round(spec.empty().nbytes() / spec.capacity, 3),
+        "redis_bytes_per_id": round(paths[1]["redis_bytes_per_id"] or 0, 1),
+    }
+    if e2e:
+        on, off, sd = (e2e[k]["rows_per_s"] for k in ("dedup_on", "dedup_off", "spark_dedup"))
+        data.update({
+            "e2e_dedup_on_rows_per_s": on,
+            "e2e_dedup_off_rows_per_s": off,
+            "spark_dedup_rows_per_s": sd,
+            "dedup_cost": round(1 - on / off, 3),
+            "ours_vs_spark_dedup": ratio(on, sd),
+            "e2e": e2e,
+        })
+    data["targets"] = {
+        "bloom_at_least_1m_ids_per_s": data["bloom_ids_per_s"] >= 1_000_000,
+        "bloom_at_most_2_bytes_per_id": data["bloom_bytes_per_id"] <= 2.0,
+        "redis_at_most_64_bytes_per_id": 0 < data["redis_bytes_per_id"] <= 64,
+        **({"dedup_costs_at_most_15_percent": data["dedup_cost"] <= 0.15,
+            "at_least_2x_spark_dedup": data["ours_vs_spark_dedup"] >= 2.0} if e2e else {}),
+    }
+    path = write_results("dedup", data)
+    for key, value in data.items():
+        if key not in ("machine", "e2e", "bloom_plus_catalog"):
+            print(f"{key}: {value}")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
