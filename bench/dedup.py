@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from bench.common import machine_info, now_utc, progress, ratio, write_results
-from exactlyonce.integration.services import service_env
 from exactlyonce.dedup.bloom import BACKENDS, BloomSpec, ids_from_hex
 from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
 from exactlyonce.dedup.shard import DedupPlan, TaskDedup
+from exactlyonce.integration.services import service_env
 
 ARROW_BATCH = 10_000
 

@@ -1,16 +1,15 @@
 """Exactly-once from JSON files into PostgreSQL with the Python API.
 
-    make services && python examples/quickstart.py
+make services && python examples/quickstart.py
 """
 
-import os
 from pathlib import Path
 
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.integration.services import service_env
 from exactlyonce.integration.spark import session, start_stream
 
-dsn = os.environ.get("EXACTLYONCE_PG_DSN") or service_env()["EXACTLYONCE_PG_DSN"]
+env = service_env()  # $EXACTLYONCE_PG_DSN etc., else .exactlyonce/services.env
 inbox = Path(".exactlyonce/quickstart/input")
 inbox.mkdir(parents=True, exist_ok=True)
 (inbox / "part-0.json").write_text(
@@ -20,12 +19,14 @@ inbox.mkdir(parents=True, exist_ok=True)
 )
 
 spark = session("quickstart")
-events = (
-    spark.readStream.schema("event_id STRING, user_id BIGINT, action STRING")
-    .json(str(inbox))
+events = spark.readStream.schema("event_id STRING, user_id BIGINT, action STRING").json(str(inbox))
+sink = PostgresSink(
+    dsn=env["EXACTLYONCE_PG_DSN"],
+    table="quickstart_events",
+    id_columns=["event_id"],
+    query_name="quickstart",
+    redis_url=env["EXACTLYONCE_REDIS_URL"],  # the dedup catalog; or dedup=False
 )
-sink = PostgresSink(dsn=dsn, table="quickstart_events", id_columns=["event_id"],
-                    query_name="quickstart")
 query = start_stream(events, sink, ".exactlyonce/quickstart/checkpoint", available_now=True)
 query.awaitTermination()
 for report in sink.reports:

@@ -62,6 +62,7 @@ class PostgresSink(ExactlyOnceSink):
     """Writes a stream into a PostgreSQL table exactly once. See the module docstring."""
 
     kind = "postgres"
+    sort_within_shard = True
 
     def __init__(
         self,

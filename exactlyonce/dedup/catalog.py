@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -252,6 +253,14 @@ class RedisCatalog:
         instance = uuid.uuid4().hex
         self.redis.hset(self.meta_key, mapping={"instance": instance, **layout.to_meta()})
         return instance
+
+    def drop(self) -> int:
+        """Delete every key of this catalog (after a head reset); the number deleted."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + ":*"
+        keys = list(self.redis.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(keys), 1000):
+            self.redis.unlink(*keys[i : i + 1000])
+        return len(keys)
 
     # -- lookups and marks (executor side) --------------------------------------------
 

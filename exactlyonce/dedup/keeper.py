@@ -57,6 +57,16 @@ class CatalogKeeper:
     def open(self, head_epoch: int, shards: int) -> None:
         """At (re)start: adopt the catalog, roll back epochs above the head, or handle loss."""
         meta = self.catalog.meta()
+        if meta and head_epoch < 0:
+            # The catalog outlived its head (a reset head, or a dropped head table). It
+            # caches IDs of a past run: trusting it would drop new records as duplicates.
+            dropped = self.catalog.drop()
+            log.warning(
+                "%s: discarded a catalog left by an earlier head (%d keys)",
+                self.sink_name,
+                dropped,
+            )
+            meta = {}
         if not meta:
             self.layout = Layout.plan(self.config, shards)
             if head_epoch < 0:

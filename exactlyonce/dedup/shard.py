@@ -53,7 +53,7 @@ class TaskDedup:
     epoch: int
     stats: DedupStats = field(default_factory=DedupStats)
     _catalog: RedisCatalog | None = None
-    _seen: set[bytes] = field(default_factory=set)
+    _seen: npt.NDArray[np.bytes_] = field(default_factory=lambda: np.empty(0, dtype="S16"))
     _new: dict[int, list[Ids]] = field(default_factory=dict)
     _recommitted: dict[int, list[Ids]] = field(default_factory=dict)
     _filters: dict[int, dict[int, tuple[int, BloomFilter]]] = field(default_factory=dict)
@@ -85,17 +85,20 @@ class TaskDedup:
         return keep
 
     def _first_in_task(self, ids: Ids) -> npt.NDArray[np.bool_]:
+        """True for the first of each ID in this task; vectorised against a sorted seen-array.
+
+        (S16 comparison pads with NULs, which is exact for fixed 16-byte IDs.)
+        """
         keys = np.ascontiguousarray(ids).view("S16").ravel()
-        _, first = np.unique(keys, return_index=True)
+        unique, first = np.unique(keys, return_index=True)
+        seen = self._seen
+        if len(seen):
+            pos = np.minimum(np.searchsorted(seen, unique), len(seen) - 1)
+            new = seen[pos] != unique
+            unique, first = unique[new], first[new]
+        self._seen = np.sort(np.concatenate((seen, unique)), kind="stable")
         keep = np.zeros(len(ids), dtype=bool)
         keep[first] = True
-        seen = self._seen
-        for i in first:
-            key = keys[i].tobytes()  # numpy strips trailing NULs from S16 items
-            if key in seen:
-                keep[i] = False
-            else:
-                seen.add(key)
         self.stats.task_repeats += len(ids) - int(keep.sum())
         return keep
 

@@ -273,14 +273,10 @@ def drop_catalog(sink: ExactlyOnceSink) -> int:
     from exactlyonce.dedup.catalog import RedisCatalog
 
     catalog = RedisCatalog(sink.dedup_config, sink.query_name, sink.sink_name)
-    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", catalog.prefix) + ":*"
     try:
-        keys = list(catalog.redis.scan_iter(match=pattern, count=1000))
-        for i in range(0, len(keys), 1000):
-            catalog.redis.unlink(*keys[i : i + 1000])
+        return catalog.drop()
     finally:
         catalog.close()
-    return len(keys)
 
 
 # ---------------------------------------------------------------------- audit, services

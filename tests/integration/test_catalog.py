@@ -19,8 +19,9 @@ def random_ids(n: int) -> np.ndarray:
 
 @pytest.fixture
 def catalog(services: dict[str, str], unique_name: str) -> RedisCatalog:
-    config = DedupConfig(services["EXACTLYONCE_REDIS_URL"], expected_ids=200_000,
-                         retention_epochs=8)
+    config = DedupConfig(
+        services["EXACTLYONCE_REDIS_URL"], expected_ids=200_000, retention_epochs=8
+    )
     return RedisCatalog(config, unique_name, "test-sink")
 
 
@@ -87,4 +88,6 @@ def test_shards_match_spark(spark: object) -> None:
     rows = df.select("id", F.hash("id").alias("h"), F.pmod(F.hash("id"), F.lit(5)).alias("s"))
     got = {r.id: (r.h, r.s) for r in rows.collect()}
     ours_hash, ours_shard = spark_hash(ids), spark_shard(ids, 5)
-    assert all(got[i] == (int(h), int(s)) for i, h, s in zip(ids, ours_hash, ours_shard))
+    assert all(
+        got[i] == (int(h), int(s)) for i, h, s in zip(ids, ours_hash, ours_shard, strict=True)
+    )

@@ -47,15 +47,17 @@ def shard_batches(keys: list[str], epoch: int, shards: int) -> dict[int, pa.Reco
     out = {}
     for s in range(shards):
         rows = [i for i in range(len(keys)) if owner[i] == s]
-        out[s] = pa.RecordBatch.from_pydict({
-            "event_id": [keys[i] for i in rows],
-            "amount": [len(keys[i]) for i in rows],
-            "record_id": [ids[i] for i in rows],
-            "epoch": [epoch] * len(rows),
-            SHARD_COLUMN: pa.array([s] * len(rows), pa.int32()),
-            ERROR_COLUMN: pa.array([None] * len(rows), pa.string()),
-            PAYLOAD_COLUMN: pa.array([None] * len(rows), pa.string()),
-        })
+        out[s] = pa.RecordBatch.from_pydict(
+            {
+                "event_id": [keys[i] for i in rows],
+                "amount": [len(keys[i]) for i in rows],
+                "record_id": [ids[i] for i in rows],
+                "epoch": [epoch] * len(rows),
+                SHARD_COLUMN: pa.array([s] * len(rows), pa.int32()),
+                ERROR_COLUMN: pa.array([None] * len(rows), pa.string()),
+                PAYLOAD_COLUMN: pa.array([None] * len(rows), pa.string()),
+            }
+        )
     return out
 
 
@@ -66,8 +68,9 @@ class ProtocolMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.table = f"proto_{next(_counter)}_{id(self) % 100000}"
-        self.config = DedupConfig(self.redis_url, expected_ids=40, fp_rate=0.3,
-                                  retention_epochs=1000)  # a tiny filter: many false positives
+        self.config = DedupConfig(
+            self.redis_url, expected_ids=40, fp_rate=0.3, retention_epochs=1000
+        )  # a tiny filter: many false positives
         self.sink: PostgresSink | None = self._new_sink()
         self.sink.preflight(SCHEMA)
         self.next_epoch = 0
@@ -77,8 +80,16 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.fresh_keys = itertools.count()
 
     def _new_sink(self) -> PostgresSink:
-        return PostgresSink(self.dsn, self.table, ["event_id"], self.table, mode="append",
-                            shards=3, dedup=self.config, check=False)
+        return PostgresSink(
+            self.dsn,
+            self.table,
+            ["event_id"],
+            self.table,
+            mode="append",
+            shards=3,
+            dedup=self.config,
+            check=False,
+        )
 
     def _run(self, epoch: int, keys: list[str], crash: str) -> Any:
         sink = self.sink
@@ -98,8 +109,10 @@ class ProtocolMachine(RuleBasedStateMachine):
 
         original = shard_module.TaskDedup.after_commit
         if crash == "after_commit_before_marks":
+
             def die(self: Any) -> None:
                 raise Crash(crash)
+
             shard_module.TaskDedup.after_commit = die  # type: ignore[method-assign]
         try:
             report = sink.run_epoch(epoch, "query-1", SCHEMA, lambda: 3, write)
@@ -112,8 +125,12 @@ class ProtocolMachine(RuleBasedStateMachine):
     # -- rules -------------------------------------------------------------------------
 
     @precondition(lambda self: self.sink is not None and self.pending is None)
-    @rule(new=st.integers(0, 25), old=st.integers(0, 15), repeats=st.integers(0, 5),
-          crash=st.sampled_from(CRASHES))
+    @rule(
+        new=st.integers(0, 25),
+        old=st.integers(0, 15),
+        repeats=st.integers(0, 5),
+        crash=st.sampled_from(CRASHES),
+    )
     def write_batch(self, new: int, old: int, repeats: int, crash: str) -> None:
         seen = sorted(self.expected)
         keys = [f"k{next(self.fresh_keys)}" for _ in range(new)]
@@ -179,9 +196,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert len(rows) == len(set(rows)), f"duplicates: {len(rows) - len(set(rows))}"
         got = set(rows)
         if self.pending is None:
-            assert got == self.expected, (
-                f"missing {sorted(self.expected - got)[:5]}, extra {sorted(got - self.expected)[:5]}"
-            )
+            missing, extra = sorted(self.expected - got)[:5], sorted(got - self.expected)[:5]
+            assert got == self.expected, f"missing {missing}, extra {extra}"
         else:
             assert self.expected <= got <= self.expected | set(self.pending[1])
 
@@ -190,7 +206,9 @@ def test_protocol_state_machine(pg_dsn: str, services: dict[str, str]) -> None:
     ProtocolMachine.dsn = pg_dsn
     ProtocolMachine.redis_url = services["EXACTLYONCE_REDIS_URL"]
     ProtocolMachine.TestCase.settings = settings(
-        max_examples=25, stateful_step_count=14, deadline=None,
+        max_examples=25,
+        stateful_step_count=14,
+        deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
     ProtocolMachine.TestCase().runTest()

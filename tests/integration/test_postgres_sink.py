@@ -181,3 +181,21 @@ def test_counts_are_writes_not_rows(pg: psycopg.Connection[Any], unique_name: st
     assert write_counts(pg, unique_name) == {"a": 2, "b": 1}
     with pytest.raises(AssertionError, match="written more than once"):
         assert_exactly_once(pg, unique_name, {"a", "b"})
+
+
+@pytest.mark.parametrize("mode", ["insert", "append"])
+def test_a_reset_head_starts_a_fresh_catalog(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str, mode: str
+) -> None:
+    """The catalog caches what the head committed; without the head it must not drop a record."""
+    df = events(spark, 0, 300)
+    sink = new_sink(pg_dsn, unique_name, mode=mode)
+    sink(df, 0)
+    sink.reset_head()  # the user starts over: new checkpoint, emptied table
+    pg.execute(f'TRUNCATE "{unique_name}"')
+    pg.commit()
+    install_audit(pg, unique_name)
+    again = new_sink(pg_dsn, unique_name, mode=mode)
+    again(df, 0)
+    assert again.last_report is not None and again.last_report.written == 300
+    assert_exactly_once(pg, unique_name, ids(0, 300))

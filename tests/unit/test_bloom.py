@@ -35,7 +35,9 @@ def test_bytes_round_trip_and_or_merge(backend: str) -> None:
     left.add(ids(0, 2_000))
     right.add(ids(2_000, 4_000))
     assert len(left.to_bytes()) == len(right.to_bytes()) == len(spec.empty().to_bytes())
-    merged_bytes = np.frombuffer(left.to_bytes(), np.uint8) | np.frombuffer(right.to_bytes(), np.uint8)
+    merged_bytes = np.frombuffer(left.to_bytes(), np.uint8) | np.frombuffer(
+        right.to_bytes(), np.uint8
+    )
     merged = spec.load(merged_bytes.tobytes())
     assert merged.contains(ids(0, 4_000)).all()
     assert spec.load(left.to_bytes()).contains(ids(0, 2_000)).all()
