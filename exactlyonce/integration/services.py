@@ -54,7 +54,9 @@ ENV_KEYS: tuple[str, ...] = (
     "KAFKA_BOOTSTRAP_SERVERS",
 )
 ENV_FILE = "services.env"
-PG_USER = PG_PASSWORD = PG_DB = "exactlyonce"
+PG_USER = PG_DB = "exactlyonce"
+# Not the package name: a secret that is also a common word would be masked out of messages.
+PG_PASSWORD = "eo-local-pw"
 START_TIMEOUT_S = 60.0
 MASK = "***"
 
@@ -494,8 +496,8 @@ def _pg_start(home: Path) -> None:
     data, log, sock = _pg_paths(home)
     pid = _pg_pid(home)
     if pid is not None and _pid_alive(pid, "postgres"):
+        _pg_ensure_role_and_db(home)  # first: it also sets the password TCP logins check
         _wait_until("postgres", _pg_answers, log)
-        _pg_ensure_role_and_db(home)
         return
     _pg_prepare_dirs(home)
     _pg_initdb(bindir, home)

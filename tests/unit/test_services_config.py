@@ -21,7 +21,7 @@ from exactlyonce.integration.services import (
 )
 
 FILE_VALUES = {
-    "EXACTLYONCE_PG_DSN": "postgresql://exactlyonce:exactlyonce@127.0.0.1:54329/exactlyonce",
+    "EXACTLYONCE_PG_DSN": "postgresql://exactlyonce:eo-local-pw@127.0.0.1:54329/exactlyonce",
     "EXACTLYONCE_REDIS_URL": "redis://127.0.0.1:63790/0",
     "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
 }
@@ -94,7 +94,7 @@ def test_environment_wins_over_the_file(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_environment_alone_needs_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     compose = {
-        "EXACTLYONCE_PG_DSN": "postgresql://exactlyonce:exactlyonce@localhost:5432/exactlyonce",
+        "EXACTLYONCE_PG_DSN": "postgresql://exactlyonce:eo-local-pw@localhost:5432/exactlyonce",
         "EXACTLYONCE_REDIS_URL": "redis://localhost:6379/0",
         "KAFKA_BOOTSTRAP_SERVERS": "localhost:9092",
     }
