@@ -1,4 +1,10 @@
-"""``python -m bench postgres --rows 1000000``: run one sink's benchmark."""
+"""``python -m bench SINK [options]``: run one benchmark; JSON results go to bench/results/.
+
+    python -m bench postgres --rows 1000000   # PostgresSink vs Spark JDBC vs raw COPY
+    python -m bench redis                     # RedisSink vs plain pipelined writes
+    python -m bench kafka                     # KafkaSink vs a plain idempotent producer
+    python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs Spark's
+"""
 
 from __future__ import annotations
 
@@ -6,26 +12,37 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+# Benchmarks with their own argument parser: ``python -m bench kafka --help``.
+STANDALONE = {"kafka": "bench.kafka", "dedup": "bench.dedup"}
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from bench import postgres
+    from bench import postgres, redis_sink
 
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="Benchmarks of the exactly-once sinks."
     )
     sub = parser.add_subparsers(dest="sink", required=True, metavar="SINK")
-    pg = sub.add_parser(
-        "postgres",
-        help="PostgresSink vs Spark's JDBC writer vs a plain COPY",
-        description=(postgres.__doc__ or "").split("\n\n")[0],
-    )
-    postgres.add_arguments(pg)
-    pg.set_defaults(main=postgres.main)
+    for name, module, about in (
+        ("postgres", postgres, "PostgresSink vs Spark's JDBC writer vs a plain COPY"),
+        ("redis", redis_sink, "RedisSink vs plain pipelined writes"),
+    ):
+        cmd = sub.add_parser(name, help=about, description=(module.__doc__ or "").split("\n\n")[0])
+        module.add_arguments(cmd)
+        cmd.set_defaults(main=module.main)
+    for name, module_name in STANDALONE.items():
+        sub.add_parser(name, help=f"see python -m {module_name} --help", add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in STANDALONE:
+        import importlib
+
+        module = importlib.import_module(STANDALONE[args_list[0]])
+        return int(module.main(args_list[1:]) or 0)
+    args = build_parser().parse_args(args_list)
     return int(args.main(args))
 
 

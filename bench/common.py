@@ -46,6 +46,7 @@ class PathTiming:
     rows: int
     runs: list[float] = field(default_factory=list)
     details: list[dict[str, Any]] = field(default_factory=list)
+    discarded: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def best(self) -> float:
@@ -64,6 +65,7 @@ class PathTiming:
             "rows_per_s": round(self.rows_per_s),
             "runs_seconds": [round(s, 4) for s in self.runs],
             "details": self.details,
+            **({"discarded_runs": self.discarded} if self.discarded else {}),
         }
 
 

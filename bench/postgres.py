@@ -4,10 +4,15 @@
 one Spark session, each into its own freshly created table:
 
 ``eos``
-    ``PostgresSink(dsn, "bench_eos", id_columns=["id"], shards=2)`` called as a
-    ``foreachBatch`` callable, ``sink(df, 0)``, on a cached DataFrame. The sink creates its
-    table: the columns, ``record_id uuid`` and ``epoch bigint``, a unique index on
-    ``record_id``.
+    ``PostgresSink(dsn, "bench_eos", id_columns=["id"], query_name=..., shards=2)`` with its
+    defaults (so with the Redis ID catalog when the sink turns it on by default; its URL comes
+    from ``$EXACTLYONCE_REDIS_URL`` or the services file), called as a ``foreachBatch``
+    callable, ``sink(df, 0)``, on a cached DataFrame. The sink creates its table: the
+    columns, ``record_id uuid`` and ``epoch bigint``, a unique index on ``record_id``. Every
+    run uses a new ``query_name``, so its head and its catalog start empty; both are removed
+    afterwards.
+``eos_no_dedup`` (informational, ``--no-dedup-variant``, on by default)
+    the same sink with ``dedup=False``: the PostgreSQL protocol alone.
 ``spark_jdbc``
     ``df.write.jdbc(..., mode="append")`` with ``batchsize=10000`` and
     ``reWriteBatchedInserts=true`` into ``bench_spark_jdbc (id text, value bigint, note text)``
@@ -26,6 +31,8 @@ The rows, ``(id string(32), value bigint, note string)``, come from ``spark.rang
 through md5/sha1, are repartitioned into 2 partitions, cached and counted before any
 timing. Each path is warmed up once on a small table, then timed ``--repeat`` times (the
 best counts); after every run the table must hold exactly N rows or the benchmark fails.
+A sink run during which the catalog's Redis lost its data (another process restarted it; the
+sink then recovers, and the rows are still right) is re-run, and listed as discarded.
 
 With ``--stream`` (the default) the sink and the COPY ceiling are also timed through a real
 ``readStream.parquet(...).writeStream.foreachBatch(...)`` query (one micro-batch with
@@ -35,14 +42,17 @@ With ``--stream`` (the default) the sink and the COPY ceiling are also timed thr
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import getpass
+import inspect
 import io
-import logging
 import os
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,14 +82,15 @@ PARTITIONS = 2
 COLUMNS = ("id", "value", "note")
 TABLES = {
     "eos": "bench_eos",
+    "eos_no_dedup": "bench_eos_no_dedup",
     "spark_jdbc": "bench_spark_jdbc",
     "raw_copy": "bench_raw_copy",
     "raw_copy_sorted": "bench_raw_copy_sorted",
 }
 STREAM_TABLES = {"eos_stream": "bench_eos_stream", "raw_copy_stream": "bench_raw_copy_stream"}
-EOS_QUERY = "bench-postgres-eos"
-EOS_STREAM_QUERY = "bench-postgres-eos-stream"
+QUERY_PREFIX = "bench-postgres-"
 TARGETS = {"eos_vs_spark_jdbc": 1.0, "eos_vs_raw_copy": 0.8}
+MAX_DISTURBED = 3  # re-runs of a timing disturbed by someone else restarting Redis
 ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 
@@ -90,30 +101,35 @@ class BenchError(RuntimeError):
 # -- where PostgreSQL is -----------------------------------------------------------------
 
 
-def resolve_dsn(explicit: str | None) -> str:
-    """``--dsn``, else ``$EXACTLYONCE_PG_DSN``, else the services file written by
-    ``python -m exactlyonce.integration.services up``."""
-    if explicit:
-        return explicit
-    if os.environ.get("EXACTLYONCE_PG_DSN"):
-        return os.environ["EXACTLYONCE_PG_DSN"]
+def services_value(key: str) -> str | None:
+    """``key`` from the environment, else from the services file written by
+    ``python -m exactlyonce.integration.services up`` (looked for under the current
+    directory, then under the project root)."""
+    if os.environ.get(key):
+        return os.environ[key]
     try:
         from exactlyonce.integration.services import service_env
-    except ImportError as exc:
-        raise BenchError(f"no PostgreSQL to benchmark against ({exc}); pass --dsn") from None
+    except ImportError:
+        return None
     project_home = Path(__file__).resolve().parent.parent / ".exactlyonce"
-    try:
-        return service_env()["EXACTLYONCE_PG_DSN"]
-    except (RuntimeError, KeyError):
-        pass  # not run from the project root: try the project's services file
-    try:
-        return service_env(project_home)["EXACTLYONCE_PG_DSN"]
-    except (RuntimeError, KeyError) as exc:
+    for home in (None, project_home):
+        try:
+            return service_env(home)[key]
+        except (RuntimeError, KeyError):
+            continue
+    return None
+
+
+def resolve_dsn(explicit: str | None) -> str:
+    """``--dsn``, else ``$EXACTLYONCE_PG_DSN``, else the services file."""
+    dsn = explicit or services_value("EXACTLYONCE_PG_DSN")
+    if not dsn:
         raise BenchError(
-            f"no PostgreSQL to benchmark against ({exc}). Start one with "
-            "`python -m exactlyonce.integration.services up --only pg`, set "
-            "EXACTLYONCE_PG_DSN, or pass --dsn."
-        ) from None
+            "no PostgreSQL to benchmark against: start one with "
+            "`python -m exactlyonce.integration.services up`, set EXACTLYONCE_PG_DSN, "
+            "or pass --dsn."
+        )
+    return dsn
 
 
 @dataclass(frozen=True)
@@ -288,35 +304,131 @@ def write_raw_copy(df: DataFrame, dsn: str, table: str) -> int:
     return sum(int(r["n"]) for r in df.mapInArrow(writer, "n long").collect())
 
 
-def make_sink(dsn: str, table: str, query_name: str, shards: int, schema: Any) -> Any:
-    """A fresh sink over a fresh table: dropped, head reset, then created by the sink."""
+def sink_parameters() -> set[str]:
+    from exactlyonce.connectors.postgres import PostgresSink
+
+    return set(inspect.signature(PostgresSink.__init__).parameters)
+
+
+def sink_variants(no_dedup_variant: bool) -> dict[str, dict[str, Any]]:
+    """``eos`` is the sink as users get it (its defaults); ``eos_no_dedup`` (informational)
+    turns the Redis ID catalog off, where the sink has one."""
+    variants: dict[str, dict[str, Any]] = {"eos": {}}
+    if no_dedup_variant and "dedup" in sink_parameters():
+        variants["eos_no_dedup"] = {"dedup": False}
+    return variants
+
+
+def ensure_redis_env() -> str | None:
+    """The sink's dedup catalog (on by default) reads ``$EXACTLYONCE_REDIS_URL``; fill it from
+    the services file when unset. Returns the URL, or None when the sink has no catalog."""
+    if "redis_url" not in sink_parameters():
+        return None
+    url = services_value("EXACTLYONCE_REDIS_URL")
+    if url:
+        os.environ["EXACTLYONCE_REDIS_URL"] = url
+    return url  # when None, the sink says what it needs if its defaults want Redis
+
+
+def new_sink(
+    dsn: str, table: str, label: str, shards: int, schema: Any, kwargs: dict[str, Any]
+) -> Any:
+    """A fresh sink over a fresh table, under a query name never used before (so its head
+    and its dedup catalog start empty). The sink creates the table, outside the timing."""
+    from exactlyonce.connectors.errors import ConfigError
     from exactlyonce.connectors.postgres import PostgresSink
 
     drop_tables(dsn, table)
-    sink = PostgresSink(dsn, table, id_columns=["id"], query_name=query_name, shards=shards)
-    quiet = logging.getLogger("exactlyonce.postgres")
-    level, quiet.level = quiet.level, logging.ERROR  # "head reset" is expected here
+    query_name = f"{QUERY_PREFIX}{label}-{uuid.uuid4().hex[:8]}"
     try:
-        sink.reset_head()
-    finally:
-        quiet.setLevel(level)
-    sink.preflight(schema)  # creates the table from the stream's schema, outside the timing
+        sink = PostgresSink(
+            dsn, table, id_columns=["id"], query_name=query_name, shards=shards, **kwargs
+        )
+    except ConfigError as exc:
+        raise BenchError(f"cannot build the sink: {exc}") from None
+    sink.preflight(schema)
     return sink
 
 
-def run_eos(df: DataFrame, dsn: str, table: str, shards: int) -> tuple[float, dict[str, Any]]:
-    sink = make_sink(dsn, table, EOS_QUERY, shards, df.schema)
-    checkpoint(dsn)
-    seconds, _ = timed(lambda: sink(df, 0))
-    report = sink.last_report
-    detail = {
-        "written": report.written,
-        "duplicates": report.duplicates,
-        "slow_batches": report.slow_batches,
-        "dead_letters": report.dead_letters,
-        "shards_committed": report.shards_committed,
-    }
-    return seconds, detail
+def forget_sink(dsn: str, sink: Any) -> None:
+    """Remove what a benchmark sink left outside its table: head, shard commits, catalog."""
+    forget_queries(dsn, sink.query_name)
+    config = getattr(sink, "dedup_config", None)
+    if config is not None:
+        from exactlyonce.dedup.catalog import namespace
+
+        _delete_redis_keys(config.redis_url, namespace(sink.query_name, sink.sink_name) + ":*")
+
+
+def forget_queries(dsn: str, query_name: str, like: bool = False) -> None:
+    from psycopg import sql
+
+    from exactlyonce.connectors.postgres_schema import DEAD_LETTERS, HEADS, SHARD_COMMITS
+
+    op = sql.SQL("LIKE" if like else "=")
+    with _connect(dsn) as conn:
+        for name in (HEADS, SHARD_COMMITS, DEAD_LETTERS):
+            if conn.execute("SELECT to_regclass(%s)", [name]).fetchone()[0] is None:
+                continue
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE query_name {} %s").format(sql.Identifier(name), op),
+                [query_name],
+            )
+
+
+def _delete_redis_keys(url: str, pattern: str) -> int:
+    try:
+        import redis
+    except ImportError:
+        return 0
+    client = redis.Redis.from_url(url, socket_timeout=30)
+    try:
+        deleted = 0
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                deleted += client.unlink(*batch)
+                batch = []
+        if batch:
+            deleted += client.unlink(*batch)
+        return deleted
+    except redis.RedisError:
+        return 0
+    finally:
+        client.close()
+
+
+def purge_leftovers(dsn: str, redis_url: str | None) -> None:
+    """Heads and catalogs of earlier benchmark runs that died before cleaning up."""
+    forget_queries(dsn, QUERY_PREFIX + "%", like=True)
+    if redis_url:
+        _delete_redis_keys(redis_url, "eo:{" + QUERY_PREFIX + "*")
+
+
+def _report_detail(report: Any) -> dict[str, Any]:
+    if report is None:
+        return {}
+    fields = dataclasses.asdict(report) if dataclasses.is_dataclass(report) else {}
+    return {k: v for k, v in fields.items() if isinstance(v, (int, float)) and k != "epoch"}
+
+
+def run_eos(
+    df: DataFrame, dsn: str, table: str, shards: int, label: str, kwargs: dict[str, Any]
+) -> tuple[float, dict[str, Any]]:
+    sink = new_sink(dsn, table, label, shards, df.schema, kwargs)
+    try:
+        checkpoint(dsn)
+        seconds, _ = timed(lambda: sink(df, 0))
+        dedup = getattr(sink, "dedup_config", None) is not None
+        detail = {"dedup": dedup, **_report_detail(sink.last_report)}
+        if detail.get("catalog_rebuilds") or detail.get("shards_skipped"):
+            # the catalog's Redis lost its data mid-run (another process restarted it): the
+            # sink recovered and the rows are right, but the time measures the recovery
+            detail["disturbed"] = "catalog lost mid-run; the sink recovered"
+        return seconds, detail
+    finally:
+        forget_sink(dsn, sink)
 
 
 def run_spark_jdbc(df: DataFrame, dsn: str, table: str) -> tuple[float, dict[str, Any]]:
@@ -362,9 +474,12 @@ def run_eos_stream(
     spark: SparkSession, source: Path, schema: Any, dsn: str, table: str, shards: int,
     scratch: Path,
 ) -> tuple[float, dict[str, Any]]:
-    sink = make_sink(dsn, table, EOS_STREAM_QUERY, shards, schema)
-    checkpoint(dsn)
-    seconds = _stream_once(spark, source, schema, sink, scratch / "ckpt-eos")
+    sink = new_sink(dsn, table, "stream", shards, schema, {})
+    try:
+        checkpoint(dsn)
+        seconds = _stream_once(spark, source, schema, sink, scratch / "ckpt-eos")
+    finally:
+        forget_sink(dsn, sink)
     batches = [r for r in sink.reports if not r.skipped]
     return seconds, {"micro_batches": len(batches), "written": sum(r.written for r in batches)}
 
@@ -407,6 +522,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sorted-ceiling", action=argparse.BooleanOptionalAction, default=True,
         help="also time raw_copy with partitions sorted by id (informational)",
     )
+    parser.add_argument(
+        "--no-dedup-variant", action=argparse.BooleanOptionalAction, default=True,
+        help="also time the sink with dedup=False (informational; the default sink is judged)",
+    )
     parser.add_argument("--keep-tables", action="store_true", help="leave the tables behind")
     parser.add_argument(
         "--fail-on-targets", action="store_true", help="exit 2 when a target is not met"
@@ -444,6 +563,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     load_start = _load()
     pg_version = server_version(dsn)
+    redis_url = ensure_redis_env()
+    purge_leftovers(dsn, redis_url)
     progress(f"PostgreSQL {pg_version} at {redact_dsn(dsn)}")
 
     _ensure_workers_import_bench()
@@ -465,7 +586,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     df = generate(spark, args.rows)
 
     paths: dict[str, Callable[[DataFrame], tuple[float, dict[str, Any]]]] = {
-        "eos": lambda d: run_eos(d, dsn, TABLES["eos"], args.shards),
+        name: functools.partial(
+            run_eos, dsn=dsn, table=TABLES[name], shards=args.shards, label=name, kwargs=kw
+        )
+        for name, kw in sink_variants(args.no_dedup_variant).items()
+    }
+    paths |= {
         "spark_jdbc": lambda d: run_spark_jdbc(d, dsn, TABLES["spark_jdbc"]),
         "raw_copy": lambda d: run_raw_copy(d, dsn, TABLES["raw_copy"]),
     }
@@ -481,8 +607,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ddl = {name: table_ddl(dsn, TABLES[name]) for name in paths}
     for attempt in range(1, args.repeat + 1):
         for name, fn in paths.items():  # interleaved, so drift hits every path alike
-            seconds, detail = fn(df)
-            verify(dsn, TABLES[name], args.rows, name)
+            for _ in range(MAX_DISTURBED + 1):
+                seconds, detail = fn(df)
+                verify(dsn, TABLES[name], args.rows, name)
+                if "disturbed" not in detail:
+                    break
+                timings[name].discarded.append({"seconds": round(seconds, 4), **detail})
+                progress(f"run {attempt}/{args.repeat} {name}: discarded, {detail['disturbed']}")
             timings[name].runs.append(seconds)
             timings[name].details.append(detail)
             progress(
@@ -538,6 +669,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if sorted_ceiling
             else {}
         ),
+        **_variant_figures(timings, "eos_no_dedup", jdbc, raw),
         "targets": {
             key: {"target": TARGETS[key], "measured": value, "met": met[key]}
             for key, value in (("eos_vs_spark_jdbc", vs_jdbc), ("eos_vs_raw_copy", vs_raw))
@@ -554,6 +686,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "spark_jdbc_properties": {"batchsize": "10000", "reWriteBatchedInserts": "true"},
             "rows_schema": "id string (32 hex chars), value bigint, note string (15 chars)",
             "ddl": ddl,
+            "eos_dedup_config": _dedup_config_text(),
             "postgres": pg_version,
         },
         "machine": {**machine_info(), "load_average_1m": {"start": load_start, "end": _load()}},
@@ -574,10 +707,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     progress(f"wrote {path}")
     if not args.keep_tables:
         drop_tables(dsn, *TABLES.values(), *STREAM_TABLES.values())
-        for query in (EOS_QUERY, EOS_STREAM_QUERY):
-            _forget_head(dsn, query)
+    purge_leftovers(dsn, redis_url)
     spark.stop()
     return result
+
+
+def _dedup_config_text() -> str | None:
+    """How the default sink's dedup catalog is configured (its repr hides the Redis URL)."""
+    if "dedup" not in sink_parameters():
+        return None
+    from exactlyonce.connectors.postgres import PostgresSink
+
+    default = inspect.signature(PostgresSink.__init__).parameters["dedup"].default
+    if default is False:
+        return "off by default"
+    try:
+        from exactlyonce.dedup.catalog import DedupConfig
+
+        return f"on by default: {DedupConfig(redis_url='redis://-')!r}"
+    except Exception:  # the catalog's API moved: say what we know
+        return "on by default"
+
+
+def _variant_figures(
+    timings: dict[str, PathTiming], name: str, jdbc: PathTiming, raw: PathTiming
+) -> dict[str, Any]:
+    variant = timings.get(name)
+    if variant is None:
+        return {}
+    return {
+        f"{name}_rows_per_s": round(variant.rows_per_s),
+        f"{name}_vs_spark_jdbc": ratio(variant.rows_per_s, jdbc.rows_per_s),
+        f"{name}_vs_raw_copy": ratio(variant.rows_per_s, raw.rows_per_s),
+    }
 
 
 def _load() -> float | None:
@@ -585,21 +747,6 @@ def _load() -> float | None:
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
-
-
-def _forget_head(dsn: str, query_name: str) -> None:
-    from psycopg import sql
-
-    from exactlyonce.connectors.postgres_schema import HEADS, SHARD_COMMITS
-
-    with _connect(dsn) as conn:
-        for name in (HEADS, SHARD_COMMITS):
-            if conn.execute("SELECT to_regclass(%s)", [name]).fetchone()[0] is None:
-                continue
-            conn.execute(
-                sql.SQL("DELETE FROM {} WHERE query_name = %s").format(sql.Identifier(name)),
-                [query_name],
-            )
 
 
 def _run_streams(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink, Head
+    from exactlyonce.connectors.elasticsearch import ElasticsearchSink
     from exactlyonce.connectors.errors import (
         AmbiguousCommitError,
         BadRecordError,
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
         ExactlyOnceError,
         SinkUnavailableError,
     )
+    from exactlyonce.connectors.kafka import KafkaSink
     from exactlyonce.connectors.postgres import PostgresSink
+    from exactlyonce.connectors.redis import RedisSink
 
 _WHERE = {
     "BatchReport": "base",
@@ -31,7 +34,10 @@ _WHERE = {
     "ConfigError": "errors",
     "ExactlyOnceError": "errors",
     "SinkUnavailableError": "errors",
+    "ElasticsearchSink": "elasticsearch",
+    "KafkaSink": "kafka",
     "PostgresSink": "postgres",
+    "RedisSink": "redis",
 }
 
 __all__ = [
@@ -40,10 +46,13 @@ __all__ = [
     "BatchReport",
     "CheckpointResetError",
     "ConfigError",
+    "ElasticsearchSink",
     "ExactlyOnceError",
     "ExactlyOnceSink",
     "Head",
+    "KafkaSink",
     "PostgresSink",
+    "RedisSink",
     "SinkUnavailableError",
 ]
 

@@ -10,7 +10,11 @@ it does not fire again.
 Points, in write-path order:
 
 - ``before_write``: the driver, after the head check and before any task writes;
-- ``mid_copy``: a task, after part of its data reached the sink inside the open transaction;
+- ``mid_copy`` (PostgreSQL), ``mid_write`` (Redis), ``mid_bulk`` (Elasticsearch),
+  ``mid_produce`` (Kafka): a task, after part of its data reached the sink, inside the open
+  transaction where the sink has one;
+- ``before_confirm`` (Kafka): a task, after its transaction committed and before the commit
+  is confirmed on the control topic;
 - ``after_shard_commit``: a task, after its shard transaction committed;
 - ``after_head``: the driver, after the head advanced and before Spark writes its commit log.
 
@@ -24,7 +28,16 @@ import signal
 import time
 from pathlib import Path
 
-POINTS = ("before_write", "mid_copy", "after_shard_commit", "after_head")
+POINTS = (
+    "before_write",
+    "mid_copy",
+    "mid_write",
+    "mid_bulk",
+    "mid_produce",
+    "before_confirm",
+    "after_shard_commit",
+    "after_head",
+)
 _ENV = "EXACTLYONCE_CRASH_AT"
 
 
