@@ -1,0 +1,273 @@
+"""Kafka: the exactly-once KafkaSink against a plain idempotent producer, same rows, one run.
+
+``python -m bench.kafka --rows 500000`` writes the same N generated rows two ways, in one
+Spark session (``local[2]``), each into its own new topic (2 partitions):
+
+``eos``
+    ``KafkaSink(bootstrap, topic, id_columns=["id"], query_name=..., shards=2)`` with its
+    defaults (JSON values, the Redis ID catalog from ``$EXACTLYONCE_REDIS_URL`` or the
+    services file), called as a ``foreachBatch`` callable on a cached DataFrame. A first,
+    small epoch (untimed) starts the sink: preflight, broker probe, head, catalog. The timed
+    epoch then pays what every epoch pays: record IDs, the shuffle by ID, dedup, one Kafka
+    transaction per shard with headers, commit marker and confirmation, the head.
+``plain``
+    ``df.select(to_json(struct(*)))`` then ``mapInArrow``: each task opens one idempotent
+    producer (``enable.idempotence``, ``acks=all``, the same batching settings as the
+    sink's) and produces every value, then flushes. At-least-once; the ceiling for a Python
+    writer through confluent-kafka. It is warmed up on a small topic first.
+
+The result, ``bench/results/kafka.json``, holds ``rows``, ``eos_msgs_per_s``,
+``plain_msgs_per_s`` and ``ratio`` (eos / plain, best timed run of each; runs interleave the
+two paths so both see the same load) at the top level, ``ratio_median`` from the median runs,
+and details under ``paths``.
+Other benchmarks of the Kafka path (the buffer ahead of slow sinks) add their own top-level
+keys to the same file: this one keeps keys it does not own when it rewrites the file.
+One run, on a shared machine: compare the ratio, not the absolute rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bench.common import (
+    RESULTS_DIR,
+    machine_info,
+    now_utc,
+    progress,
+    ratio,
+    versions,
+    write_results,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+NAME = "kafka"
+PARTITIONS = 2
+TARGET_RATIO = 0.7
+WARM_ROWS = 100_000
+PRODUCER_TUNING = {
+    "linger.ms": 5,
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 500_000,
+}
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot run, or a path wrote the wrong number of messages."""
+
+
+def service(key: str) -> str:
+    if os.environ.get(key):
+        return os.environ[key]
+    from exactlyonce.integration.services import service_env
+
+    try:
+        return service_env()[key]
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from None
+
+
+def generate(spark: SparkSession, n: int, start: int = 0) -> DataFrame:
+    """N rows ``(id string(32), value bigint, note string)``, 2 partitions, cached, counted."""
+    from pyspark.sql import functions as F
+
+    key = F.col("id").cast("string")
+    df = spark.range(start, start + n).select(
+        F.md5(key).alias("id"),
+        (F.col("id") * F.lit(2654435761) % F.lit(1_000_000_007)).alias("value"),
+        F.concat(F.lit("note-"), F.substring(F.sha1(key), 1, 10)).alias("note"),
+    )
+    df = df.repartition(PARTITIONS).cache()
+    if df.count() != n:
+        raise BenchError("generated the wrong number of rows")
+    return df
+
+
+@dataclass(frozen=True)
+class PlainWriter:
+    """``mapInArrow`` function: one idempotent producer per task, every value, one flush."""
+
+    bootstrap: str
+    topic: str
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {
+                **PRODUCER_TUNING,
+                "bootstrap.servers": self.bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+            }
+        )
+        produce, topic, rows = producer.produce, self.topic, 0
+        for batch in batches:
+            for value in batch.column(0).to_pylist():
+                while True:
+                    try:
+                        produce(topic, value)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            rows += batch.num_rows
+            producer.poll(0)
+        if producer.flush(120):
+            raise RuntimeError("plain producer: messages left undelivered")
+        yield pa.RecordBatch.from_pydict({"n": pa.array([rows], pa.int64())})
+
+
+def write_plain(df: DataFrame, bootstrap: str, topic: str) -> int:
+    from pyspark.sql import functions as F
+
+    values = df.select(
+        F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"})
+        .cast("binary")
+        .alias("value")
+    )
+    return sum(
+        int(r["n"]) for r in values.mapInArrow(PlainWriter(bootstrap, topic), "n long").collect()
+    )
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=-1)])[
+        topic
+    ].result()
+
+
+def topic_messages(bootstrap: str, topic: str) -> int:
+    """Messages in the topic (every offset that is not a transaction marker)."""
+    from exactlyonce.connectors.kafka_reader import consumer, drain, partitions_of
+
+    client = consumer(bootstrap, isolation="read_uncommitted")
+    try:
+        parts = partitions_of(client, topic, 30)
+        ranges = {(topic, p): (-2, None) for p in parts}
+        return sum(1 for _ in drain(client, ranges, 600, topic))
+    finally:
+        client.close()
+
+
+def run(rows: int, shards: int, repeat: int) -> dict[str, Any]:
+    from exactlyonce.connectors.kafka import KafkaSink
+    from exactlyonce.connectors.kafka_reader import read_exactly_once
+    from exactlyonce.integration.spark import session
+
+    bootstrap = service("KAFKA_BOOTSTRAP_SERVERS")
+    os.environ.setdefault("EXACTLYONCE_REDIS_URL", service("EXACTLYONCE_REDIS_URL"))
+    spark = session("bench-kafka", master="local[2]")
+    tag = uuid.uuid4().hex[:8]
+    progress(f"generating {repeat} x {rows:,} rows (distinct IDs per run) and a warm-up set")
+    batches = [generate(spark, rows, start=i * rows) for i in range(repeat)]
+    warm = generate(spark, WARM_ROWS, start=repeat * rows)
+
+    plain_topic, eos_topic = f"bench-plain-{tag}", f"bench-eos-{tag}"
+    query = f"bench-kafka-{tag}"
+    create_topic(bootstrap, plain_topic)
+    sink = KafkaSink(
+        bootstrap, eos_topic, ["id"], query, create_topic=True, partitions=PARTITIONS, shards=shards
+    )
+    progress("warm-up: plain, and the sink's first epoch (preflight, head, catalog)")
+    write_plain(warm, bootstrap, plain_topic)
+    sink(warm, 0)
+
+    plain_runs: list[float] = []
+    eos_runs: list[float] = []
+    reports = []
+    for i, df in enumerate(batches):  # interleaved, so both paths see the same machine load
+        progress(f"run {i + 1}/{repeat}: plain")
+        began = time.perf_counter()
+        written = write_plain(df, bootstrap, plain_topic)
+        plain_runs.append(time.perf_counter() - began)
+        if written != rows:
+            raise BenchError(f"plain: wrote {written:,} of {rows:,}")
+        progress(f"run {i + 1}/{repeat}: eos")
+        began = time.perf_counter()
+        sink(df, i + 1)
+        eos_runs.append(time.perf_counter() - began)
+        report = sink.last_report
+        assert report is not None
+        if report.written != rows:
+            raise BenchError(f"eos: {report.written:,} written of {rows:,}")
+        reports.append(report)
+    total = WARM_ROWS + repeat * rows
+    progress("checking both topics")
+    plain_held = topic_messages(bootstrap, plain_topic)
+    delivered = sum(1 for _ in read_exactly_once(bootstrap, eos_topic, query))
+    if plain_held != total or delivered != total:
+        raise BenchError(f"plain topic holds {plain_held:,}, the recipe reads {delivered:,}")
+    spark.stop()
+
+    eos_rate, plain_rate = rows / min(eos_runs), rows / min(plain_runs)
+    best = reports[eos_runs.index(min(eos_runs))]
+    return {
+        "rows": rows,
+        "eos_msgs_per_s": round(eos_rate),
+        "plain_msgs_per_s": round(plain_rate),
+        "ratio": ratio(eos_rate, plain_rate),
+        "ratio_median": ratio(statistics.median(plain_runs), statistics.median(eos_runs)),
+        "target_ratio": TARGET_RATIO,
+        "paths": {
+            "eos": {
+                "runs_seconds": [round(s, 3) for s in eos_runs],
+                "shards": shards,
+                "broker_hides_aborted": sink.hides_aborted,
+                "dedup": sink.dedup_config is not None,
+                "bloom_negatives": best.bloom_negatives,
+                "catalog_lookups": best.catalog_lookups,
+                "read_back_by_recipe": delivered,
+            },
+            "plain": {"runs_seconds": [round(s, 3) for s in plain_runs], "topic_holds": plain_held},
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__)
+    parser.add_argument("--rows", type=int, default=300_000, help="rows per timed run")
+    parser.add_argument("--shards", type=int, default=PARTITIONS)
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per path; best counts")
+    args = parser.parse_args(argv)
+    figures = run(args.rows, args.shards, args.repeat)
+    path = RESULTS_DIR / f"{NAME}.json"
+    kept: dict[str, Any] = {}
+    if path.exists():
+        try:
+            kept = json.loads(path.read_text())
+        except ValueError:
+            kept = {}
+    data = {
+        **kept,
+        **figures,
+        "date": now_utc(),
+        "machine": machine_info(),
+        "versions": versions("pyspark", "pyarrow", "confluent_kafka"),
+        "broker": service("KAFKA_BOOTSTRAP_SERVERS"),
+    }
+    write_results(NAME, data)
+    print(
+        f"eos {figures['eos_msgs_per_s']:,} msgs/s, plain {figures['plain_msgs_per_s']:,} "
+        f"msgs/s, ratio {figures['ratio']:.3f} (target {TARGET_RATIO})",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Audit a KafkaSink's output with kafka-python: a client independent of librdkafka.
+
+The consumption recipe of :mod:`exactlyonce.connectors.kafka_reader` is implemented here a
+second time, from its documentation, so the tests do not check the sink with its own code:
+read the control topic (heads and confirmations), read the data topic, count per record ID
+the records of confirmed attempts. The naive count (every record of the query that a plain
+``read_committed`` consumer sees) is kept next to it, to show what a reader without the
+recipe gets on this broker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+with warnings.catch_warnings():
+    # kafka-python 3.0 loads its protocol schemas with importlib.resources.read_text, which
+    # Python 3.11 deprecates; the tests turn warnings into errors.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaConsumer, TopicPartition
+
+CONTROL_TOPIC = "exactlyonce-control"
+
+
+def _escape(name: str) -> str:
+    return name.replace("%", "%25").replace("|", "%7C")
+
+
+def read_topic(
+    bootstrap: str, topic: str, isolation: str = "read_committed", timeout_s: float = 60
+) -> list[Any]:
+    """Every record of every partition, from the beginning to the end, with assign()."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _read_topic(bootstrap, topic, isolation, timeout_s)
+
+
+def _read_topic(bootstrap: str, topic: str, isolation: str, timeout_s: float) -> list[Any]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level=isolation,
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        assert partitions, f"topic {topic} has no partitions"
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            batch = consumer.poll(timeout_ms=300, max_records=10_000)
+            for rs in batch.values():
+                records.extend(rs)
+            if not batch and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                return records
+            assert time.monotonic() < deadline, f"reading {topic} timed out"
+    finally:
+        consumer.close()
+
+
+@dataclass
+class KafkaAudit:
+    query: str
+    head: dict[str, Any] | None
+    confirmed: dict[tuple[int, int, str], dict[str, Any]]
+    accepted: Counter[str] = field(default_factory=Counter)
+    naive: Counter[str] = field(default_factory=Counter)
+    per_attempt: Counter[tuple[int, int, str]] = field(default_factory=Counter)
+    beyond_frontier: int = 0
+    count_field: str = "count"
+    naive_epochs: Counter[int] = field(default_factory=Counter)
+    accepted_epochs: Counter[int] = field(default_factory=Counter)
+
+    def assert_exactly_once(self, expected: set[str]) -> None:
+        twice = {i: n for i, n in self.accepted.items() if n > 1}
+        assert not twice, f"{len(twice)} IDs delivered more than once: {list(twice.items())[:5]}"
+        missing = expected - set(self.accepted)
+        extra = set(self.accepted) - expected
+        assert not missing, f"{len(missing)} expected IDs missing: {sorted(missing)[:5]}"
+        assert not extra, f"{len(extra)} unexpected IDs: {sorted(extra)[:5]}"
+        for attempt, info in self.confirmed.items():
+            claimed = int(info.get(self.count_field, 0))
+            assert self.per_attempt[attempt] == claimed, (
+                f"attempt {attempt} confirmed {claimed} records, the topic holds "
+                f"{self.per_attempt[attempt]}"
+            )
+        assert self.beyond_frontier == 0, "records of confirmed attempts past the frontier"
+
+    @property
+    def naive_extra(self) -> int:
+        """Records a plain read_committed consumer sees beyond one per ID."""
+        return sum(self.naive.values()) - len(self.naive)
+
+    def naive_extra_in(self, epoch: int) -> int:
+        """Records of ``epoch`` a plain read_committed consumer sees that the recipe skips."""
+        return self.naive_epochs[epoch] - self.accepted_epochs[epoch]
+
+
+def audit(
+    bootstrap: str,
+    topic: str,
+    query: str,
+    sink: str | None = None,
+    control_topic: str = CONTROL_TOPIC,
+    count_field: str = "count",
+) -> KafkaAudit:
+    """Count, per record ID, the records of confirmed attempts (the recipe) and all records
+    of the query (naive). For a dead-letter topic pass ``sink`` and
+    ``count_field="dead_letters"``."""
+    sink = sink or f"kafka:{topic}"
+    prefix = f"{_escape(query)}|{_escape(sink)}|"
+    head: dict[str, Any] | None = None
+    confirmed: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for record in read_topic(bootstrap, control_topic, "read_uncommitted"):
+        key = (record.key or b"").decode()
+        if not key.startswith(prefix):
+            continue
+        rest = key[len(prefix) :].split("|")
+        if rest == ["head"]:
+            head = json.loads(record.value) if record.value else None
+        elif len(rest) == 4 and rest[2] == "confirmed" and record.value:
+            confirmed[(int(rest[0]), int(rest[1]), rest[3])] = json.loads(record.value)
+    result = KafkaAudit(query, head, confirmed, count_field=count_field)
+    frontier = (head or {}).get("frontier", {}).get(topic, {})
+    for record in read_topic(bootstrap, topic, "read_committed"):
+        headers = {k: v for k, v in record.headers or []}
+        if headers.get("eo-query", b"").decode() != query:
+            continue
+        rid = headers["eo-record-id"].decode() if "eo-record-id" in headers else "<none>"
+        result.naive[rid] += 1
+        result.naive_epochs[int(headers["eo-epoch"])] += 1
+        attempt = (
+            int(headers["eo-epoch"]),
+            int(headers["eo-shard"]),
+            headers["eo-attempt"].decode(),
+        )
+        if attempt in confirmed:
+            result.accepted[rid] += 1
+            result.accepted_epochs[attempt[0]] += 1
+            result.per_attempt[attempt] += 1
+            if record.offset >= int(frontier.get(str(record.partition), 0)):
+                result.beyond_frontier += 1
+    return result
