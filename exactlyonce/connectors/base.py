@@ -249,6 +249,14 @@ class ExactlyOnceSink(ABC):
         """Check the destination before writing; raise ConfigError/SinkUnavailableError."""
 
     @abstractmethod
+    def head(self) -> Head | None:
+        """The committed head as the destination has it now; None before the first epoch."""
+
+    @abstractmethod
+    def reset_head(self) -> None:
+        """Forget what this query committed (not the data): for a deliberate fresh start."""
+
+    @abstractmethod
     def _read_head(self) -> Head | None: ...
 
     @abstractmethod

@@ -51,6 +51,7 @@ from exactlyonce.connectors.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from exactlyonce.connectors.base import ExactlyOnceSink
     from exactlyonce.connectors.postgres import PostgresSink
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -248,28 +249,13 @@ class DedupSettings(_Model):
     on_catalog_loss: Literal["rebuild", "fail"] | None = None
 
 
-class PostgresSinkConfig(_Model):
-    """:class:`~exactlyonce.connectors.postgres.PostgresSink`'s arguments."""
+class _SinkSettings(_Model):
+    """What every sink takes: record identity, shards, and the dedup catalog."""
 
-    type: Literal["postgres"]
-    dsn: SecretStr
-    table: str = Field(min_length=1)
     id_columns: tuple[str, ...] = Field(min_length=1)
-    mode: Literal["insert", "append"] = "insert"
     shards: int | None = Field(default=None, ge=1, le=4096)
-    create_table: bool = True
-    id_column: str = Field(default="record_id", min_length=1)
-    epoch_column: str = Field(default="epoch", min_length=1)
-    connect_timeout: int = Field(default=10, ge=1)
     dedup: bool | DedupSettings = True
     redis_url: SecretStr | None = None  # default: $EXACTLYONCE_REDIS_URL
-
-    @field_validator("dsn")
-    @classmethod
-    def _dsn(cls, value: SecretStr) -> SecretStr:
-        if not value.get_secret_value().strip():
-            raise ValueError("a PostgreSQL connection string is required")
-        return value
 
     @field_validator("id_columns", mode="before")
     @classmethod
@@ -285,21 +271,14 @@ class PostgresSinkConfig(_Model):
             raise ValueError(f"duplicate column in {list(value)}")
         return value
 
-    @model_validator(mode="after")
-    def _append_needs_dedup(self) -> PostgresSinkConfig:
-        if self.mode == "append" and self.dedup is False:
-            raise PydanticCustomError(
-                "append_needs_dedup",
-                "mode 'append' has no unique index: exactly-once needs the catalog (dedup)",
-                {"field": "sink.dedup"},
-            )
-        return self
+    def _secret_urls(self) -> list[str]:
+        return []
 
     def secrets(self) -> list[str]:
         """Values that must never be printed (for scrubbing foreign error messages)."""
         from exactlyonce.connectors.secrets import dsn_password
 
-        urls = [self.dsn.get_secret_value()]
+        urls = self._secret_urls()
         if self.redis_url is not None:
             urls.append(self.redis_url.get_secret_value())
         return [s for url in urls for s in (url, dsn_password(url)) if s]
@@ -316,29 +295,199 @@ class PostgresSinkConfig(_Model):
             raise ConfigError("sink.redis_url", "dedup needs the catalog's Redis: set redis_url")
         return DedupConfig(redis_url=url, **self.dedup.model_dump(exclude_none=True))
 
+    def _common(self, query_name: str, check: bool) -> dict[str, Any]:
+        return {
+            "id_columns": list(self.id_columns),
+            "query_name": query_name,
+            "shards": self.shards,
+            "check": check,
+            "dedup": self._dedup_argument(),
+            "redis_url": self.redis_url.get_secret_value() if self.redis_url else None,
+        }
+
+    def build(self, query_name: str, *, check: bool = True) -> ExactlyOnceSink:
+        """The sink; ``check`` preflights the destination now."""
+        raise NotImplementedError
+
+
+class PostgresSinkConfig(_SinkSettings):
+    """:class:`~exactlyonce.connectors.postgres.PostgresSink`'s arguments."""
+
+    type: Literal["postgres"]
+    dsn: SecretStr
+    table: str = Field(min_length=1)
+    mode: Literal["insert", "append"] = "insert"
+    create_table: bool = True
+    id_column: str = Field(default="record_id", min_length=1)
+    epoch_column: str = Field(default="epoch", min_length=1)
+    connect_timeout: int = Field(default=10, ge=1)
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value().strip():
+            raise ValueError("a PostgreSQL connection string is required")
+        return value
+
+    @model_validator(mode="after")
+    def _append_needs_dedup(self) -> PostgresSinkConfig:
+        if self.mode == "append" and self.dedup is False:
+            raise PydanticCustomError(
+                "append_needs_dedup",
+                "mode 'append' has no unique index: exactly-once needs the catalog (dedup)",
+                {"field": "sink.dedup"},
+            )
+        return self
+
+    def _secret_urls(self) -> list[str]:
+        return [self.dsn.get_secret_value()]
+
     def build(self, query_name: str, *, check: bool = True) -> PostgresSink:
-        """The sink; ``check`` preflights the database now (connects, creates control tables)."""
         from exactlyonce.connectors.postgres import PostgresSink
 
         with sink_field_errors():
             return PostgresSink(
                 dsn=self.dsn.get_secret_value(),
                 table=self.table,
-                id_columns=list(self.id_columns),
-                query_name=query_name,
                 mode=self.mode,
-                shards=self.shards,
                 create_table=self.create_table,
                 id_column=self.id_column,
                 epoch_column=self.epoch_column,
                 connect_timeout=self.connect_timeout,
-                check=check,
-                dedup=self._dedup_argument(),
-                redis_url=self.redis_url.get_secret_value() if self.redis_url else None,
+                **self._common(query_name, check),
             )
 
 
-SinkConfig = Annotated[PostgresSinkConfig, Field(discriminator="type")]
+class RedisSinkConfig(_SinkSettings):
+    """:class:`~exactlyonce.connectors.redis.RedisSink`'s arguments."""
+
+    type: Literal["redis"]
+    url: SecretStr
+    key_template: str = Field(min_length=1)
+    write: Literal["hash", "string", "stream"] = "hash"
+    ttl_seconds: float | None = Field(default=None, gt=0)
+    pipeline_size: int = Field(default=10_000, ge=1)
+
+    def _secret_urls(self) -> list[str]:
+        return [self.url.get_secret_value()]
+
+    def build(self, query_name: str, *, check: bool = True) -> ExactlyOnceSink:
+        from exactlyonce.connectors.redis import RedisSink
+
+        with sink_field_errors():
+            return RedisSink(
+                url=self.url.get_secret_value(),
+                key_template=self.key_template,
+                write=self.write,
+                ttl_seconds=self.ttl_seconds,
+                pipeline_size=self.pipeline_size,
+                **self._common(query_name, check),
+            )
+
+
+class ElasticsearchSinkConfig(_SinkSettings):
+    """:class:`~exactlyonce.connectors.elasticsearch.ElasticsearchSink`'s arguments."""
+
+    type: Literal["elasticsearch"]
+    hosts: tuple[str, ...] = Field(min_length=1)
+    index: str = Field(min_length=1)
+    op_type: Literal["create", "index"] = "create"
+    api_key: SecretStr | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    ca_certs: str | None = None
+    verify_certs: bool = True
+    dead_letter_index: str | None = None
+    max_retries: int = Field(default=5, ge=0)
+    bulk_max_actions: int = Field(default=1000, ge=1)
+    bulk_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _one_host(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _auth_pairs(self) -> ElasticsearchSinkConfig:
+        if (self.username is None) != (self.password is None):
+            raise PydanticCustomError(
+                "auth_pair",
+                "username and password go together",
+                {"field": "sink.password" if self.username else "sink.username"},
+            )
+        return self
+
+    def _secret_urls(self) -> list[str]:
+        values = [*self.hosts]
+        for secret in (self.api_key, self.password):
+            if secret is not None:
+                values.append(secret.get_secret_value())
+        return values
+
+    def build(self, query_name: str, *, check: bool = True) -> ExactlyOnceSink:
+        from exactlyonce.connectors.elasticsearch import ElasticsearchSink
+
+        basic = None
+        if self.username is not None and self.password is not None:
+            basic = (self.username, self.password.get_secret_value())
+        with sink_field_errors():
+            return ElasticsearchSink(
+                hosts=list(self.hosts),
+                index=self.index,
+                op_type=self.op_type,
+                api_key=self.api_key.get_secret_value() if self.api_key else None,
+                basic_auth=basic,
+                ca_certs=self.ca_certs,
+                verify_certs=self.verify_certs,
+                dead_letter_index=self.dead_letter_index,
+                max_retries=self.max_retries,
+                bulk_max_actions=self.bulk_max_actions,
+                bulk_max_bytes=self.bulk_max_bytes,
+                **self._common(query_name, check),
+            )
+
+
+class KafkaSinkConfig(_SinkSettings):
+    """:class:`~exactlyonce.connectors.kafka.KafkaSink`'s arguments."""
+
+    type: Literal["kafka"]
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str = Field(min_length=1)
+    key_column: str | None = None
+    value: str = "json"
+    dead_letter_topic: str | None = None
+    create_topic: bool = False
+    partitions: int | None = Field(default=None, ge=1)
+    transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    # librdkafka settings (SASL, TLS...); may hold credentials, so never in repr.
+    producer_config: dict[str, str | int | float | bool] = Field(default_factory=dict, repr=False)
+
+    def _secret_urls(self) -> list[str]:
+        keys = ("sasl.password", "ssl.key.password", "ssl.keystore.password")
+        return [str(self.producer_config[k]) for k in keys if k in self.producer_config]
+
+    def build(self, query_name: str, *, check: bool = True) -> ExactlyOnceSink:
+        from exactlyonce.connectors.kafka import KafkaSink
+
+        with sink_field_errors():
+            return KafkaSink(
+                bootstrap_servers=self.bootstrap_servers,
+                topic=self.topic,
+                key_column=self.key_column,
+                value=self.value,
+                dead_letter_topic=self.dead_letter_topic,
+                create_topic=self.create_topic,
+                partitions=self.partitions,
+                transaction_timeout_ms=self.transaction_timeout_ms,
+                producer_config=self.producer_config or None,
+                **self._common(query_name, check),
+            )
+
+
+SinkConfig = Annotated[
+    PostgresSinkConfig | RedisSinkConfig | ElasticsearchSinkConfig | KafkaSinkConfig,
+    Field(discriminator="type"),
+]
 
 
 @contextlib.contextmanager
@@ -380,9 +529,22 @@ class PipelineConfig(_Model):
                 "column(s) {missing} not in the source schema's columns {available}",
                 {"missing": missing, "available": available, "field": "sink.id_columns"},
             )
+        if isinstance(self.sink, RedisSinkConfig):
+            from exactlyonce.connectors.redis import KeyTemplate
+
+            with sink_field_errors():
+                fields = KeyTemplate.parse(self.sink.key_template).fields
+            missing = [c for c in fields if c not in available]
+            if missing:
+                raise PydanticCustomError(
+                    "template_columns_not_in_schema",
+                    "key_template names column(s) {missing} not in the source's columns "
+                    "{available}",
+                    {"missing": missing, "available": available, "field": "sink.key_template"},
+                )
         return self
 
-    def build_sink(self, *, check: bool = True) -> PostgresSink:
+    def build_sink(self, *, check: bool = True) -> ExactlyOnceSink:
         return self.sink.build(self.query_name, check=check)
 
     def trigger_kwargs(self) -> dict[str, Any]:

@@ -52,7 +52,12 @@ from exactlyonce.connectors.postgres_schema import (
 )
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.cli import drop_catalog
-from exactlyonce.integration.config import FilesSourceConfig, PipelineConfig, load_config
+from exactlyonce.integration.config import (
+    FilesSourceConfig,
+    PipelineConfig,
+    PostgresSinkConfig,
+    load_config,
+)
 
 DUPLICATE_RATE = 0.25
 NULL_KEYS = 3
@@ -110,13 +115,13 @@ def read_audit(
 ) -> Audit:
     """What the sink's table, dead-letter table and head hold, against the expected IDs."""
     sink = cfg.build_sink(check=False)  # no connection: for its names only
-    table = TableName.parse(cfg.sink.table)
-    with psycopg.connect(cfg.sink.dsn.get_secret_value(), autocommit=True) as conn:
+    table = TableName.parse(_pg(cfg).table)
+    with psycopg.connect(_pg(cfg).dsn.get_secret_value(), autocommit=True) as conn:
         ids: list[str] = []
         if regclass(conn, table) is not None:
             rows = conn.execute(
                 sql.SQL("SELECT replace({}::text, '-', '') FROM {}").format(
-                    sql.Identifier(cfg.sink.id_column), table.ident()
+                    sql.Identifier(_pg(cfg).id_column), table.ident()
                 )
             ).fetchall()
             ids = [str(r[0]) for r in rows]
@@ -259,8 +264,8 @@ def reset_state(cfg: PipelineConfig, source: FilesSourceConfig) -> None:
     shutil.rmtree(cfg.checkpoint, ignore_errors=True)
     shutil.rmtree(source.path, ignore_errors=True)
     drop_catalog(cfg.build_sink(check=False))  # before the head, as `reset-head` does
-    table = TableName.parse(cfg.sink.table)
-    with psycopg.connect(cfg.sink.dsn.get_secret_value(), autocommit=True) as conn:
+    table = TableName.parse(_pg(cfg).table)
+    with psycopg.connect(_pg(cfg).dsn.get_secret_value(), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table.ident()))
         for name in (HEADS, SHARD_COMMITS, DEAD_LETTERS):
             if regclass(conn, TableName(table.schema, name)) is not None:
@@ -272,8 +277,8 @@ def reset_state(cfg: PipelineConfig, source: FilesSourceConfig) -> None:
 
 def head_epoch(cfg: PipelineConfig) -> int:
     """The query's committed head in PostgreSQL, -1 before the first commit."""
-    table = TableName.parse(cfg.sink.table)
-    with psycopg.connect(cfg.sink.dsn.get_secret_value(), autocommit=True) as conn:
+    table = TableName.parse(_pg(cfg).table)
+    with psycopg.connect(_pg(cfg).dsn.get_secret_value(), autocommit=True) as conn:
         if regclass(conn, TableName(table.schema, HEADS)) is None:
             return -1
         row = conn.execute(
@@ -412,7 +417,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if audit.ok else 1
 
 
+def _pg(cfg: PipelineConfig) -> PostgresSinkConfig:
+    """The demo writes to, and audits, PostgreSQL."""
+    if not isinstance(cfg.sink, PostgresSinkConfig):
+        raise ConfigError("sink.type", "the demo audits a PostgreSQL table: use type postgres")
+    return cfg.sink
+
+
 def _demo_source(cfg: PipelineConfig) -> FilesSourceConfig:
+    _pg(cfg)
     source = cfg.source
     if not isinstance(source, FilesSourceConfig) or source.format != "json":
         raise ConfigError("source.type", "the demo generates JSON files: use type files, json")

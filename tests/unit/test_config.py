@@ -233,3 +233,50 @@ def test_append_mode_without_dedup_is_refused(tmp_path: Path) -> None:
     assert err.field == "sink.dedup"
     err = error_for(tmp_path, with_line("mode: insert", "mode: upsert"))
     assert err.field == "sink.mode"
+
+
+OTHER_SINKS = {
+    "redis": (
+        "  type: redis\n  url: redis://:s3cr3t-Pa55@cache:6379/0\n"
+        "  key_template: 'event:{event_id}'\n  write: hash\n  id_columns: [event_id]\n"
+    ),
+    "elasticsearch": (
+        "  type: elasticsearch\n  hosts: https://es:9200\n  index: events\n"
+        "  api_key: s3cr3t-Pa55\n  id_columns: [event_id]\n"
+    ),
+    "kafka": (
+        "  type: kafka\n  bootstrap_servers: broker:9092\n  topic: events-out\n"
+        "  id_columns: [event_id]\n  producer_config: {sasl.password: s3cr3t-Pa55}\n"
+    ),
+}
+
+
+def _with_sink(body: str) -> str:
+    head, _, rest = VALID.partition("sink:\n")
+    return head + "sink:\n" + body + "spark:\n" + rest.partition("spark:\n")[2]
+
+
+@pytest.mark.parametrize("kind", sorted(OTHER_SINKS))
+def test_every_sink_type_parses_and_hides_its_secret(tmp_path: Path, kind: str) -> None:
+    cfg = load_config(write(tmp_path, _with_sink(OTHER_SINKS[kind])))
+    assert cfg.sink.type == kind
+    assert PASSWORD in cfg.sink.secrets()
+    assert PASSWORD not in repr(cfg)
+
+
+@pytest.mark.parametrize("kind", sorted(OTHER_SINKS))
+def test_every_sink_type_builds_its_sink_without_connecting(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXACTLYONCE_REDIS_URL", "redis://catalog.example:6379/0")
+    cfg = load_config(write(tmp_path, _with_sink(OTHER_SINKS[kind])))
+    sink = cfg.build_sink(check=False)
+    assert sink.kind == kind and sink.query_name == "clicks-to-pg"
+    assert PASSWORD not in repr(sink)
+
+
+def test_a_redis_key_template_naming_a_missing_column_is_a_config_error(tmp_path: Path) -> None:
+    body = OTHER_SINKS["redis"].replace("event:{event_id}", "event:{nope}")
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, _with_sink(body)))
+    assert err.value.field == "sink.key_template" and "nope" in str(err.value)
