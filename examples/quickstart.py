@@ -3,12 +3,14 @@
 make services && python examples/quickstart.py
 """
 
+import os
 from pathlib import Path
 
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.integration.services import service_env
 from exactlyonce.integration.spark import session, start_stream
 
+name = os.environ.get("EXAMPLE_NAME", "quickstart")  # query and table name
 env = service_env()  # $EXACTLYONCE_PG_DSN etc., else .exactlyonce/services.env
 inbox = Path(".exactlyonce/quickstart/input")
 inbox.mkdir(parents=True, exist_ok=True)
@@ -22,9 +24,9 @@ spark = session("quickstart")
 events = spark.readStream.schema("event_id STRING, user_id BIGINT, action STRING").json(str(inbox))
 sink = PostgresSink(
     dsn=env["EXACTLYONCE_PG_DSN"],
-    table="quickstart_events",
+    table=f"{name}_events",
     id_columns=["event_id"],
-    query_name="quickstart",
+    query_name=name,
     redis_url=env["EXACTLYONCE_REDIS_URL"],  # the dedup catalog; or dedup=False
 )
 query = start_stream(events, sink, ".exactlyonce/quickstart/checkpoint", available_now=True)
