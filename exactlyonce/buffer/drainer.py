@@ -1,0 +1,698 @@
+"""The drainer: buffer topic -> real sink, exactly once, never dropping a record.
+
+What it guarantees: every record that the buffered query committed to the buffer topic (the
+consumption recipe of :mod:`exactlyonce.connectors.kafka_reader`: confirmed attempts, up to
+the head's frontier) is written to the sink once, through drainer crashes (SIGKILL anywhere),
+sink outages and restarts; a record it cannot write goes to the drain dead-letter topic with
+the reason, and the drain goes on. Records of aborted or superseded attempts (which Tansu and
+other brokers still deliver) are skipped, never written.
+
+How:
+
+- it reads the buffer with ``assign()`` and explicit offsets, never a consumer group;
+- where it is (partition -> next offset) lives in the sink, written in the same transaction
+  as the rows (:mod:`exactlyonce.buffer.postgres`), and is read back on (re)start: Kafka
+  Connect's ``SinkTaskContext.offset()`` pattern;
+- it follows the recipe incrementally: it folds the control topic (heads, confirmations) as it
+  grows, and reads each partition from its stored offset up to the latest head's frontier, in
+  chunks of at most ``batch_size`` records, one sink transaction per chunk;
+- a record ID already in the sink is a no-op (the unique index, ``ON CONFLICT DO NOTHING``);
+- any failure of the sink or the broker rolls the chunk back, waits (exponential backoff up to
+  ``max_backoff_s``), re-reads the offsets from the sink (a commit whose reply was lost is
+  seen there, never assumed failed) and resumes from them;
+- stored offsets beyond the topic's end (the topic was re-created) or below its start
+  (records expired before they were drained) stop it with an error: it never skips silently.
+
+Lag: ``lag.records`` is the number of offsets between the stored positions and the end of
+each partition (committed records, plus records of epochs still in flight); ``lag.seconds``
+is how long ago the oldest committed-but-undrained epoch was committed to the buffer (0 when
+caught up).
+
+Dead letters (at-least-once): they are flushed to the dead-letter topic before the sink
+transaction commits, so a crash between the two may write one again; each carries its source
+coordinates (``eo-source-topic``/``-partition``/``-offset`` headers) to tell repeats apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from exactlyonce.buffer.kafka_buffer import KafkaBuffer, check_target
+from exactlyonce.buffer.postgres import (
+    DrainRow,
+    OffsetsMovedError,
+    PgDrainTarget,
+    valid_record_id,
+)
+from exactlyonce.connectors.errors import CheckpointResetError, ConfigError, SinkUnavailableError
+from exactlyonce.connectors.kafka_reader import (
+    H_EPOCH,
+    H_ERROR,
+    H_RECORD_ID,
+    Commits,
+    consumer,
+    control_prefix,
+    drain,
+    headers_of,
+    offset_of,
+    partitions_of,
+    shared_config,
+    where_of,
+)
+from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors.secrets import scrub
+from exactlyonce.integration.crashpoints import crash_point
+
+log = logging.getLogger("exactlyonce.drainer")
+
+H_SOURCE_TOPIC = "eo-source-topic"
+H_SOURCE_PARTITION = "eo-source-partition"
+H_SOURCE_OFFSET = "eo-source-offset"
+H_DRAINER = "eo-drainer"
+
+FATAL = (ConfigError, CheckpointResetError)
+
+
+@dataclass
+class Lag:
+    """How far the sink is behind the buffer."""
+
+    records: int = 0
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.records} records, {self.seconds:.1f}s behind"
+
+
+@dataclass
+class DrainReport:
+    """What a drain did (one chunk, one call, or the drainer's whole life)."""
+
+    batches: int = 0
+    read: int = 0
+    written: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    skipped: int = 0  # records of aborted/superseded attempts or of other queries
+    retries: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: DrainReport) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class _Chunk:
+    """What one read of the buffer returned: rows to write, bad messages, new positions."""
+
+    starts: dict[int, int]
+    ends: dict[int, int]
+    rows: list[DrainRow] = field(default_factory=list)
+    bad: list[tuple[Any, str]] = field(default_factory=list)
+    read: int = 0
+    skipped: int = 0
+
+
+class Drainer:
+    """Moves a buffer's records into its sink. Use :meth:`run` (blocking), :meth:`start` /
+    :meth:`stop` (a thread), or :meth:`drain_available` (until caught up)."""
+
+    def __init__(
+        self,
+        sink: PostgresSink,
+        buffer: KafkaBuffer,
+        *,
+        batch_size: int = 10_000,
+        poll_interval_s: float = 0.5,
+        max_backoff_s: float = 10.0,
+        kafka_timeout_s: float = 60.0,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError("batch_size", f"a positive integer, got {batch_size!r}")
+        self.sink = check_target(sink)
+        self.buffer = buffer
+        self.topic = buffer.topic
+        self.query_name = sink.query_name
+        self.batch_size = batch_size
+        self.poll_interval_s = poll_interval_s
+        self.max_backoff_s = max_backoff_s
+        self.kafka_timeout_s = kafka_timeout_s
+        self.name = name or f"drainer:{os.getpid()}"
+        self.target = PgDrainTarget(sink, buffer.topic, f"exactlyonce:{self.name}")
+        self.commits = Commits(self.query_name, buffer.sink_name)
+        self.total = DrainReport()
+        self.lag = Lag()
+        self.positions: dict[int, int] | None = None  # None: to be read from the sink
+        self.error: BaseException | None = None
+        self._control_pos: dict[int, int] = {}
+        self._heads: deque[tuple[float, dict[int, int]]] = deque()
+        self._ready = False
+        self._clients: dict[str, Any] = {}
+        self._producer: Producer | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._prefetch: Future[_Chunk] | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._chunks = 0
+        self._secrets = [
+            str(v) for k, v in buffer.client_config.items() if "password" in k or "secret" in k
+        ]
+
+    # -- public ----------------------------------------------------------------------------
+
+    def load_offsets(self) -> dict[int, int]:
+        """Read the stored offsets back from the sink (what a restart resumes from)."""
+        self.target.ensure()
+        self.positions = self.target.read_offsets()
+        return dict(self.positions)
+
+    def step(self) -> DrainReport:
+        """Drain at most one chunk (``batch_size`` records) in one sink transaction."""
+        began = time.monotonic()
+        self._prepare()
+        self._refresh_control()
+        chunk = self._next_chunk()
+        report = DrainReport()
+        if chunk is not None:
+            report = self._write(chunk)
+            report.seconds = time.monotonic() - began
+            self.total.add(report)
+        self._compute_lag()
+        return report
+
+    def caught_up(self) -> bool:
+        """Every record up to the latest head's frontier is in the sink."""
+        frontier = self.commits.frontier(self.topic)
+        positions = self.positions or {}
+        return all(positions.get(p, 0) >= end for p, end in frontier.items())
+
+    def drain_available(self, timeout_s: float = 300.0) -> DrainReport:
+        """Drain until the sink holds everything the buffer committed when this call began
+        (retrying through failures until ``timeout_s``)."""
+        began = time.monotonic()
+        report = DrainReport()
+        self._retrying(lambda: self._refresh_control_prepared(), began, timeout_s, report)
+        target = self.commits.frontier(self.topic)
+        while True:
+            done = self.positions is not None and all(
+                self.positions.get(p, 0) >= end for p, end in target.items()
+            )
+            if done:
+                break
+            step = self._retrying(self.step, began, timeout_s, report)
+            if step is not None:
+                report.add(step)
+        report.seconds = time.monotonic() - began
+        self._compute_lag()
+        return report
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        until_idle_s: float | None = None,
+        on_step: Callable[[DrainReport], None] | None = None,
+    ) -> DrainReport:
+        """Drain until ``stop`` is set (or, with ``until_idle_s``, once caught up and idle
+        that long). Sink and broker failures are retried forever with backoff; a
+        configuration error (or offsets the topic cannot hold) ends the run with it."""
+        stop = stop or self._stop
+        began = time.monotonic()
+        last_work = time.monotonic()
+        backoff = 0.0
+        report = DrainReport()
+        while not stop.is_set():
+            try:
+                step = self.step()
+            except FATAL as exc:
+                self.error = exc
+                raise
+            except Exception as exc:
+                backoff = min(self.max_backoff_s, max(0.25, backoff * 2))
+                self._failed(exc, backoff, report)
+                stop.wait(backoff)
+                continue
+            backoff = 0.0
+            report.add(step)
+            if on_step is not None:
+                on_step(step)
+            if step.batches:
+                last_work = time.monotonic()
+                continue
+            idle = time.monotonic() - last_work
+            if until_idle_s is not None and idle >= until_idle_s and self.caught_up():
+                break
+            stop.wait(self.poll_interval_s)
+        report.seconds = time.monotonic() - began
+        return report
+
+    def start(self) -> threading.Thread:
+        """Run in a daemon thread until :meth:`stop`."""
+        if self._thread is not None and self._thread.is_alive():
+            return self._thread
+        self._stop.clear()
+        self.error = None
+
+        def body() -> None:
+            try:
+                self.run(self._stop)
+            except BaseException as exc:  # kept for the owner to see
+                self.error = exc
+                log.error("%s stopped: %s", self, self._scrub(str(exc)))
+
+        self._thread = threading.Thread(target=body, name=self.name, daemon=True)
+        self._thread.start()
+        return self._thread
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.close()
+
+    def close(self) -> None:
+        self._cancel_prefetch()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):
+                client.close()
+        self._clients.clear()
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None
+        self.target.close()
+        self._ready = False
+
+    def refresh_lag(self) -> Lag:
+        """Read the control topic and the partitions' ends now, and recompute :attr:`lag`."""
+        if self.positions is None:
+            self._prepare()
+        self._refresh_control()
+        return self._compute_lag()
+
+    def _compute_lag(self) -> Lag:
+        """:attr:`lag` from the broker's view and the last known positions (works while the
+        sink is down)."""
+        if self.positions is None:
+            return self.lag
+        client = self._client("data")
+        frontier = self.commits.frontier(self.topic)
+        records = 0
+        for p in self._partitions():
+            _, high = client.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=self.kafka_timeout_s, cached=False
+            )
+            end = max(high, frontier.get(p, 0))
+            records += max(0, end - self.positions.get(p, 0))
+        seconds = 0.0
+        while self._heads and all(
+            self.positions.get(p, 0) >= o for p, o in self._heads[0][1].items()
+        ):
+            self._heads.popleft()
+        if self._heads and records:
+            seconds = max(0.0, time.time() - self._heads[0][0])
+        self.lag = Lag(records, seconds)
+        return self.lag
+
+    def __repr__(self) -> str:
+        return f"Drainer({self.topic!r} -> {self.sink.sink_name!r}, query={self.query_name!r})"
+
+    # -- preparation -----------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        if self._ready:
+            return
+        self._cancel_prefetch()
+        self.target.ensure()
+        self.positions = self.target.read_offsets()
+        self._check_positions(self.positions)
+        self._ensure_dead_letter_topic()
+        self._ready = True
+        log.info("%s resumes at %s", self, self.positions or "the beginning")
+
+    def _refresh_control_prepared(self) -> None:
+        self._prepare()
+        self._refresh_control()
+
+    def _client(self, role: str) -> Any:
+        if role not in self._clients:
+            isolation = "read_committed" if role == "data" else "read_uncommitted"
+            self._clients[role] = consumer(
+                self.buffer.bootstrap_servers, self.buffer.client_config, isolation=isolation
+            )
+        return self._clients[role]
+
+    def _partitions(self) -> list[int]:
+        return partitions_of(self._client("data"), self.topic, self.kafka_timeout_s)
+
+    def _check_positions(self, positions: Mapping[int, int]) -> None:
+        """Stored offsets must lie inside what the topic holds (DESIGN invariant 9's kind)."""
+        client = self._client("data")
+        parts = set(self._partitions())
+        for p, offset in sorted(positions.items()):
+            if p not in parts:
+                raise ConfigError(
+                    "buffer.topic",
+                    f"the sink holds drain offsets for partition {p} of {self.topic!r}, which "
+                    "has no such partition: the topic was re-created. Run `exactlyonce "
+                    "drain --reset-offsets` (or Drainer.reset_offsets()) if you mean to start over",
+                )
+            low, high = client.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=self.kafka_timeout_s, cached=False
+            )
+            end = max(high, self.commits.frontier(self.topic).get(p, 0))
+            if offset > end:
+                raise ConfigError(
+                    "buffer.topic",
+                    f"the sink's drain offset {offset} of {self.topic}[{p}] is past the end of "
+                    f"the partition ({end}): the topic was re-created (or the broker lost its "
+                    "data), and draining on would skip records. Run `exactlyonce drain "
+                    "--reset-offsets` (or Drainer.reset_offsets()) if you mean to start over",
+                )
+            if offset < low:
+                raise ConfigError(
+                    "buffer.topic",
+                    f"records {offset}..{low - 1} of {self.topic}[{p}] expired before they were "
+                    "drained (topic retention is shorter than the drainer's lag). They are "
+                    "lost to the sink; reset the drain offsets to go on knowingly",
+                )
+
+    def reset_offsets(self) -> int:
+        """Forget the stored offsets (not the data): the next run starts at the topic's start.
+        Record IDs already in the sink stay no-ops."""
+        self.target.ensure()
+        n = self.target.reset_offsets()
+        self.positions = None
+        self._ready = False
+        return n
+
+    def _ensure_dead_letter_topic(self) -> None:
+        topic = self.buffer.drain_dead_letter_topic
+        errors: list[str] = []
+        config: dict[str, Any] = {
+            **shared_config(self.buffer.client_config),
+            "bootstrap.servers": self.buffer.bootstrap_servers,
+            "error_cb": lambda err: errors.append(err.str()),
+        }
+        admin = AdminClient(config)
+        try:
+            meta = admin.list_topics(timeout=self.kafka_timeout_s)
+        except KafkaException as exc:
+            raise SinkUnavailableError(
+                f"Kafka at {self.buffer.bootstrap_servers}: {self._scrub(str(exc))}"
+            ) from None
+        if topic in meta.topics and meta.topics[topic].error is None:
+            return
+        futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1)])
+        try:
+            futures[topic].result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise SinkUnavailableError(
+                    f"cannot create dead-letter topic {topic!r}: {self._scrub(str(exc))}"
+                ) from None
+
+    # -- the recipe, incrementally -----------------------------------------------------------
+
+    def _refresh_control(self) -> None:
+        """Fold the control topic's new records into :attr:`commits` (recipe step 1)."""
+        client = self._client("control")
+        control = self.buffer.control_topic
+        if not self._control_pos:
+            parts = partitions_of(client, control, self.kafka_timeout_s)
+            self._control_pos = {p: OFFSET_BEGINNING for p in parts}
+        ranges: dict[tuple[str, int], tuple[int, int | None]] = {
+            (control, p): (start, None) for p, start in self._control_pos.items()
+        }
+        head_key = (control_prefix(self.query_name, self.buffer.sink_name) + "head").encode()
+        for msg in drain(client, ranges, self.kafka_timeout_s, f"control topic {control!r}"):
+            _, p = where_of(msg)
+            self._control_pos[p] = offset_of(msg) + 1
+            self.commits.add(msg)
+            value = msg.value()
+            if value and msg.key() == head_key:
+                self._note_head(value)
+
+    def _note_head(self, value: bytes) -> None:
+        try:
+            data = json.loads(value)
+            frontier = {int(p): int(o) for p, o in data["frontier"].get(self.topic, {}).items()}
+            written_at = float(data.get("written_at") or time.time())
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return
+        self._heads.append((written_at, frontier))
+        while len(self._heads) > 10_000:
+            self._heads.popleft()
+
+    def _plan(self) -> tuple[dict[int, int], dict[int, int]] | None:
+        """Offset ranges of the next chunk: from the positions toward the frontier."""
+        assert self.positions is not None
+        frontier = self.commits.frontier(self.topic)
+        todo = {
+            p: (self.positions.get(p, 0), end)
+            for p, end in sorted(frontier.items())
+            if self.positions.get(p, 0) < end
+        }
+        if not todo:
+            return None
+        share = max(1, self.batch_size // len(todo))
+        starts = {p: s for p, (s, _) in todo.items()}
+        ends = {p: min(end, s + share) for p, (s, end) in todo.items()}
+        return starts, ends
+
+    def _next_chunk(self) -> _Chunk | None:
+        """The next chunk: the prefetched one if it starts where we are, else read now; then
+        prefetch the one after it (reading overlaps the sink's work on this one)."""
+        assert self.positions is not None
+        planned = self._plan()
+        if planned is None:
+            self._cancel_prefetch()
+            return None
+        starts, ends = planned
+        chunk: _Chunk | None = None
+        if self._prefetch is not None:
+            future, self._prefetch = self._prefetch, None
+            got = future.result()  # a failed read raises here, like a direct one
+            if got.starts == starts:
+                chunk = got
+        if chunk is None:
+            chunk = self._read(starts, ends)
+        after = {**self.positions, **chunk.ends}
+        follow = self._plan_from(after)
+        if follow is not None:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-read")
+            self._prefetch = self._pool.submit(self._read, *follow)
+        return chunk
+
+    def _plan_from(self, positions: dict[int, int]) -> tuple[dict[int, int], dict[int, int]] | None:
+        saved, self.positions = self.positions, positions
+        try:
+            return self._plan()
+        finally:
+            self.positions = saved
+
+    def _cancel_prefetch(self) -> None:
+        future, self._prefetch = self._prefetch, None
+        if future is not None:
+            with contextlib.suppress(Exception):
+                future.result()
+
+    def _read(self, starts: dict[int, int], ends: dict[int, int]) -> _Chunk:
+        """Recipe steps 2-3 over ``[starts, ends)``: rows of confirmed attempts, checked."""
+        chunk = _Chunk(dict(starts), dict(ends))
+        accepts = self.commits.accepts
+        rows, bad = chunk.rows, chunk.bad
+        ranges: dict[tuple[str, int], tuple[int, int | None]] = {
+            (self.topic, p): (s, ends[p]) for p, s in starts.items()
+        }
+        client = self._client("read")
+        for msg in drain(client, ranges, self.kafka_timeout_s, f"buffer topic {self.topic!r}"):
+            chunk.read += 1
+            headers = headers_of(msg)
+            if not accepts(headers):
+                chunk.skipped += 1
+                continue
+            rid = headers.get(H_RECORD_ID)
+            if not valid_record_id(rid):
+                reason = "missing record-ID header" if rid is None else "malformed record-ID header"
+                bad.append((msg, f"{reason} ({H_RECORD_ID})"))
+                continue
+            assert rid is not None
+            value = msg.value()
+            problem = _value_problem(value)
+            if problem or value is None:
+                bad.append((msg, problem or "no value"))
+                continue
+            rows.append(DrainRow(rid.lower(), int(headers[H_EPOCH]), value, msg))
+        return chunk
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _write(self, chunk: _Chunk) -> DrainReport:
+        """One sink transaction: rows, dead letters flushed before it commits, offsets."""
+        assert self.positions is not None
+        self._chunks += 1
+        n = self._chunks
+        report = DrainReport(batches=1, read=chunk.read, skipped=chunk.skipped)
+        crash_point("drain_before_write", n)
+        try:
+            self.target.begin()
+            result = self.target.insert(chunk.rows)
+            crash_point("drain_mid_write", n)
+            letters = chunk.bad + [
+                (r.source, f"refused by the sink: {why}") for r, why in result.refused
+            ]
+            if letters:
+                self._dead_letter(letters)
+            self.target.commit({**self.positions, **chunk.ends})
+        except BaseException:
+            self.target.rollback()
+            self._cancel_prefetch()
+            raise
+        crash_point("drain_after_commit", n)
+        self.positions.update(chunk.ends)
+        report.written = result.written
+        report.duplicates = result.duplicates
+        report.dead_letters = len(letters)
+        if report.written or report.dead_letters:
+            log.info(
+                "%s: %d written, %d duplicates, %d dead letters, %d skipped; lag %s",
+                self,
+                report.written,
+                report.duplicates,
+                report.dead_letters,
+                report.skipped,
+                self.lag,
+            )
+        return report
+
+    def _dead_letter(self, letters: list[tuple[Any, str]]) -> None:
+        """Produce and flush (before the sink commits): never lost, at worst repeated."""
+        if self._producer is None:
+            self._producer = Producer(
+                {
+                    **shared_config(self.buffer.client_config),
+                    "bootstrap.servers": self.buffer.bootstrap_servers,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                }
+            )
+        failures: list[str] = []
+
+        def delivered(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                failures.append(err.str())
+
+        for msg, reason in letters:
+            topic, partition = where_of(msg)
+            raw = msg.headers() or []
+            headers = [(k, v) for k, v in raw if k != H_ERROR]
+            headers += [
+                (H_ERROR, reason.encode()),
+                (H_SOURCE_TOPIC, topic.encode()),
+                (H_SOURCE_PARTITION, str(partition).encode()),
+                (H_SOURCE_OFFSET, str(offset_of(msg)).encode()),
+                (H_DRAINER, self.name.encode()),
+            ]
+            self._producer.produce(
+                self.buffer.drain_dead_letter_topic,
+                msg.value(),
+                msg.key(),
+                headers=headers,
+                on_delivery=delivered,
+            )
+        left = self._producer.flush(self.kafka_timeout_s)
+        if left or failures:
+            why = failures[0] if failures else f"{left} not acknowledged"
+            raise SinkUnavailableError(f"dead letters not written: {self._scrub(why)}")
+        for msg, reason in letters:
+            log.warning(
+                "%s: dead letter %s[%d]@%d: %s",
+                self,
+                *where_of(msg),
+                offset_of(msg),
+                reason,
+            )
+
+    # -- failures ----------------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException, backoff: float, report: DrainReport) -> None:
+        """After a failure: forget the chunk and the positions (re-read from the sink next
+        time), keep the lag current from the broker, and say what happened."""
+        self.total.retries += 1
+        report.retries += 1
+        self._ready = False
+        self.target.close()
+        if isinstance(exc, OffsetsMovedError):
+            log.warning("%s: %s; re-reading the offsets from the sink", self, exc)
+        else:
+            log.warning(
+                "%s: %s: %s; retry in %.1fs (lag %s)",
+                self,
+                type(exc).__name__,
+                self._scrub(str(exc)).strip().splitlines()[0] if str(exc).strip() else "",
+                backoff,
+                self.lag,
+            )
+        with contextlib.suppress(Exception):
+            self._refresh_control()
+            self._compute_lag()
+
+    def _retrying(
+        self, fn: Callable[[], Any], began: float, timeout_s: float, report: DrainReport
+    ) -> Any:
+        backoff = 0.0
+        while True:
+            try:
+                return fn()
+            except FATAL:
+                raise
+            except Exception as exc:
+                if time.monotonic() - began > timeout_s:
+                    raise
+                backoff = min(self.max_backoff_s, max(0.25, backoff * 2))
+                self._failed(exc, backoff, report)
+                time.sleep(backoff)
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, *self._secrets, self.sink._dsn.reveal())
+
+
+def _value_problem(value: bytes | None) -> str | None:
+    """Why a value cannot be a row (cheap checks; PostgreSQL parses the JSON itself)."""
+    if value is None:
+        return "no value (a tombstone)"
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"undecodable value: not valid UTF-8 ({exc.reason} at byte {exc.start})"
+    body = value.strip()
+    if not body.startswith(b"{") or not body.endswith(b"}"):
+        return "undecodable value: not a JSON object"
+    if b"\x00" in body:
+        return "undecodable value: contains a NUL byte"
+    return None
+
+
+__all__ = ["DrainReport", "Drainer", "Lag"]

@@ -1,0 +1,189 @@
+"""A Kafka topic between Spark and a slow sink: the Spark side.
+
+``Buffered(sink, KafkaBuffer(topic=..., bootstrap_servers=...))`` is a ``foreachBatch``
+callable. Each micro-batch goes, exactly once, into the buffer topic through the
+:class:`~exactlyonce.connectors.kafka.KafkaSink` machinery (one Kafka transaction per shard,
+headers with query, epoch, shard, attempt and record ID, commit confirmations and a head with
+the topic's frontier on the control topic) and the batch returns. It never waits for the real
+sink: a slow or stopped PostgreSQL does not slow or fail the query. A
+:class:`~exactlyonce.buffer.drainer.Drainer` moves the records on.
+
+Why a wrapper and not a ``buffer=`` argument on every sink: the wrapper IS a KafkaSink (its
+head, its reports, ``reset_head``, the CLI's ``run``/``check`` work unchanged), and the sinks
+stay free of buffer code. The real sink is used for its names and its connection only.
+
+The buffer's records are the stream's rows as JSON objects (every column), with the record ID
+of the real sink's ``id_columns`` and the epoch in headers; the drainer adds them back as the
+sink's ID and epoch columns.
+
+Example::
+
+    sink = PostgresSink(dsn, "events", ["event_id"], "clicks-to-pg")
+    buffered = Buffered(sink, KafkaBuffer(topic="clicks-buffer", bootstrap_servers="k:9092"))
+    start_stream(df, buffered, checkpoint)            # Spark -> buffer topic
+    Drainer(sink, buffered.buffer).run()               # buffer topic -> PostgreSQL
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
+from exactlyonce.connectors.kafka import KafkaSink
+from exactlyonce.connectors.kafka_reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
+from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.dedup.catalog import DedupConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("exactlyonce.buffer")
+
+
+def drain_dead_letter_topic_for(topic: str) -> str:
+    return f"{topic}.drain-dead-letters"
+
+
+@dataclass(frozen=True)
+class KafkaBuffer:
+    """Where the buffer lives. ``client_config`` (SASL, TLS...) goes to every client of the
+    buffer; it may hold credentials, so it never prints.
+
+    ``dead_letter_topic``: the KafkaSink's (records without a key, written by Spark), default
+    ``<topic>.dead-letters``. ``drain_dead_letter_topic``: messages the drainer cannot
+    write (undecodable value, no record ID, refused by the sink), default
+    ``<topic>.drain-dead-letters``.
+    """
+
+    topic: str
+    bootstrap_servers: str
+    partitions: int | None = None
+    create_topic: bool = True
+    control_topic: str = DEFAULT_CONTROL_TOPIC
+    dead_letter_topic: str | None = None
+    drain_dead_letter_topic_name: str | None = None
+    transaction_timeout_ms: int = 60_000
+    shards: int | None = None
+    client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def sink_dead_letter_topic(self) -> str:
+        return self.dead_letter_topic or dead_letter_topic_for(self.topic)
+
+    @property
+    def drain_dead_letter_topic(self) -> str:
+        return self.drain_dead_letter_topic_name or drain_dead_letter_topic_for(self.topic)
+
+    @property
+    def sink_name(self) -> str:
+        """The buffer's head key on the control topic (the KafkaSink's default name)."""
+        return f"kafka:{self.topic}"
+
+    def wrap(self, sink: PostgresSink, **kwargs: Any) -> Buffered:
+        return Buffered(sink, self, **kwargs)
+
+
+def check_target(sink: object) -> PostgresSink:
+    """The sinks a drainer can write to, in the modes it keeps exactly-once."""
+    if not isinstance(sink, PostgresSink):
+        raise ConfigError(
+            "buffer", f"a buffer drains into a PostgresSink; {type(sink).__name__} has no drainer"
+        )
+    if sink.mode != "insert":
+        raise ConfigError(
+            "buffer",
+            "the drainer writes PostgreSQL in mode='insert' (its unique record-ID index "
+            "dedups what the drainer re-reads); mode='append' is not drained",
+        )
+    return sink
+
+
+class Buffered(KafkaSink):
+    """``sink`` behind a Kafka buffer: a KafkaSink into ``buffer.topic`` that names ``sink``.
+
+    The stream's query name and record-ID columns are the real sink's. Dedup (the Redis
+    catalog) follows the real sink's setting unless ``dedup`` is given.
+    """
+
+    kind = "buffer"
+
+    def __init__(
+        self,
+        sink: PostgresSink,
+        buffer: KafkaBuffer,
+        *,
+        dedup: bool | DedupConfig | None = None,
+        check: bool = True,
+    ) -> None:
+        self.target = check_target(sink)
+        self.buffer = buffer
+        if dedup is None:
+            dedup = sink.dedup_config if sink.dedup_config is not None else False
+        super().__init__(
+            buffer.bootstrap_servers,
+            buffer.topic,
+            list(sink.ids.columns),
+            sink.query_name,
+            value="json",
+            control_topic=buffer.control_topic,
+            dead_letter_topic=buffer.sink_dead_letter_topic,
+            create_topic=buffer.create_topic,
+            partitions=buffer.partitions,
+            producer_config=dict(buffer.client_config) or None,
+            transaction_timeout_ms=buffer.transaction_timeout_ms,
+            shards=buffer.shards if buffer.shards is not None else sink.shards,
+            dedup=dedup,
+            check=check,
+        )
+        self._target_ready = False
+
+    def preflight(self, schema: StructType | None = None) -> None:
+        """The buffer's preflight, then the real sink's (it creates the table from the
+        stream's schema). A sink that is down now is not an error: batches go on into the
+        buffer, and the next batch tries again; the drainer waits for the table."""
+        super().preflight(schema)
+        if schema is not None:
+            self._check_columns(schema)
+            self._prepare_target(schema)
+
+    def _check_columns(self, schema: StructType) -> None:
+        from pyspark.sql import types as T
+
+        binary = [f.name for f in schema.fields if isinstance(f.dataType, T.BinaryType)]
+        if binary:
+            raise ConfigError(
+                "buffer",
+                f"binary column(s) {binary} cannot travel through the buffer's JSON values; "
+                "cast them to base64 or hex strings first",
+            )
+
+    def _prepare_target(self, schema: StructType) -> None:
+        if self._target_ready:
+            return
+        try:
+            self.target.preflight(schema)
+        except SinkUnavailableError as exc:
+            log.warning(
+                "%s: the sink is not reachable (%s); batches go on into the buffer, the drainer "
+                "waits for the sink",
+                self,
+                exc,
+            )
+            return
+        self._target_ready = True
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        if not self._target_ready:
+            self._check_columns(df.schema)
+            self._prepare_target(df.schema)
+        super().__call__(df, batch_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"Buffered(query_name={self.query_name!r}, buffer={self.topic!r}, "
+            f"sink={self.target.sink_name!r})"
+        )

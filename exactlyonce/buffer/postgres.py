@@ -1,0 +1,322 @@
+"""The drainer's PostgreSQL side: rows and consumed offsets in ONE transaction.
+
+Kafka Connect's ``SinkTaskContext.offset()`` pattern: the sink, not the consumer group, holds
+where the drainer is. The table ``exactlyonce_drain_offsets`` (next to the target table, in
+its schema) has one row per (query_name, sink, topic, partition) with ``next_offset``, the
+first offset not yet written. Every drain transaction:
+
+1. locks the query's offset rows and checks they are still what the drainer read (another
+   drainer, or a commit whose reply was lost, moved them: the drainer then re-reads them and
+   starts over from there, it never writes over them);
+2. inserts the rows with ``INSERT ... SELECT FROM jsonb_populate_recordset(...) ON CONFLICT
+   (record_id) DO NOTHING``: thousands of rows per statement, converted to the columns' types
+   by PostgreSQL, a record ID already present is a no-op;
+3. sets ``next_offset`` to the end of what it read, and commits.
+
+A crash before the commit leaves neither rows nor offsets; after it, both. Rows the database
+refuses (a value of the wrong type) are found by bisecting the batch inside savepoints and
+handed back to the drainer, which dead-letters them before the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
+from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors.postgres_schema import has_unique_index_on, regclass
+from exactlyonce.connectors.secrets import dsn_password, scrub
+
+log = logging.getLogger("exactlyonce.buffer")
+
+OFFSETS = "exactlyonce_drain_offsets"
+_HEX32 = re.compile(rb"[0-9a-fA-F]{32}")
+
+
+class OffsetsMovedError(Exception):
+    """The stored offsets are not what this drainer last read: re-read them and resume."""
+
+
+@dataclass
+class DrainRow:
+    """One buffered record on its way to the sink. ``source`` is the Kafka message."""
+
+    record_id: bytes  # 32 hex digits
+    epoch: int
+    value: bytes
+    source: Any = field(repr=False)
+
+
+@dataclass
+class InsertResult:
+    written: int = 0
+    duplicates: int = 0
+    refused: list[tuple[DrainRow, str]] = field(default_factory=list)
+
+
+def offsets_ddl(table: sql.Identifier) -> sql.Composed:
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} (query_name text NOT NULL, sink text NOT NULL, "
+        "topic text NOT NULL, partition integer NOT NULL, next_offset bigint NOT NULL, "
+        "updated_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (query_name, sink, topic, partition))"
+    ).format(table)
+
+
+def is_bad_row_error(exc: BaseException) -> bool:
+    """Errors caused by a row's content: SQLSTATE classes 22 (data) and 23 (constraints)."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate or ""
+    return state.startswith(("22", "23"))
+
+
+def describe(exc: psycopg.Error) -> str:
+    primary = exc.diag.message_primary or type(exc).__name__
+    return f"{exc.sqlstate}: {primary}"
+
+
+class PgDrainTarget:
+    """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert``)."""
+
+    def __init__(self, sink: PostgresSink, topic: str, application_name: str = "") -> None:
+        if sink.mode != "insert":
+            raise ConfigError("buffer", "the drainer writes PostgreSQL in mode='insert' only")
+        self.sink = sink
+        self.topic = topic
+        self.query_name = sink.query_name
+        self.sink_name = sink.sink_name
+        self.application_name = (application_name or "exactlyonce-drainer")[:63]
+        self._offsets = sink.table.sibling(OFFSETS)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._insert: sql.Composed | None = None
+        self._suffix_keys: tuple[bytes, bytes] = (
+            _json_key(sink.id_column),
+            _json_key(sink.epoch_column),
+        )
+        self.held: dict[int, int] = {}
+
+    @property
+    def where(self) -> str:
+        return f"{self.sink.table} ({self.sink_name})"
+
+    # -- connection ----------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        dsn = self.sink._dsn.reveal()
+        try:
+            self._conn = psycopg.connect(
+                dsn,
+                autocommit=False,
+                connect_timeout=self.sink.connect_timeout,
+                application_name=self.application_name,
+            )
+        except psycopg.OperationalError as exc:
+            reason = scrub(str(exc).strip(), dsn_password(dsn))
+            raise SinkUnavailableError(
+                f"cannot connect to PostgreSQL at {self.sink._where}: {reason}"
+            ) from None
+        return self._conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            # Rolls back an open transaction; a dead connection has nothing left to show.
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    # -- preparation ---------------------------------------------------------------------
+
+    def ensure(self) -> None:
+        """Create the offsets table; check the target table (the Spark side creates it from
+        the stream's schema: until it exists, the sink is "not ready", a retriable state)."""
+        conn = self._connect()
+        with conn.transaction():
+            conn.execute(offsets_ddl(self._offsets))
+        oid = regclass(conn, self.sink.table)
+        if oid is None:
+            conn.rollback()
+            raise SinkUnavailableError(
+                f"{self.sink.table} does not exist yet; the buffered query creates it from the "
+                "stream's schema when it starts"
+            )
+        if not has_unique_index_on(conn, oid, self.sink.id_column):
+            conn.rollback()
+            raise ConfigError(
+                "table",
+                f"{self.sink.table} has no unique index on {self.sink.id_column!r}: the drainer "
+                "needs it to make a re-read record a no-op",
+            )
+        columns = [
+            str(name)
+            for name, has_default, identity, generated in conn.execute(
+                "SELECT attname, atthasdef, attidentity, attgenerated FROM pg_attribute "
+                "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                [oid],
+            ).fetchall()
+            if not has_default and not identity and not generated
+            or name in (self.sink.id_column, self.sink.epoch_column)
+        ]
+        conn.rollback()
+        for needed in (self.sink.id_column, self.sink.epoch_column):
+            if needed not in columns:
+                raise ConfigError("table", f"{self.sink.table} has no column {needed!r}")
+        names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+        self._insert = sql.SQL(
+            "INSERT INTO {table} ({names}) SELECT {names} FROM "
+            "jsonb_populate_recordset(NULL::{table}, %s::jsonb) ON CONFLICT ({id}) DO NOTHING"
+        ).format(table=self.sink.table.ident(), names=names, id=sql.Identifier(self.sink.id_column))
+
+    def read_offsets(self) -> dict[int, int]:
+        """partition -> next offset to drain, as the sink holds it (the truth on restart)."""
+        conn = self._connect()
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT partition, next_offset FROM {} WHERE query_name = %s AND sink = %s "
+                "AND topic = %s"
+            ).format(self._offsets),
+            [self.query_name, self.sink_name, self.topic],
+        ).fetchall()
+        conn.rollback()
+        self.held = {int(p): int(o) for p, o in rows}
+        return dict(self.held)
+
+    def reset_offsets(self) -> int:
+        """Forget where the drainer is (not the data): it then starts at the topic's start."""
+        conn = self._connect()
+        with conn.transaction():
+            cur = conn.execute(
+                sql.SQL("DELETE FROM {} WHERE query_name = %s AND sink = %s AND topic = %s").format(
+                    self._offsets
+                ),
+                [self.query_name, self.sink_name, self.topic],
+            )
+        self.held = {}
+        return cur.rowcount
+
+    # -- one drain transaction ---------------------------------------------------------
+
+    def begin(self) -> None:
+        """Open the transaction and check the stored offsets are those this drainer holds."""
+        conn = self._connect()
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT partition, next_offset FROM {} WHERE query_name = %s AND sink = %s "
+                "AND topic = %s FOR UPDATE"
+            ).format(self._offsets),
+            [self.query_name, self.sink_name, self.topic],
+        ).fetchall()
+        now = {int(p): int(o) for p, o in rows}
+        if now != self.held:
+            conn.rollback()
+            raise OffsetsMovedError(
+                f"{self.where}: stored offsets {now} differ from the drainer's {self.held}"
+            )
+
+    def insert(self, rows: Sequence[DrainRow]) -> InsertResult:
+        """Insert rows (inside the open transaction); refused rows are returned, not raised."""
+        result = InsertResult()
+        if rows:
+            self._insert_part(self._connect(), list(rows), result)
+        return result
+
+    def _insert_part(
+        self, conn: psycopg.Connection[Any], rows: list[DrainRow], result: InsertResult
+    ) -> None:
+        assert self._insert is not None, "ensure() runs first"
+        try:
+            with conn.transaction():  # a savepoint: a refused part takes only itself back
+                cur = conn.execute(self._insert, [self._document(rows)])
+            result.written += cur.rowcount
+            result.duplicates += len(rows) - cur.rowcount
+        except psycopg.Error as exc:
+            if not is_bad_row_error(exc):
+                raise
+            if len(rows) == 1:
+                result.refused.append((rows[0], describe(exc)))
+                return
+            half = len(rows) // 2
+            self._insert_part(conn, rows[:half], result)
+            self._insert_part(conn, rows[half:], result)
+
+    def _document(self, rows: Sequence[DrainRow]) -> str:
+        """One JSON array of the rows, each with the ID and epoch keys appended (last, so
+        they win over a same-named key in a value)."""
+        id_key, epoch_key = self._suffix_keys
+        parts = []
+        for row in rows:
+            body = row.value.rstrip()[:-1].rstrip()  # checked: "{...}"
+            sep = b"" if body.endswith(b"{") else b","
+            parts.append(
+                b"%s%s%s:\"%s\",%s:%d}" % (body, sep, id_key, row.record_id, epoch_key, row.epoch)
+            )
+        return (b"[" + b",".join(parts) + b"]").decode("utf-8")
+
+    def commit(self, positions: Mapping[int, int]) -> None:
+        """Store the new offsets and commit, rows and offsets together."""
+        conn = self._connect()
+        for partition, offset in sorted(positions.items()):
+            if self.held.get(partition) == offset:
+                continue
+            if partition in self.held:
+                cur = conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET next_offset = %s, updated_at = now() WHERE query_name = %s "
+                        "AND sink = %s AND topic = %s AND partition = %s AND next_offset = %s"
+                    ).format(self._offsets),
+                    [
+                        offset,
+                        self.query_name,
+                        self.sink_name,
+                        self.topic,
+                        partition,
+                        self.held[partition],
+                    ],
+                )
+                if cur.rowcount != 1:
+                    conn.rollback()
+                    raise OffsetsMovedError(f"{self.where}: partition {partition} moved")
+            else:
+                try:
+                    conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {} (query_name, sink, topic, partition, next_offset) "
+                            "VALUES (%s, %s, %s, %s, %s)"
+                        ).format(self._offsets),
+                        [self.query_name, self.sink_name, self.topic, partition, offset],
+                    )
+                except pgerrors.UniqueViolation:
+                    conn.rollback()
+                    raise OffsetsMovedError(
+                        f"{self.where}: partition {partition} written by another drainer"
+                    ) from None
+        conn.commit()
+        self.held.update(positions)
+
+    def rollback(self) -> None:
+        if self._conn is not None and not self._conn.closed:
+            try:
+                self._conn.rollback()
+            except psycopg.Error:
+                self.close()
+
+
+def _json_key(name: str) -> bytes:
+    import json
+
+    return json.dumps(name).encode()
+
+
+def valid_record_id(value: bytes | None) -> bool:
+    return value is not None and _HEX32.fullmatch(value) is not None

@@ -1,0 +1,467 @@
+"""The Kafka buffer and its drainer, against real Spark, the local Kafka-protocol broker and
+real PostgreSQL.
+
+Writes are counted, not rows: tests/audit.py's AFTER INSERT trigger counts durable inserts,
+and a BEFORE INSERT trigger here counts committed insert ATTEMPTS (it fires before the unique
+index is checked, so a record the drainer wrote twice shows up even though ``ON CONFLICT DO
+NOTHING`` hides the second copy). Dead letters are read back with kafka-python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from psycopg import sql
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
+from exactlyonce.buffer.postgres import OFFSETS, PgDrainTarget
+from exactlyonce.connectors.errors import ConfigError
+from exactlyonce.connectors.kafka_reader import (
+    H_ATTEMPT,
+    H_EPOCH,
+    H_QUERY,
+    H_RECORD_ID,
+    H_SHARD,
+    confirmation_key,
+)
+from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.dedup.ids import record_id
+from tests.audit import assert_exactly_once, install_audit
+from tests.kafka_audit import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def bootstrap(services: dict[str, str]) -> str:
+    return services["KAFKA_BOOTSTRAP_SERVERS"]
+
+
+def events(spark: SparkSession, start: int, end: int) -> DataFrame:
+    return spark.range(start, end).select(
+        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
+        (F.col("id") * 10).alias("amount"),
+        F.lit("click").alias("action"),
+    )
+
+
+def ids(start: int, end: int) -> set[str]:
+    return {record_id([f"e{i}"]) for i in range(start, end)}
+
+
+def install_attempts(conn: psycopg.Connection[Any], table: str) -> None:
+    """BEFORE INSERT: one row per committed insert attempt, conflicting or not."""
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (record_id text NOT NULL)").format(
+            sql.Identifier(f"{table}_attempts")
+        )
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "INSERT INTO {log} VALUES (replace(NEW.record_id::text, '-', '')); RETURN NEW; "
+            "END $$"
+        ).format(
+            fn=sql.Identifier(f"{table}_attempt_fn"), log=sql.Identifier(f"{table}_attempts")
+        )
+    )
+    conn.execute(
+        sql.SQL("CREATE TRIGGER {} BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
+            sql.Identifier(f"{table}_attempt_trg"),
+            sql.Identifier(table),
+            sql.Identifier(f"{table}_attempt_fn"),
+        )
+    )
+
+
+def attempts(conn: psycopg.Connection[Any], table: str) -> dict[str, int]:
+    rows = conn.execute(
+        sql.SQL("SELECT record_id, count(*) FROM {} GROUP BY record_id").format(
+            sql.Identifier(f"{table}_attempts")
+        )
+    ).fetchall()
+    return {str(r): int(n) for r, n in rows}
+
+
+def prepared(
+    pg: psycopg.Connection[Any], buffered: Buffered, spark: SparkSession, table: str
+) -> None:
+    """Create the target table from the stream's schema (what start_stream's preflight does)
+    and put the audit triggers on it."""
+    buffered.preflight(events(spark, 0, 1).schema)
+    install_audit(pg, table)
+    install_attempts(pg, table)
+
+
+def new_pipeline(
+    pg_dsn: str, bootstrap: str, name: str, **sink_kw: Any
+) -> tuple[PostgresSink, KafkaBuffer, Buffered]:
+    target = PostgresSink(pg_dsn, name, ["event_id"], name, **sink_kw)
+    buffer = KafkaBuffer(topic=name, bootstrap_servers=bootstrap, partitions=2)
+    return target, buffer, Buffered(target, buffer)
+
+
+def stored_offsets(conn: psycopg.Connection[Any], query: str) -> dict[int, int]:
+    rows = conn.execute(
+        sql.SQL("SELECT partition, next_offset FROM {} WHERE query_name = %s").format(
+            sql.Identifier(OFFSETS)
+        ),
+        [query],
+    ).fetchall()
+    return {int(p): int(o) for p, o in rows}
+
+
+# ---------------------------------------------------------------------- the happy path
+
+
+def test_batches_reach_the_buffer_only_and_the_drainer_moves_them_once(
+    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name)
+    prepared(pg, buffered, spark, unique_name)
+    first = events(spark, 0, 400)
+    buffered(first.union(first.limit(50)), 0)  # 50 repeats inside the batch
+    buffered(events(spark, 300, 700), 1)  # 100 IDs seen in epoch 0
+    buffered(first, 0)  # Spark re-runs a batch: at or below the head, skipped
+    assert [r.skipped for r in buffered.reports] == [False, False, True]
+    # The Spark batch wrote to Kafka only: nothing is in PostgreSQL before the drain.
+    assert pg.execute(
+        sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(unique_name))
+    ).fetchone() == (0,)
+
+    drainer = Drainer(target, buffer, batch_size=300)
+    try:
+        report = drainer.drain_available(timeout_s=60)
+    finally:
+        drainer.close()
+    assert report.written == 700 and report.dead_letters == 0
+    assert report.batches >= 3, "batch_size bounds each write transaction"
+    assert drainer.lag.records == 0 and drainer.lag.seconds == 0.0
+    assert_exactly_once(pg, unique_name, ids(0, 700))
+    assert set(attempts(pg, unique_name).values()) == {1}, "a record was written twice"
+    epochs = dict(
+        pg.execute(
+            sql.SQL("SELECT epoch, count(*) FROM {} GROUP BY epoch").format(
+                sql.Identifier(unique_name)
+            )
+        ).fetchall()
+    )
+    assert epochs == {0: 400, 1: 300}, "each row keeps the epoch of its Spark batch"
+
+    # The consumed offsets live in the sink, next to the data: a new drainer resumes there.
+    offsets = stored_offsets(pg, unique_name)
+    assert sum(offsets.values()) >= 700
+    buffered(events(spark, 700, 750), 2)
+    again = Drainer(target, buffer)
+    try:
+        assert again.load_offsets() == offsets, "restart reads the offsets back from PostgreSQL"
+        report = again.drain_available(timeout_s=60)
+    finally:
+        again.close()
+    assert report.written == 50
+    assert_exactly_once(pg, unique_name, ids(0, 750))
+    assert set(attempts(pg, unique_name).values()) == {1}
+
+
+def test_drainer_as_a_thread_reports_lag_and_stops(
+    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name, dedup=False)
+    prepared(pg, buffered, spark, unique_name)
+    buffered(events(spark, 0, 200), 0)
+    drainer = Drainer(target, buffer, poll_interval_s=0.1)
+    drainer.refresh_lag()
+    assert drainer.lag.records >= 200, "200 committed records not drained yet"
+    assert drainer.lag.seconds >= 0.0
+    drainer.start()
+    try:
+        deadline = time.monotonic() + 60
+        while drainer.total.written < 200:
+            assert time.monotonic() < deadline, f"drainer thread stuck: {drainer.total}"
+            assert drainer.error is None, drainer.error
+            time.sleep(0.1)
+        buffered(events(spark, 200, 260), 1)
+        while drainer.total.written < 260:
+            assert time.monotonic() < deadline, f"drainer thread stuck: {drainer.total}"
+            time.sleep(0.1)
+    finally:
+        drainer.stop()
+    assert not drainer.running
+    assert drainer.lag.records == 0
+    assert_exactly_once(pg, unique_name, ids(0, 260))
+
+
+# ---------------------------------------------------------------------- bad messages
+
+
+def inject(
+    bootstrap: str,
+    buffered: Buffered,
+    epoch: int,
+    messages: list[tuple[bytes, str | None]],
+    query: str | None = None,
+) -> None:
+    """Write ``(value, record_id)`` messages into the buffer topic as one CONFIRMED attempt
+    of shard 99 (no real shard has that number), the way a buggy writer that follows the
+    protocol could: the recipe accepts them, so only the drainer's checks stand between
+    them and the sink."""
+    attempt = uuid.uuid4().hex[:16]
+    query = query or buffered.query_name
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for value, rid in messages:
+        headers = [
+            (H_QUERY, query.encode()),
+            (H_EPOCH, str(epoch).encode()),
+            (H_SHARD, b"99"),
+            (H_ATTEMPT, attempt.encode()),
+        ]
+        if rid is not None:
+            headers.append((H_RECORD_ID, rid.encode()))
+        producer.produce(buffered.topic, value, headers=headers)
+    producer.produce(
+        buffered.control_topic,
+        key=confirmation_key(query, buffered.sink_name, epoch, 99, attempt),
+        value=json.dumps({"attempt": attempt, "count": len(messages)}),
+        partition=buffered._control_partition,
+    )
+    assert producer.flush(30) == 0
+
+
+def test_bad_messages_go_to_the_dead_letter_topic_and_the_drain_goes_on(
+    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name)
+    prepared(pg, buffered, spark, unique_name)
+    buffered(events(spark, 0, 100), 0)
+    good = record_id(["x-good"])
+    inject(
+        bootstrap,
+        buffered,
+        1,
+        [
+            (b"\xff\xfe\x00 not json", record_id(["x1"])),
+            (b'{"event_id": "x2", "amount": 2, "action": "a"}', None),
+            (b'{"event_id": "x3", "amount": "lots", "action": "a"}', record_id(["x3"])),
+            (b"[1, 2]", record_id(["x4"])),
+            (b'{"event_id": "x5", "amount": 5, "action": ', record_id(["x5"])),
+            (b'{"event_id": "x-good", "amount": 6, "action": "a"}', good),
+        ],
+    )
+    # Another query's record in the same topic is not ours: skipped, not a dead letter.
+    inject(bootstrap, buffered, 1, [(b"{}", record_id(["other"]))], query="someone-else")
+    buffered(events(spark, 100, 200), 1)  # its head's frontier covers the injected records
+
+    drainer = Drainer(target, buffer, batch_size=64)
+    try:
+        report = drainer.drain_available(timeout_s=60)
+    finally:
+        drainer.close()
+    assert report.dead_letters == 5
+    assert report.written == 201
+    assert_exactly_once(pg, unique_name, ids(0, 200) | {good})
+
+    letters = read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_committed")
+    reasons: dict[bytes, str] = {}
+    for msg in letters:
+        headers = dict(msg.headers or [])
+        reasons[msg.value] = headers["eo-error"].decode()
+        assert headers["eo-source-topic"].decode() == buffer.topic
+        assert int(headers["eo-source-offset"]) >= 0
+        assert headers[H_QUERY].decode() == unique_name, "the original headers are kept"
+    assert len(letters) == 5, [r for r in reasons.values()]
+    assert "record-ID header" in reasons[b'{"event_id": "x2", "amount": 2, "action": "a"}']
+    assert "not valid UTF-8" in reasons[b"\xff\xfe\x00 not json"]
+    assert "not a JSON object" in reasons[b"[1, 2]"]
+    assert "22P02" in reasons[b'{"event_id": "x3", "amount": "lots", "action": "a"}']
+    assert "json" in reasons[b'{"event_id": "x5", "amount": 5, "action": '].lower()
+
+
+# ---------------------------------------------------------------------- refusals
+
+
+def test_offsets_past_the_end_of_the_topic_are_refused_not_skipped(
+    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """A buffer topic that was deleted and re-created (or a broker that lost its memory)
+    restarts its offsets: stored offsets beyond its end must stop the drainer with an error
+    naming the fix, never skip what the new topic holds."""
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name, dedup=False)
+    prepared(pg, buffered, spark, unique_name)
+    buffered(events(spark, 0, 20), 0)
+    PgDrainTarget(target, buffer.topic).ensure()
+    pg.execute(
+        sql.SQL(
+            "INSERT INTO {} (query_name, sink, topic, partition, next_offset) "
+            "VALUES (%s, %s, %s, 0, 1000000)"
+        ).format(sql.Identifier(OFFSETS)),
+        [unique_name, target.sink_name, buffer.topic],
+    )
+    drainer = Drainer(target, buffer)
+    try:
+        with pytest.raises(ConfigError, match="reset-offsets|re-created"):
+            drainer.drain_available(timeout_s=30)
+    finally:
+        drainer.close()
+    assert_exactly_once(pg, unique_name, set())
+
+
+def test_append_mode_targets_are_refused(bootstrap: str, pg_dsn: str, unique_name: str) -> None:
+    target = PostgresSink(pg_dsn, unique_name, ["event_id"], unique_name, mode="append")
+    buffer = KafkaBuffer(topic=unique_name, bootstrap_servers=bootstrap)
+    with pytest.raises(ConfigError, match="insert"):
+        Buffered(target, buffer)
+
+
+# ---------------------------------------------------------------------- sink outage
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def private_pg(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any, Any]]:
+    """A PostgreSQL cluster of this test's own (initdb + pg_ctl through the services module),
+    so stopping it cannot disturb anyone else using the shared one. Yields (dsn, stop, start).
+    """
+    from exactlyonce.integration import services
+
+    home = Path(tempfile.mkdtemp(prefix="eo-pg-outage-"))
+    home.chmod(0o755)  # the postgres OS user must reach it
+    monkeypatch.setenv("EXACTLYONCE_PG_PORT", str(_free_port()))
+    services.start_service("pg", home)
+    dsn = services.local_env()["EXACTLYONCE_PG_DSN"]
+    try:
+        yield dsn, lambda: services.stop_service("pg", home), lambda: services.start_service(
+            "pg", home
+        )
+    finally:
+        services.stop_service("pg", home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+OUTAGE_S = 20.0
+
+
+@pytest.mark.slow
+def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
+    spark: SparkSession,
+    bootstrap: str,
+    private_pg: tuple[str, Any, Any],
+    tmp_path: Path,
+    unique_name: str,
+) -> None:
+    dsn, stop_pg, start_pg = private_pg
+    target = PostgresSink(dsn, unique_name, ["event_id"], unique_name)  # catalog: shared Redis
+    buffer = KafkaBuffer(topic=unique_name, bootstrap_servers=bootstrap, partitions=2, shards=2)
+    buffered = Buffered(target, buffer)
+    inbox = tmp_path / "input"
+    inbox.mkdir()
+    expected: set[str] = set()
+    written = 0
+
+    def add_file(rows: int = 40) -> None:
+        nonlocal written
+        lines = []
+        for i in range(written, written + rows):
+            key = f"e{i}" if i % 7 else f"e{i - 3}"  # every 7th row repeats an earlier ID
+            lines.append(json.dumps({"event_id": key, "amount": i, "action": "click"}))
+            expected.add(record_id([key]))
+        written += rows
+        tmp = tmp_path / f".{written}.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, inbox / f"part-{written:06d}.json")
+
+    add_file()
+    source = (
+        spark.readStream.schema("event_id STRING, amount BIGINT, action STRING")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inbox))
+    )
+    from exactlyonce.integration.spark import start_stream
+
+    query = start_stream(source, buffered, str(tmp_path / "checkpoint"), processing_time="1 second")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        install_audit(conn, unique_name)
+        install_attempts(conn, unique_name)
+    drainer = Drainer(target, buffer, poll_interval_s=0.2, max_backoff_s=2.0)
+    drainer.start()
+    stop_feeding = threading.Event()
+
+    def feed() -> None:
+        while not stop_feeding.wait(0.8):
+            add_file()
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        deadline = time.monotonic() + 60
+        while drainer.total.written < 80:  # the drainer is moving data before the outage
+            assert time.monotonic() < deadline, f"no drain before the outage: {drainer.total}"
+            assert drainer.error is None, drainer.error
+            time.sleep(0.2)
+
+        stop_pg()
+        outage_began = time.monotonic()
+        batches_before = len(buffered.reports)
+        drained_before = drainer.total.written
+        while time.monotonic() - outage_began < OUTAGE_S:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.5)
+        during = [r for r in buffered.reports[batches_before:] if not r.skipped]
+        print(
+            f"during the {OUTAGE_S:.0f}s outage: {len(during)} Spark batches committed to the "
+            f"buffer (slowest {max((r.seconds for r in during), default=0):.2f}s), drainer "
+            f"retries {drainer.total.retries}, lag {drainer.lag}"
+        )
+        assert len(during) >= 6, f"the query stalled during the outage: {len(during)} batches"
+        assert max(r.seconds for r in during) < 10.0, "a batch waited for the sink"
+        assert drainer.total.written == drained_before, "wrote while PostgreSQL was down?"
+        assert drainer.total.retries >= 1, "the drainer did not notice the outage"
+        assert drainer.lag.records > 0, "lag must show the records waiting for the sink"
+        assert drainer.error is None, drainer.error
+        assert drainer.running, "the drainer gave up during the outage"
+
+        start_pg()
+        stop_feeding.set()
+        feeder.join()
+        deadline = time.monotonic() + 60
+        while True:  # the query takes in every file, the drainer catches up
+            progress = query.lastProgress
+            caught_up = (
+                progress is not None
+                and progress["numInputRows"] == 0
+                and drainer.lag.records == 0
+                and drainer.total.written >= len(expected)
+            )
+            if caught_up:
+                break
+            assert time.monotonic() < deadline, f"did not catch up: {drainer.total} {drainer.lag}"
+            assert query.exception() is None, query.exception()
+            assert drainer.error is None, drainer.error
+            time.sleep(0.5)
+    finally:
+        stop_feeding.set()
+        query.stop()
+        drainer.stop()
+    assert query.exception() is None
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert_exactly_once(conn, unique_name, expected)
+        assert set(attempts(conn, unique_name).values()) == {1}
