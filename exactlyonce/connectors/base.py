@@ -248,6 +248,10 @@ class ExactlyOnceSink(ABC):
     def preflight(self, schema: StructType | None = None) -> None:
         """Check the destination before writing; raise ConfigError/SinkUnavailableError."""
 
+    def check_trigger(self, interval_s: float | None) -> None:
+        """Refuse a trigger interval the sink cannot serve (ConfigError); most can serve any."""
+        return None
+
     @abstractmethod
     def head(self) -> Head | None:
         """The committed head as the destination has it now; None before the first epoch."""

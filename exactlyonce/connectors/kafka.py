@@ -374,6 +374,21 @@ class KafkaSink(ExactlyOnceSink):
 
     # -- preflight ---------------------------------------------------------------------
 
+    def check_trigger(self, interval_s: float | None) -> None:
+        """A shard's transaction must be able to stay open as long as a batch may take.
+
+        Spark starts the next batch one trigger interval after the last; a batch that runs
+        that long is normal, so a transaction timeout below the interval would make the broker
+        abort (and fence) healthy writers mid-batch.
+        """
+        if interval_s is not None and self.transaction_timeout_ms < interval_s * 1000:
+            raise ConfigError(
+                "transaction_timeout_ms",
+                f"{self.transaction_timeout_ms} ms is shorter than the trigger interval "
+                f"({interval_s:g} s): raise it to at least {int(interval_s * 1000)}, or trigger "
+                "more often",
+            )
+
     def preflight(self, schema: StructType | None = None) -> None:
         """Check the broker, the topics and the transaction timeout before any write.
 

@@ -58,6 +58,28 @@ def session(
     return spark
 
 
+_UNIT_SECONDS = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 604800.0,
+}
+
+
+def interval_seconds(text: str) -> float:
+    """Seconds in a Spark interval string: ``"10 seconds"``, ``"1 minute 30 seconds"``."""
+    words = text.lower().replace("interval", " ").split()
+    if not words or len(words) % 2:
+        raise ValueError(f"not an interval: {text!r}")
+    total = 0.0
+    for amount, unit in zip(words[::2], words[1::2], strict=True):
+        total += float(amount) * _UNIT_SECONDS[unit.removesuffix("s")]
+    return total
+
+
 def start_stream(
     df: DataFrame,
     sink: ExactlyOnceSink,
@@ -71,6 +93,7 @@ def start_stream(
     Bad configuration (a missing column, a table without a unique index) fails here, before
     the stream starts, rather than at the first batch.
     """
+    sink.check_trigger(interval_seconds(processing_time) if processing_time else None)
     sink.preflight(df.schema)
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = writer.queryName(sink.query_name.replace("-", "_"))

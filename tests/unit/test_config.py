@@ -280,3 +280,30 @@ def test_a_redis_key_template_naming_a_missing_column_is_a_config_error(tmp_path
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, _with_sink(body)))
     assert err.value.field == "sink.key_template" and "nope" in str(err.value)
+
+
+def test_spark_interval_strings_become_seconds() -> None:
+    from exactlyonce.integration.spark import interval_seconds
+
+    assert interval_seconds("1 second") == 1.0
+    assert interval_seconds("interval 1 minute 30 seconds") == 90.0
+    assert interval_seconds("500 milliseconds") == 0.5
+
+
+def test_a_kafka_transaction_timeout_below_the_trigger_interval_is_refused() -> None:
+    from exactlyonce.connectors.kafka import KafkaSink
+
+    sink = KafkaSink(
+        "broker:9092",
+        "out",
+        ["event_id"],
+        "q",
+        transaction_timeout_ms=10_000,
+        dedup=False,
+        check=False,
+    )
+    sink.check_trigger(5.0)
+    sink.check_trigger(None)
+    with pytest.raises(ConfigError) as err:
+        sink.check_trigger(30.0)
+    assert err.value.field == "transaction_timeout_ms"
