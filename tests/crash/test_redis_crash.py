@@ -1,0 +1,211 @@
+"""kill -9 a real PySpark job writing to Redis at every named point; restart the sink's Redis.
+
+One seeded schedule per write mode (``stream``, append-only: the hard one; and ``hash``):
+
+1. four runs, each SIGKILLed at one named point (``before_write``, ``mid_write`` between two
+   staged chunks, ``after_shard_commit``, ``after_head``), at random epochs in random order.
+   During one of them, at a random moment, the sink's redis-server is SIGKILLed and restarted
+   on its AOF (or in the next run, when no run has two epochs to go): that run must ride it
+   out by itself, commit the next epoch and reach its crash point;
+2. stream mode only: a run SIGKILLed at a random moment (budget: each run starts a JVM);
+3. a last run to the end.
+
+The input repeats 25% of its records (within and across files) and holds null keys. The end
+state is read twice, with ``redis-cli`` and with the Python client: every expected record
+exactly once, nothing else, and the writes counted (stream entries per record ID; ``HSET``
+commands per key in the sink's AOF, which a unique key cannot hide). Replay a failure with
+``EXACTLYONCE_CRASH_SEED=<seed>`` (printed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from exactlyonce.dedup.ids import record_id
+from tests.crash.harness import ROOT, Input, Job, make_input
+from tests.crash.redis_job import key_template
+from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
+
+pytestmark = [pytest.mark.crash, pytest.mark.integration]
+
+REDIS_JOB = Path(__file__).with_name("redis_job.py")
+FILES = 10
+POINTS = ["before_write", "mid_write", "after_shard_commit", "after_head"]
+
+
+@dataclass
+class RedisJob(Job):
+    """harness.Job, running redis_job.py; ``dsn`` is the sink's URL (passed by environment)."""
+
+    write: str = "hash"
+
+    def start(self, crash_at: str | None = None) -> None:
+        env = {**os.environ, "EXACTLYONCE_SINK_REDIS_URL": self.dsn, "PYTHONPATH": str(ROOT)}
+        env.pop("EXACTLYONCE_CRASH_AT", None)
+        if crash_at:
+            env["EXACTLYONCE_CRASH_AT"] = crash_at
+            env["EXACTLYONCE_CRASH_DIR"] = str(self.crash_dir)
+        self.runs += 1
+        log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(REDIS_JOB),
+                "--input",
+                str(self.workdir / "input"),
+                "--checkpoint",
+                str(self.checkpoint),
+                "--query-name",
+                self.table,
+                "--master",
+                self.master,
+                "--write",
+                self.write,
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+    def progress(self, commits: int, timeout: float = 240) -> None:
+        """Wait until this run added ``commits`` epochs to Spark's commit log (or finished)."""
+        before = self.spark_commits()
+        self._wait(
+            lambda: len(self.spark_commits() - before) >= commits or self.finished(),
+            timeout,
+            f"{commits} more Spark commit(s)",
+        )
+
+    def finished(self) -> bool:
+        return self.proc is not None and self.proc.poll() == 0
+
+
+@pytest.mark.parametrize("write", ["stream", "hash"])
+def test_kills_and_sink_restart_end_exactly_once(
+    write: str,
+    tmp_path: Path,
+    sink_redis: SinkRedis,
+    unique_name: str,
+) -> None:
+    seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
+    print(f"redis crash schedule seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
+    rng = random.Random(seed)
+    data = make_input(tmp_path / "input", files=FILES, rows=120, seed=seed)
+    job = RedisJob(tmp_path, unique_name, sink_redis.url, write=write)
+    points = rng.sample(POINTS, len(POINTS))
+    epochs = sorted(rng.sample(range(1, FILES - 3), len(points)))
+    # A run commits (its crash epoch - the previous one) epochs before it crashes. The sink's
+    # Redis is restarted after the first of them in a run that has two or more, so at least
+    # one whole epoch runs against the restarted server before the crash point.
+    gaps = [b - a for a, b in zip([0, *epochs], epochs, strict=False)]
+    eligible = [run for run, gap in enumerate(gaps) if gap >= 2]
+    restart_in = rng.choice(eligible) if eligible else None
+    restarts_before = sink_redis.restarts
+
+    def restart_sink_mid_run() -> None:
+        job.progress(1)
+        time.sleep(rng.uniform(0.0, 0.8))
+        sink_redis.restart(down_seconds=rng.uniform(0.5, 2.0))
+        print(f"sink redis-server SIGKILLed and restarted during run {job.runs}")
+        job.progress(1)  # the job rode it out by itself
+
+    for run, (point, epoch) in enumerate(zip(points, epochs, strict=True)):
+        job.start(crash_at=f"{point}@{epoch}")
+        if run == restart_in:
+            restart_sink_mid_run()
+        job.wait_for_marker(point, timeout=240)
+        job.kill(f"{point}@{epoch}")
+        assert epoch not in job.spark_commits(), f"epoch {epoch} must not be in Spark's log"
+    if write == "stream":  # the append-only mode also gets a kill at a random moment
+        job.start()
+        if restart_in is None:
+            restart_sink_mid_run()
+            restart_in = -1
+        job.progress(1)
+        time.sleep(rng.uniform(0.0, 1.5))
+        if job.proc is not None and job.proc.poll() is None:
+            job.kill(f"random kill (seed {seed})")
+    job.start()
+    if restart_in is None:
+        restart_sink_mid_run()
+    job.finish(timeout=300)
+    assert sink_redis.restarts == restarts_before + 1
+    verify(job, data, sink_redis, write)
+
+
+def verify(job: RedisJob, data: Input, server: SinkRedis, write: str) -> None:
+    from exactlyonce.connectors.redis import RedisSink
+
+    # After a kill, Spark may plan the files of two planned-but-unwritten batches into one
+    # epoch, so there can be fewer epochs than files; never a gap.
+    commits = job.spark_commits()
+    assert commits == set(range(max(commits) + 1)), f"gap in Spark's commit log: {commits}"
+    sink = RedisSink(
+        server.url,
+        key_template(job.table, write),
+        ["event_id"],
+        job.table,
+        write=write,  # type: ignore[arg-type]
+        check=False,
+    )
+    r = server.client()
+    prefix = sink.prefix
+    if write == "stream":
+        stream = f"{job.table}:ev:click"
+        py_ids = Counter(f[b"record_id"].decode() for _, f in r.xrange(stream))
+        cli_lines = server.cli_raw("XRANGE", stream, "-", "+")
+        cli_ids = Counter(
+            cli_lines[i + 1] for i, line in enumerate(cli_lines[:-1]) if line == "record_id"
+        )
+        assert int(server.cli_raw("XLEN", stream)[0]) == len(data.expected_ids)
+        for name, ids in (("python", py_ids), ("redis-cli", cli_ids)):
+            twice = {i: n for i, n in ids.items() if n > 1}
+            assert not twice, f"{name}: {len(twice)} records appended more than once"
+            assert set(ids) == data.expected_ids, (
+                f"{name}: {len(data.expected_ids - set(ids))} missing, "
+                f"{len(set(ids) - data.expected_ids)} unexpected"
+            )
+        assert r.smembers(sink.stream_registry_key) == {stream.encode()}
+    else:
+        pattern = f"{job.table}:u:*"
+        py_keys = {k.decode() for k in r.scan_iter(match=pattern, count=1000)}
+        cli_keys = set(server.cli_raw("--scan", "--pattern", pattern))
+        expected_keys = {f"{job.table}:u:{i}" for i in event_ids(data)}
+        assert py_keys == cli_keys == expected_keys, (
+            f"{len(expected_keys - py_keys)} missing, {len(py_keys - expected_keys)} unexpected"
+        )
+        writes = server.write_counts("HSET", f"{job.table}:u:")
+        twice = {k: n for k, n in writes.items() if n > 1}
+        assert not twice, f"{len(twice)} keys written more than once: {list(twice.items())[:5]}"
+        assert set(writes) == expected_keys
+        assert {record_id([k.rsplit(":u:", 1)[1]]) for k in py_keys} == data.expected_ids
+        sample = sorted(py_keys)[0]
+        assert r.hget(sample, "event_id").decode() == sample.rsplit(":u:", 1)[1]
+        assert server.cli_raw("HGET", sample, "action") == ["click"]
+    letters = int(server.cli_raw("XLEN", sink.dead_letter_key)[0])
+    assert letters == r.xlen(sink.dead_letter_key) == data.null_keys, "each null key once"
+    assert int(r.hget(sink.head_key, "epoch")) == max(commits), "head = Spark's last epoch"
+    leftovers = [k.decode() for k in r.scan_iter(match=f"{prefix}:*")]
+    assert not [k for k in leftovers if ":stage:" in k or ":done:" in k], leftovers
+    print(
+        f"{write}: {len(data.expected_ids)} records exactly once after kills {job.kills} and "
+        "a sink restart"
+    )
+
+
+def event_ids(data: Input) -> set[str]:
+    """The event IDs behind the expected record IDs (make_input names them e0, e1, ...)."""
+    found = {f"e{n}" for n in range(data.records) if record_id([f"e{n}"]) in data.expected_ids}
+    assert len(found) == len(data.expected_ids)
+    return found
