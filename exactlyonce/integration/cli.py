@@ -6,6 +6,7 @@
     exactlyonce check pipeline.yaml
     exactlyonce reset-head pipeline.yaml --yes
     exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N]
+    exactlyonce drain pipeline.yaml [--until-idle SECONDS] [--batch-size N] [--reset-offsets --yes]
     exactlyonce services up|status|down [--only pg,redis,kafka]
 
 ``${VAR}`` references in the pipeline file are filled from the environment; variables of the
@@ -99,6 +100,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--expected-dead-letters", type=int, metavar="N")
     audit.set_defaults(func=cmd_audit)
+
+    drain = sub.add_parser(
+        "drain", help="move a buffered pipeline's records from its Kafka buffer into its sink"
+    )
+    drain.add_argument("config")
+    drain.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop once everything committed is drained and nothing new came for this long",
+    )
+    drain.add_argument("--batch-size", type=int, metavar="N", help="rows per sink transaction")
+    drain.add_argument(
+        "--reset-offsets",
+        action="store_true",
+        help="forget the drain offsets stored in the sink first (needs --yes)",
+    )
+    drain.add_argument("--yes", action="store_true", help="really reset the offsets")
+    drain.set_defaults(func=cmd_drain)
 
     services = sub.add_parser("services", help="local PostgreSQL, Redis and Kafka broker")
     services.add_argument("action", choices=["up", "status", "down", "env"])
@@ -277,6 +297,27 @@ def drop_catalog(sink: ExactlyOnceSink) -> int:
         return catalog.drop()
     finally:
         catalog.close()
+
+
+# ---------------------------------------------------------------------- drain
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    from exactlyonce.buffer.command import drain_command
+
+    cfg = load_config(args.config)
+    if args.reset_offsets and not args.yes:
+        _err(
+            "refusing to reset the drain offsets without --yes: the drainer then starts at the "
+            "beginning of the buffer topic (record IDs already in the sink stay no-ops)"
+        )
+        return EXIT_CONFIG
+    return drain_command(
+        cfg,
+        until_idle_s=args.until_idle,
+        batch_size=args.batch_size,
+        reset_offsets=args.reset_offsets,
+    )
 
 
 # ---------------------------------------------------------------------- audit, services

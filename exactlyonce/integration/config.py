@@ -249,6 +249,38 @@ class DedupSettings(_Model):
     on_catalog_loss: Literal["rebuild", "fail"] | None = None
 
 
+class KafkaBufferSettings(_Model):
+    """A PostgreSQL sink's Kafka buffer (:class:`exactlyonce.buffer.KafkaBuffer`): ``run``
+    writes the stream to this topic, ``exactlyonce drain`` moves it into the sink."""
+
+    topic: str = Field(min_length=1)
+    bootstrap_servers: str = Field(min_length=1)
+    partitions: int | None = Field(default=None, ge=1)
+    create_topic: bool = True
+    shards: int | None = Field(default=None, ge=1, le=4096)
+    transaction_timeout_ms: int = Field(default=60_000, ge=10_000)
+    dead_letter_topic: str | None = None
+    drain_dead_letter_topic: str | None = None
+    batch_size: int = Field(default=10_000, ge=1)  # rows per drain transaction
+    # librdkafka settings (SASL, TLS...); may hold credentials, so never in repr.
+    client_config: dict[str, str | int | float | bool] = Field(default_factory=dict, repr=False)
+
+    def build(self) -> Any:
+        from exactlyonce.buffer import KafkaBuffer
+
+        return KafkaBuffer(
+            topic=self.topic,
+            bootstrap_servers=self.bootstrap_servers,
+            partitions=self.partitions,
+            create_topic=self.create_topic,
+            shards=self.shards,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            dead_letter_topic=self.dead_letter_topic,
+            drain_dead_letter_topic_name=self.drain_dead_letter_topic,
+            client_config=dict(self.client_config),
+        )
+
+
 class _SinkSettings(_Model):
     """What every sink takes: record identity, shards, and the dedup catalog."""
 
@@ -321,6 +353,7 @@ class PostgresSinkConfig(_SinkSettings):
     id_column: str = Field(default="record_id", min_length=1)
     epoch_column: str = Field(default="epoch", min_length=1)
     connect_timeout: int = Field(default=10, ge=1)
+    buffer: KafkaBufferSettings | None = None  # a Kafka buffer ahead of the table
 
     @field_validator("dsn")
     @classmethod
@@ -545,7 +578,14 @@ class PipelineConfig(_Model):
         return self
 
     def build_sink(self, *, check: bool = True) -> ExactlyOnceSink:
-        return self.sink.build(self.query_name, check=check)
+        sink = self.sink.build(self.query_name, check=check)
+        buffer = getattr(self.sink, "buffer", None)
+        if buffer is None:
+            return sink
+        from exactlyonce.buffer import Buffered
+
+        with sink_field_errors():  # the Spark side writes the buffer topic only
+            return Buffered(sink, buffer.build(), check=check)  # type: ignore[arg-type]
 
     def trigger_kwargs(self) -> dict[str, Any]:
         """The trigger as :func:`exactlyonce.integration.spark.start_stream` arguments."""

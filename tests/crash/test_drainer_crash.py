@@ -1,0 +1,186 @@
+"""kill -9 the drainer (``exactlyonce drain pipeline.yaml``, a real subprocess) inside its write
+transactions, restart it, and count the writes.
+
+Real Spark fills the buffer first (the pipeline's own ``Buffered`` sink, epoch by epoch, with
+duplicates and null keys). The drainer then runs with small transactions and is SIGKILLed at
+named points (``drain_before_write``, ``drain_mid_write`` with rows inserted and the
+transaction open, ``drain_after_commit``) at seeded-random transaction numbers, and once at a
+seeded-random moment. Two triggers count writes: the AFTER INSERT audit (durable rows) and a
+BEFORE INSERT attempt log, which also sees records that ``ON CONFLICT DO NOTHING`` would hide:
+a drainer that re-wrote committed records (offsets not stored atomically with the rows) fails
+the test even though the unique index keeps the table clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pyspark.sql import SparkSession
+
+from exactlyonce.buffer.kafka_buffer import Buffered
+from exactlyonce.connectors.kafka_reader import load_commits
+from exactlyonce.integration.config import load_config
+from tests.audit import assert_exactly_once, install_audit
+from tests.crash.harness import ROOT, make_input, session_members
+from tests.integration.test_buffer import attempts, install_attempts, stored_offsets
+from tests.kafka_audit import read_topic
+
+pytestmark = [pytest.mark.crash, pytest.mark.integration]
+
+SCHEMA = "event_id STRING, amount BIGINT, action STRING"
+PIPELINE = """\
+query_name: {name}
+checkpoint: {workdir}/checkpoint
+source: {{type: files, format: json, path: {workdir}/input, schema: "{schema}"}}
+sink:
+  type: postgres
+  dsn: ${{EXACTLYONCE_PG_DSN}}
+  table: {name}
+  id_columns: [event_id]
+  buffer:
+    topic: {name}
+    bootstrap_servers: ${{KAFKA_BOOTSTRAP_SERVERS}}
+    partitions: 2
+    shards: 2
+    batch_size: 120
+"""
+
+
+class DrainProcess:
+    def __init__(self, workdir: Path, config: Path) -> None:
+        self.workdir = workdir
+        self.config = config
+        self.runs = 0
+        self.kills: list[str] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, crash_at: str | None = None) -> Path:
+        self.runs += 1
+        crash_dir = self.workdir / f"crash-{self.runs}"
+        crash_dir.mkdir()
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop("EXACTLYONCE_CRASH_AT", None)
+        if crash_at:
+            env["EXACTLYONCE_CRASH_AT"] = crash_at
+            env["EXACTLYONCE_CRASH_DIR"] = str(crash_dir)
+        log = open(self.workdir / f"drain-{self.runs}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "exactlyonce", "drain", str(self.config), "--until-idle", "2"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        return crash_dir
+
+    def kill(self, why: str) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in session_members(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.kills.append(why)
+        print(f"killed drain run {self.runs} ({why})", flush=True)
+
+    def wait_for_marker(self, crash_dir: Path, point: str, timeout: float = 60) -> None:
+        marker = crash_dir / f"crashed-{point}"
+        deadline = time.monotonic() + timeout
+        while not marker.exists():
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"drainer exited before {point}:\n{self.log_tail()}")
+            assert time.monotonic() < deadline, f"no {point} in {timeout}s:\n{self.log_tail()}"
+            time.sleep(0.05)
+        time.sleep(0.2)  # inside its wait loop, transaction open where the point is mid-write
+
+    def finish(self, timeout: float = 90) -> None:
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill("timeout")
+            raise AssertionError(f"drainer did not finish:\n{self.log_tail()}") from None
+        assert code == 0, f"drainer exited {code}:\n{self.log_tail()}"
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = (self.workdir / f"drain-{self.runs}.log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def test_drainer_killed_mid_write_resumes_exactly_once(
+    spark: SparkSession,
+    services: dict[str, str],
+    pg: psycopg.Connection[Any],
+    tmp_path: Path,
+    unique_name: str,
+) -> None:
+    seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
+    print(f"drainer kill schedule seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
+    rng = random.Random(seed)
+
+    # Spark fills the buffer through the pipeline's own sink: 6 epochs, duplicates, null keys.
+    data = make_input(tmp_path / "input", files=6, rows=300, seed=seed)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(PIPELINE.format(name=unique_name, workdir=tmp_path, schema=SCHEMA))
+    buffered = load_config(config).build_sink()
+    assert isinstance(buffered, Buffered)
+    files = sorted((tmp_path / "input").glob("part-*.json"))
+    buffered.preflight(spark.read.schema(SCHEMA).json(str(files[0])).schema)
+    install_audit(pg, unique_name)
+    install_attempts(pg, unique_name)
+    for epoch, path in enumerate(files):
+        buffered(spark.read.schema(SCHEMA).json(str(path)), epoch)
+    assert sum(r.written for r in buffered.reports) == len(data.expected_ids)
+
+    # Kill it at every named point, mid-write three times, at seeded transaction numbers.
+    schedule = ["drain_mid_write"] * 3 + ["drain_before_write", "drain_after_commit"]
+    rng.shuffle(schedule)
+    drainer = DrainProcess(tmp_path, config)
+    progress = []
+    for point in schedule:
+        at = rng.randint(1, 4)
+        crash_dir = drainer.start(crash_at=f"{point}@{at}")
+        drainer.wait_for_marker(crash_dir, point)
+        if point == "drain_mid_write":
+            assert drainer.proc is not None
+            open_tx = pg.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                "AND state = 'idle in transaction'",
+                [f"exactlyonce:drainer:{drainer.proc.pid}"],
+            ).fetchone()
+            assert open_tx is not None and open_tx[0] >= 1, "not inside an open transaction"
+        drainer.kill(f"{point}@{at}")
+        progress.append(sum(stored_offsets(pg, unique_name).values()))
+    # And once at a random moment.
+    drainer.start()
+    time.sleep(rng.uniform(0.5, 2.5))
+    if drainer.proc is not None and drainer.proc.poll() is None:
+        drainer.kill(f"random moment (seed {seed})")
+    drainer.start()
+    drainer.finish()
+    print(drainer.log_tail(3))
+    assert len(drainer.kills) >= len(schedule)
+    assert progress[-1] > 0, "no kill came after any committed transaction"
+
+    assert_exactly_once(pg, unique_name, data.expected_ids)
+    repeated = {i: n for i, n in attempts(pg, unique_name).items() if n > 1}
+    assert not repeated, f"{len(repeated)} records written again after a restart (seed {seed})"
+    commits = load_commits(services["KAFKA_BOOTSTRAP_SERVERS"], unique_name, topic=unique_name)
+    assert stored_offsets(pg, unique_name) == commits.frontier(unique_name), (
+        "the stored offsets end at the buffer's committed frontier"
+    )
+    letters = read_topic(
+        services["KAFKA_BOOTSTRAP_SERVERS"], f"{unique_name}.drain-dead-letters", "read_committed"
+    )
+    assert letters == [], "no message of this buffer is bad"
