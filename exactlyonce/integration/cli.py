@@ -230,7 +230,10 @@ def _progress(report: BatchReport) -> str:
     return (
         f"epoch {report.epoch}: {report.rows} rows, {report.written} written, "
         f"{report.duplicates} duplicates, {report.dead_letters} dead letters, "
-        f"{report.seconds:.2f} s"
+        f"{report.seconds:.2f} s | dedup: {report.ids_checked} checked, "
+        f"{report.bloom_negatives} bloom negatives, {report.catalog_lookups} catalog lookups, "
+        f"{report.catalog_duplicates} catalog duplicates, "
+        f"{report.bloom_false_positives} false positives"
     )
 
 

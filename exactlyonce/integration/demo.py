@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -316,10 +317,41 @@ def start_run(config: str, log_path: Path, label: str) -> subprocess.Popen[str]:
     return proc
 
 
+_DEDUP_LINE = re.compile(
+    r"\| dedup: (\d+) checked, (\d+) bloom negatives, (\d+) catalog lookups, "
+    r"(\d+) catalog duplicates, (\d+) false positives"
+)
+DEDUP_FIELDS = (
+    "checked",
+    "bloom negatives",
+    "catalog lookups",
+    "catalog duplicates",
+    "false positives",
+)
+# Dedup counters summed over every batch of every run (killed runs included).
+DEDUP_TOTALS = dict.fromkeys(DEDUP_FIELDS, 0)
+
+
 def _echo(proc: subprocess.Popen[str], label: str) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
-        print(f"  [{label}] {line.rstrip()}", flush=True)
+        text, _, _ = line.rstrip().partition(" | dedup:")
+        print(f"  [{label}] {text}", flush=True)
+        found = _DEDUP_LINE.search(line)
+        if found:
+            for name, value in zip(DEDUP_FIELDS, found.groups(), strict=True):
+                DEDUP_TOTALS[name] += int(value)
+
+
+def print_dedup_totals() -> None:
+    """The dedup layer's counters over the whole demo, and the observed false-positive rate."""
+    t = DEDUP_TOTALS
+    new = t["bloom negatives"] + t["false positives"]
+    print("DEDUP (Bloom filter + Redis catalog, all batches of all runs)")
+    for name in DEDUP_FIELDS:
+        print(f"  {'IDs ' + name if name == 'checked' else name:<22}{t[name]:>10}")
+    rate = t["false positives"] / new if new else 0.0
+    print(f"  {'observed fp rate':<22}{rate:>10.4%}")
 
 
 def wait_for_new_epoch(
@@ -412,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit = read_audit(
         cfg, expected, expected_dead_letters=nulls, input_records=len(records), kills=kills
     )
+    print_dedup_totals()
     print_audit(audit)
     print(f"seed {seed}, {time.monotonic() - began:.0f} s, logs in {log_dir}")
     return 0 if audit.ok else 1
