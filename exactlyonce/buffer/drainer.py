@@ -125,6 +125,7 @@ class _Chunk:
     bad: list[tuple[Any, str]] = field(default_factory=list)
     read: int = 0
     skipped: int = 0
+    documents: dict[int, str] = field(default_factory=dict)  # per writer, built ahead
 
 
 class Drainer:
@@ -140,10 +141,13 @@ class Drainer:
         poll_interval_s: float = 0.5,
         max_backoff_s: float = 10.0,
         kafka_timeout_s: float = 60.0,
+        writers: int = 2,
         name: str | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError("batch_size", f"a positive integer, got {batch_size!r}")
+        if not isinstance(writers, int) or not 1 <= writers <= 64:
+            raise ConfigError("writers", f"an integer from 1 to 64, got {writers!r}")
         self.sink = check_target(sink)
         self.buffer = buffer
         self.topic = buffer.topic
@@ -153,7 +157,15 @@ class Drainer:
         self.max_backoff_s = max_backoff_s
         self.kafka_timeout_s = kafka_timeout_s
         self.name = name or f"drainer:{os.getpid()}"
-        self.target = PgDrainTarget(sink, buffer.topic, f"exactlyonce:{self.name}")
+        # One sink connection per writer; writer w owns partitions p % writers == w (their rows
+        # and offsets), so writers commit in parallel, each atomically.
+        self.targets = [
+            PgDrainTarget(sink, buffer.topic, f"exactlyonce:{self.name}", w, writers)
+            for w in range(writers)
+        ]
+        self.target = self.targets[0]
+        self._writers: ThreadPoolExecutor | None = None
+        self._dead_letter_lock = threading.Lock()
         self.commits = Commits(self.query_name, buffer.sink_name)
         self.total = DrainReport()
         self.lag = Lag()
@@ -177,9 +189,15 @@ class Drainer:
 
     def load_offsets(self) -> dict[int, int]:
         """Read the stored offsets back from the sink (what a restart resumes from)."""
-        self.target.ensure()
-        self.positions = self.target.read_offsets()
+        self.positions = self._read_offsets()
         return dict(self.positions)
+
+    def _read_offsets(self) -> dict[int, int]:
+        stored: dict[int, int] = {}
+        for target in self.targets:
+            target.ensure()
+            stored.update(target.read_offsets())
+        return stored
 
     def step(self) -> DrainReport:
         """Drain at most one chunk (``batch_size`` records) in one sink transaction."""
@@ -300,7 +318,11 @@ class Drainer:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None
-        self.target.close()
+        if self._writers is not None:
+            self._writers.shutdown(wait=True)
+            self._writers = None
+        for target in self.targets:
+            target.close()
         self._ready = False
 
     def refresh_lag(self) -> Lag:
@@ -343,8 +365,7 @@ class Drainer:
         if self._ready:
             return
         self._cancel_prefetch()
-        self.target.ensure()
-        self.positions = self.target.read_offsets()
+        self.positions = self._read_offsets()
         self._check_positions(self.positions)
         self._ensure_dead_letter_topic()
         self._ready = True
@@ -402,6 +423,8 @@ class Drainer:
         Record IDs already in the sink stay no-ops."""
         self.target.ensure()
         n = self.target.reset_offsets()
+        for target in self.targets:
+            target.held = {}
         self.positions = None
         self._ready = False
         return n
@@ -544,37 +567,49 @@ class Drainer:
             if problem or value is None:
                 bad.append((msg, problem or "no value"))
                 continue
-            rows.append(DrainRow(rid.lower(), int(headers[H_EPOCH]), value, msg))
+            rows.append(DrainRow(where_of(msg)[1], rid.lower(), int(headers[H_EPOCH]), value, msg))
+        for w, part in self._by_writer(rows).items():  # off the writers' critical path
+            chunk.documents[w] = self.targets[w].document(part)
         return chunk
+
+    def _by_writer(self, rows: list[DrainRow]) -> dict[int, list[DrainRow]]:
+        n = len(self.targets)
+        if n == 1:
+            return {0: rows} if rows else {}
+        out: dict[int, list[DrainRow]] = {}
+        for row in rows:
+            out.setdefault(row.partition % n, []).append(row)
+        return out
 
     # -- writing -----------------------------------------------------------------------------
 
     def _write(self, chunk: _Chunk) -> DrainReport:
-        """One sink transaction: rows, dead letters flushed before it commits, offsets."""
+        """Each writer's share of the chunk in its own sink transaction, in parallel: its
+        rows, its dead letters (flushed before it commits) and its partitions' offsets."""
         assert self.positions is not None
         self._chunks += 1
         n = self._chunks
         report = DrainReport(batches=1, read=chunk.read, skipped=chunk.skipped)
-        crash_point("drain_before_write", n)
+        rows = self._by_writer(chunk.rows)
+        bad: dict[int, list[tuple[Any, str]]] = {}
+        for msg, why in chunk.bad:
+            bad.setdefault(where_of(msg)[1] % len(self.targets), []).append((msg, why))
+        jobs = [
+            w
+            for w, target in enumerate(self.targets)
+            if w in rows
+            or w in bad
+            or any(target.owns(p) and self.positions.get(p) != e for p, e in chunk.ends.items())
+        ]
         try:
-            self.target.begin()
-            result = self.target.insert(chunk.rows)
-            crash_point("drain_mid_write", n)
-            letters = chunk.bad + [
-                (r.source, f"refused by the sink: {why}") for r, why in result.refused
-            ]
-            if letters:
-                self._dead_letter(letters)
-            self.target.commit({**self.positions, **chunk.ends})
+            results = self._run_shares(n, jobs, rows, bad, chunk)
         except BaseException:
-            self.target.rollback()
-            self._cancel_prefetch()
+            self._cancel_prefetch()  # it was read for positions that may not hold now
             raise
-        crash_point("drain_after_commit", n)
-        self.positions.update(chunk.ends)
-        report.written = result.written
-        report.duplicates = result.duplicates
-        report.dead_letters = len(letters)
+        for written, duplicates, letters in results:
+            report.written += written
+            report.duplicates += duplicates
+            report.dead_letters += letters
         if report.written or report.dead_letters:
             log.info(
                 "%s: %d written, %d duplicates, %d dead letters, %d skipped; lag %s",
@@ -587,8 +622,65 @@ class Drainer:
             )
         return report
 
+    def _run_shares(
+        self,
+        n: int,
+        jobs: list[int],
+        rows: dict[int, list[DrainRow]],
+        bad: dict[int, list[tuple[Any, str]]],
+        chunk: _Chunk,
+    ) -> list[tuple[int, int, int]]:
+        if len(jobs) == 1:
+            return [self._write_share(n, jobs[0], rows, bad, chunk)]
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(
+                len(self.targets), thread_name_prefix=f"{self.name}-write"
+            )
+        futures = [self._writers.submit(self._write_share, n, w, rows, bad, chunk) for w in jobs]
+        results, failure = [], None
+        for future in futures:  # wait for all: a share that committed is kept
+            try:
+                results.append(future.result())
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return results
+
+    def _write_share(
+        self,
+        n: int,
+        w: int,
+        rows: dict[int, list[DrainRow]],
+        bad: dict[int, list[tuple[Any, str]]],
+        chunk: _Chunk,
+    ) -> tuple[int, int, int]:
+        assert self.positions is not None
+        target = self.targets[w]
+        crash_point("drain_before_write", n)
+        try:
+            target.begin()
+            result = target.insert(rows.get(w, []), chunk.documents.get(w))
+            crash_point("drain_mid_write", n)
+            letters = bad.get(w, []) + [
+                (r.source, f"refused by the sink: {why}") for r, why in result.refused
+            ]
+            if letters:
+                self._dead_letter(letters)
+            target.commit({**self.positions, **chunk.ends})
+        except BaseException:
+            target.rollback()
+            raise
+        crash_point("drain_after_commit", n)
+        self.positions.update({p: e for p, e in chunk.ends.items() if target.owns(p)})
+        return result.written, result.duplicates, len(letters)
+
     def _dead_letter(self, letters: list[tuple[Any, str]]) -> None:
         """Produce and flush (before the sink commits): never lost, at worst repeated."""
+        with self._dead_letter_lock:
+            self._produce_dead_letters(letters)
+
+    def _produce_dead_letters(self, letters: list[tuple[Any, str]]) -> None:
         if self._producer is None:
             self._producer = Producer(
                 {
@@ -643,7 +735,8 @@ class Drainer:
         self.total.retries += 1
         report.retries += 1
         self._ready = False
-        self.target.close()
+        for target in self.targets:
+            target.close()
         if isinstance(exc, OffsetsMovedError):
             log.warning("%s: %s; re-reading the offsets from the sink", self, exc)
         else:

@@ -40,6 +40,7 @@ log = logging.getLogger("exactlyonce.buffer")
 
 OFFSETS = "exactlyonce_drain_offsets"
 _HEX32 = re.compile(rb"[0-9a-fA-F]{32}")
+_NO_COMMA = (b"{", b" ", b"\t", b"\n", b"\r")
 
 
 class OffsetsMovedError(Exception):
@@ -50,6 +51,7 @@ class OffsetsMovedError(Exception):
 class DrainRow:
     """One buffered record on its way to the sink. ``source`` is the Kafka message."""
 
+    partition: int
     record_id: bytes  # 32 hex digits
     epoch: int
     value: bytes
@@ -86,9 +88,21 @@ def describe(exc: psycopg.Error) -> str:
 
 
 class PgDrainTarget:
-    """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert``)."""
+    """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert``).
 
-    def __init__(self, sink: PostgresSink, topic: str, application_name: str = "") -> None:
+    One connection, one transaction at a time. With ``writers`` > 1, target ``writer`` owns
+    the partitions ``p % writers == writer``: their rows and their offsets, so several
+    targets write in parallel, each atomically for its own partitions.
+    """
+
+    def __init__(
+        self,
+        sink: PostgresSink,
+        topic: str,
+        application_name: str = "",
+        writer: int = 0,
+        writers: int = 1,
+    ) -> None:
         if sink.mode != "insert":
             raise ConfigError("buffer", "the drainer writes PostgreSQL in mode='insert' only")
         self.sink = sink
@@ -103,7 +117,15 @@ class PgDrainTarget:
             _json_key(sink.id_column),
             _json_key(sink.epoch_column),
         )
+        self.writer = writer
+        self.writers = writers
         self.held: dict[int, int] = {}
+
+    def owns(self, partition: int) -> bool:
+        return partition % self.writers == self.writer
+
+    def _own(self, offsets: Mapping[int, int]) -> dict[int, int]:
+        return {p: o for p, o in offsets.items() if self.owns(p)}
 
     @property
     def where(self) -> str:
@@ -179,7 +201,8 @@ class PgDrainTarget:
         ).format(table=self.sink.table.ident(), names=names, id=sql.Identifier(self.sink.id_column))
 
     def read_offsets(self) -> dict[int, int]:
-        """partition -> next offset to drain, as the sink holds it (the truth on restart)."""
+        """partition -> next offset to drain, as the sink holds it (the truth on restart);
+        every partition's, though this target keeps (``held``) only its own."""
         conn = self._connect()
         rows = conn.execute(
             sql.SQL(
@@ -189,8 +212,9 @@ class PgDrainTarget:
             [self.query_name, self.sink_name, self.topic],
         ).fetchall()
         conn.rollback()
-        self.held = {int(p): int(o) for p, o in rows}
-        return dict(self.held)
+        stored = {int(p): int(o) for p, o in rows}
+        self.held = self._own(stored)
+        return stored
 
     def reset_offsets(self) -> int:
         """Forget where the drainer is (not the data): it then starts at the topic's start."""
@@ -217,27 +241,32 @@ class PgDrainTarget:
             ).format(self._offsets),
             [self.query_name, self.sink_name, self.topic],
         ).fetchall()
-        now = {int(p): int(o) for p, o in rows}
+        now = self._own({int(p): int(o) for p, o in rows})
         if now != self.held:
             conn.rollback()
             raise OffsetsMovedError(
                 f"{self.where}: stored offsets {now} differ from the drainer's {self.held}"
             )
 
-    def insert(self, rows: Sequence[DrainRow]) -> InsertResult:
-        """Insert rows (inside the open transaction); refused rows are returned, not raised."""
+    def insert(self, rows: Sequence[DrainRow], document: str | None = None) -> InsertResult:
+        """Insert rows (inside the open transaction); refused rows are returned, not raised.
+        ``document`` is :meth:`document` of ``rows``, if the caller built it already."""
         result = InsertResult()
         if rows:
-            self._insert_part(self._connect(), list(rows), result)
+            self._insert_part(self._connect(), list(rows), result, document)
         return result
 
     def _insert_part(
-        self, conn: psycopg.Connection[Any], rows: list[DrainRow], result: InsertResult
+        self,
+        conn: psycopg.Connection[Any],
+        rows: list[DrainRow],
+        result: InsertResult,
+        document: str | None = None,
     ) -> None:
         assert self._insert is not None, "ensure() runs first"
         try:
             with conn.transaction():  # a savepoint: a refused part takes only itself back
-                cur = conn.execute(self._insert, [self._document(rows)])
+                cur = conn.execute(self._insert, [document or self.document(rows)])
             result.written += cur.rowcount
             result.duplicates += len(rows) - cur.rowcount
         except psycopg.Error as exc:
@@ -250,22 +279,28 @@ class PgDrainTarget:
             self._insert_part(conn, rows[:half], result)
             self._insert_part(conn, rows[half:], result)
 
-    def _document(self, rows: Sequence[DrainRow]) -> str:
+    def document(self, rows: Sequence[DrainRow]) -> str:
         """One JSON array of the rows, each with the ID and epoch keys appended (last, so
-        they win over a same-named key in a value)."""
+        they win over a same-named key in a value). Values are checked "{...}" already."""
         id_key, epoch_key = self._suffix_keys
+        fast = b',%s:"%%s",%s:%%d}' % (id_key, epoch_key)
         parts = []
         for row in rows:
-            body = row.value.rstrip()[:-1].rstrip()  # checked: "{...}"
+            value = row.value
+            if value[-1:] == b"}" and value[-2:-1] not in _NO_COMMA:
+                parts.append(value[:-1] + fast % (row.record_id, row.epoch))
+                continue
+            body = value.rstrip()[:-1].rstrip()  # whitespace, or an empty object
             sep = b"" if body.endswith(b"{") else b","
             parts.append(
-                b"%s%s%s:\"%s\",%s:%d}" % (body, sep, id_key, row.record_id, epoch_key, row.epoch)
+                b'%s%s%s:"%s",%s:%d}' % (body, sep, id_key, row.record_id, epoch_key, row.epoch)
             )
         return (b"[" + b",".join(parts) + b"]").decode("utf-8")
 
     def commit(self, positions: Mapping[int, int]) -> None:
         """Store the new offsets and commit, rows and offsets together."""
         conn = self._connect()
+        positions = self._own(positions)
         for partition, offset in sorted(positions.items()):
             if self.held.get(partition) == offset:
                 continue

@@ -392,7 +392,7 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
     add_file()
     source = (
         spark.readStream.schema("event_id STRING, amount BIGINT, action STRING")
-        .option("maxFilesPerTrigger", 1)
+        .option("maxFilesPerTrigger", 2)
         .json(str(inbox))
     )
     from exactlyonce.integration.spark import start_stream
@@ -406,11 +406,12 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
     stop_feeding = threading.Event()
 
     def feed() -> None:
-        while not stop_feeding.wait(0.8):
+        while not stop_feeding.wait(1.0):
             add_file()
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
+    began = time.monotonic()
     try:
         deadline = time.monotonic() + 60
         while drainer.total.written < 80:  # the drainer is moving data before the outage
@@ -418,6 +419,7 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
             assert drainer.error is None, drainer.error
             time.sleep(0.2)
 
+        print(f"drained before the outage after {time.monotonic() - began:.1f}s")
         stop_pg()
         outage_began = time.monotonic()
         batches_before = len(buffered.reports)
@@ -431,7 +433,7 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
             f"buffer (slowest {max((r.seconds for r in during), default=0):.2f}s), drainer "
             f"retries {drainer.total.retries}, lag {drainer.lag}"
         )
-        assert len(during) >= 6, f"the query stalled during the outage: {len(during)} batches"
+        assert len(during) >= 5, f"the query stalled during the outage: {len(during)} batches"
         assert max(r.seconds for r in during) < 10.0, "a batch waited for the sink"
         assert drainer.total.written == drained_before, "wrote while PostgreSQL was down?"
         assert drainer.total.retries >= 1, "the drainer did not notice the outage"
@@ -442,6 +444,7 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
         start_pg()
         stop_feeding.set()
         feeder.join()
+        restarted = time.monotonic()
         deadline = time.monotonic() + 60
         while True:  # the query takes in every file, the drainer catches up
             progress = query.lastProgress
@@ -457,6 +460,7 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
             assert query.exception() is None, query.exception()
             assert drainer.error is None, drainer.error
             time.sleep(0.5)
+        print(f"caught up {time.monotonic() - restarted:.1f}s after PostgreSQL came back")
     finally:
         stop_feeding.set()
         query.stop()

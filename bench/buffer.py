@@ -1,0 +1,321 @@
+"""The Kafka buffer ahead of a slow sink: Spark batch durations, and drain throughput.
+
+Run as part of ``python -m bench kafka`` (so ``bench/results/kafka.json`` comes from one run);
+``python -m bench.buffer`` runs it alone and prints the figures. In one Spark session
+(``local[2]``), with generated rows ``(id string(32), value bigint, note string)``:
+
+Batch durations (``foreachBatch`` calls, one micro-batch of ``--batch-rows`` each, the first
+of each path untimed):
+
+``fast``
+    ``PostgresSink`` (defaults: Redis catalog on, sorted COPY) into a plain table.
+``slow_unbuffered``
+    the same sink into a table whose statement trigger sleeps (``pg_sleep``) once per
+    transaction, ``slow_factor - 1`` times the fast path's median batch, so a batch takes
+    about ``slow_factor`` (10) times as long.
+``slow_buffered``
+    ``Buffered(PostgresSink(slow table), KafkaBuffer(...))``: the batch goes to the buffer
+    topic; a :class:`~exactlyonce.buffer.Drainer` thread drains into the slow table at the
+    same time, in the same process (it competes for the same two cores).
+
+Keys: ``fast_batch_p50_s``/``_p99_s``, ``slow_unbuffered_batch_p50_s``/``_p99_s``,
+``slow_buffered_batch_p50_s``/``_p99_s`` and ``buffered_vs_fast_p99`` (target <= 1.2).
+
+Throughput (``--drain-rows``, best of ``--drain-repeat``, interleaved): ``direct_rows_per_s``
+is ``PostgresSink`` writing the rows as one batch into a fresh fast table; ``drain_rows_per_s``
+is a fresh :class:`~exactlyonce.buffer.Drainer` moving the same rows, already committed to a
+buffer topic, into a fresh fast table (``drain_available``, from its start to caught up).
+``drain_vs_direct`` (target >= 0.8). Every table must end with exactly the rows written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from bench.common import progress, ratio
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+SLOW_FACTOR = 10.0
+TARGET_BUFFERED_VS_FAST_P99 = 1.2
+TARGET_DRAIN_VS_DIRECT = 0.8
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _pg(dsn: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def count_rows(dsn: str, table: str) -> int:
+    from psycopg import sql
+
+    with _pg(dsn) as conn:
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+        return int(row.fetchone()[0])
+
+
+def slow_down(dsn: str, table: str, seconds: float) -> None:
+    """A statement trigger that sleeps ``seconds`` once per transaction writing ``table``."""
+    from psycopg import sql
+
+    fn = sql.Identifier(f"{table}_slow_fn")
+    with _pg(dsn) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF current_setting('eo_bench.slept', true) IS DISTINCT FROM "
+                "txid_current()::text THEN "
+                "PERFORM set_config('eo_bench.slept', txid_current()::text, true); "
+                "PERFORM pg_sleep({s}); END IF; RETURN NULL; END $$"
+            ).format(fn=fn, s=sql.Literal(round(seconds, 3)))
+        )
+        conn.execute(
+            sql.SQL("CREATE TRIGGER {} AFTER INSERT ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()")
+            .format(sql.Identifier(f"{table}_slow_trg"), sql.Identifier(table), fn)
+        )
+
+
+def drop(dsn: str, tables: Sequence[str], queries: Sequence[str]) -> None:
+    from psycopg import sql
+
+    with _pg(dsn) as conn:
+        for table in tables:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(table)))
+            conn.execute(
+                sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(f"{table}_slow_fn"))
+            )
+        for name in ("exactlyonce_heads", "exactlyonce_shard_commits", "exactlyonce_drain_offsets"):
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE query_name = ANY(%s)").format(sql.Identifier(name)),
+                [list(queries)],
+            )
+
+
+def timed_batches(
+    sink: Callable[[DataFrame, int], None], batches: Sequence[DataFrame]
+) -> list[float]:
+    """Epoch 0 untimed (the sink's start: preflight, head, catalog), the rest timed."""
+    sink(batches[0], 0)
+    out = []
+    for epoch, df in enumerate(batches[1:], start=1):
+        began = time.perf_counter()
+        sink(df, epoch)
+        out.append(time.perf_counter() - began)
+    return out
+
+
+def summary(runs: list[float]) -> dict[str, Any]:
+    return {
+        "p50_s": round(statistics.median(runs), 4),
+        "p99_s": round(percentile(runs, 99), 4),
+        "runs_seconds": [round(s, 4) for s in runs],
+    }
+
+
+def run(
+    spark: SparkSession,
+    generate: Callable[[SparkSession, int, int], DataFrame],
+    *,
+    dsn: str,
+    bootstrap: str,
+    batch_rows: int = 20_000,
+    batches: int = 11,
+    drain_rows: int = 200_000,
+    drain_repeat: int = 2,
+    first_id: int = 10_000_000,
+) -> dict[str, Any]:
+    """Every figure of this benchmark, from one run. ``generate(spark, n, start)`` gives N
+    cached rows with IDs from ``start``."""
+    from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
+    from exactlyonce.connectors.postgres import PostgresSink
+
+    tag = uuid.uuid4().hex[:8]
+    tables: list[str] = []
+    queries: list[str] = []
+
+    def name(kind: str) -> str:
+        value = f"bench_buf_{kind}_{tag}"
+        tables.append(value)
+        queries.append(value)
+        return value
+
+    def pg_sink(table: str) -> PostgresSink:
+        return PostgresSink(dsn, table, ["id"], table, shards=2)
+
+    start = first_id
+    def rows(n: int) -> DataFrame:
+        nonlocal start
+        df = generate(spark, n, start)
+        start += n
+        return df
+
+    try:
+        progress(f"buffer: {3 * batches} batches of {batch_rows:,} rows, {drain_rows:,} to drain")
+        # -- batch durations ---------------------------------------------------------------
+        fast_sink = pg_sink(name("fast"))
+        fast = timed_batches(fast_sink, [rows(batch_rows) for _ in range(batches)])
+        sleep_s = (SLOW_FACTOR - 1) * statistics.median(fast)
+        progress(f"fast p50 {statistics.median(fast):.3f}s; slow sinks sleep {sleep_s:.2f}s/tx")
+
+        slow_table = name("slow")
+        slow_sink = pg_sink(slow_table)
+        slow_sink.preflight(rows(1).schema)
+        slow_down(dsn, slow_table, sleep_s)
+        slow = timed_batches(slow_sink, [rows(batch_rows) for _ in range(batches)])
+        progress(f"slow unbuffered p50 {statistics.median(slow):.3f}s")
+
+        buffered_table = name("slowbuf")
+        target = pg_sink(buffered_table)
+        buffer = KafkaBuffer(topic=buffered_table, bootstrap_servers=bootstrap, partitions=2)
+        buffered = Buffered(target, buffer)
+        buffered.preflight(rows(1).schema)
+        slow_down(dsn, buffered_table, sleep_s)
+        drainer = Drainer(target, buffer, batch_size=batch_rows, poll_interval_s=0.2)
+        drainer.start()
+        try:
+            slow_buffered = timed_batches(buffered, [rows(batch_rows) for _ in range(batches)])
+        finally:
+            drainer.stop()
+        progress(
+            f"slow buffered p50 {statistics.median(slow_buffered):.3f}s; the drainer wrote "
+            f"{drainer.total.written:,} rows meanwhile, lag {drainer.lag}"
+        )
+        if drainer.error is not None:
+            raise RuntimeError(f"drainer failed: {drainer.error}")
+
+        # -- drain throughput vs direct writes ---------------------------------------------
+        direct_runs: list[float] = []
+        drain_runs: list[float] = []
+        drain_detail: list[dict[str, Any]] = []
+        for i in range(drain_repeat):
+            data = rows(drain_rows)
+            progress(f"throughput run {i + 1}/{drain_repeat}: direct")
+            direct_table = name(f"direct{i}")
+            sink = pg_sink(direct_table)
+            sink(rows(100), 0)  # the start (table, head, catalog) is not what we time
+            began = time.perf_counter()
+            sink(data, 1)
+            direct_runs.append(time.perf_counter() - began)
+            if count_rows(dsn, direct_table) != drain_rows + 100:
+                raise RuntimeError("direct: wrong row count")
+
+            progress(f"throughput run {i + 1}/{drain_repeat}: drain")
+            drain_table = name(f"drain{i}")
+            target = pg_sink(drain_table)
+            buffer = KafkaBuffer(topic=drain_table, bootstrap_servers=bootstrap, partitions=2)
+            feed = Buffered(target, buffer)
+            feed.preflight(data.schema)
+            feed(data, 0)
+            drainer = Drainer(target, buffer, batch_size=20_000)
+            try:
+                began = time.perf_counter()
+                report = drainer.drain_available(timeout_s=600)
+                drain_runs.append(time.perf_counter() - began)
+            finally:
+                drainer.close()
+            if report.written != drain_rows or count_rows(dsn, drain_table) != drain_rows:
+                raise RuntimeError(f"drain: wrote {report.written:,} of {drain_rows:,}")
+            drain_detail.append(
+                {"batches": report.batches, "read": report.read, "skipped": report.skipped}
+            )
+
+        fast_s, slow_s, buf_s = summary(fast), summary(slow), summary(slow_buffered)
+        direct_rate = drain_rows / min(direct_runs)
+        drain_rate = drain_rows / min(drain_runs)
+        return {
+            "fast_batch_p50_s": fast_s["p50_s"],
+            "fast_batch_p99_s": fast_s["p99_s"],
+            "slow_unbuffered_batch_p50_s": slow_s["p50_s"],
+            "slow_unbuffered_batch_p99_s": slow_s["p99_s"],
+            "slow_buffered_batch_p50_s": buf_s["p50_s"],
+            "slow_buffered_batch_p99_s": buf_s["p99_s"],
+            "buffered_vs_fast_p99": ratio(buf_s["p99_s"], fast_s["p99_s"]),
+            "buffered_vs_fast_p50": ratio(buf_s["p50_s"], fast_s["p50_s"]),
+            "slow_vs_fast_p50": ratio(slow_s["p50_s"], fast_s["p50_s"]),
+            "target_buffered_vs_fast_p99": TARGET_BUFFERED_VS_FAST_P99,
+            "drain_rows_per_s": round(drain_rate),
+            "direct_rows_per_s": round(direct_rate),
+            "drain_vs_direct": ratio(drain_rate, direct_rate),
+            "target_drain_vs_direct": TARGET_DRAIN_VS_DIRECT,
+            "buffer": {
+                "batch_rows": batch_rows,
+                "timed_batches": batches - 1,
+                "slow_sleep_s_per_transaction": round(sleep_s, 3),
+                "fast": fast_s,
+                "slow_unbuffered": slow_s,
+                "slow_buffered": buf_s,
+                "drain_rows": drain_rows,
+                "direct_runs_seconds": [round(s, 3) for s in direct_runs],
+                "drain_runs_seconds": [round(s, 3) for s in drain_runs],
+                "drain_runs": drain_detail,
+            },
+        }
+    finally:
+        drop(dsn, tables, queries)
+
+
+def print_figures(f: dict[str, Any]) -> None:
+    print(
+        f"batch p99: fast {f['fast_batch_p99_s']:.3f}s, slow unbuffered "
+        f"{f['slow_unbuffered_batch_p99_s']:.3f}s, slow buffered "
+        f"{f['slow_buffered_batch_p99_s']:.3f}s -> buffered/fast {f['buffered_vs_fast_p99']:.3f} "
+        f"(target <= {TARGET_BUFFERED_VS_FAST_P99})\n"
+        f"drain {f['drain_rows_per_s']:,} rows/s vs direct {f['direct_rows_per_s']:,} rows/s "
+        f"-> {f['drain_vs_direct']:.3f} (target >= {TARGET_DRAIN_VS_DIRECT})",
+        flush=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from bench.kafka import generate, service
+    from exactlyonce.integration.spark import session
+
+    parser = argparse.ArgumentParser(prog="python -m bench.buffer", description=__doc__)
+    parser.add_argument("--batch-rows", type=int, default=20_000)
+    parser.add_argument("--batches", type=int, default=11)
+    parser.add_argument("--drain-rows", type=int, default=200_000)
+    parser.add_argument("--drain-repeat", type=int, default=2)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("EXACTLYONCE_REDIS_URL", service("EXACTLYONCE_REDIS_URL"))
+    spark = session("bench-buffer", master="local[2]")
+    try:
+        figures = run(
+            spark,
+            generate,
+            dsn=service("EXACTLYONCE_PG_DSN"),
+            bootstrap=service("KAFKA_BOOTSTRAP_SERVERS"),
+            batch_rows=args.batch_rows,
+            batches=args.batches,
+            drain_rows=args.drain_rows,
+            drain_repeat=args.drain_repeat,
+        )
+    finally:
+        spark.stop()
+    print(json.dumps(figures, indent=2))
+    print_figures(figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
