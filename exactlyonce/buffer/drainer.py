@@ -66,6 +66,7 @@ from exactlyonce.connectors.kafka_reader import (
     consumer,
     control_prefix,
     drain,
+    exact_end_offsets,
     headers_of,
     offset_of,
     partitions_of,
@@ -73,7 +74,7 @@ from exactlyonce.connectors.kafka_reader import (
     where_of,
 )
 from exactlyonce.connectors.postgres import PostgresSink
-from exactlyonce.connectors.secrets import scrub
+from exactlyonce.connectors.secrets import dsn_password, scrub
 from exactlyonce.integration.crashpoints import crash_point
 
 log = logging.getLogger("exactlyonce.drainer")
@@ -366,6 +367,7 @@ class Drainer:
             return
         self._cancel_prefetch()
         self.positions = self._read_offsets()
+        self._refresh_control()
         self._check_positions(self.positions)
         self._ensure_dead_letter_topic()
         self._ready = True
@@ -398,10 +400,12 @@ class Drainer:
                     "has no such partition: the topic was re-created. Run `exactlyonce "
                     "drain --reset-offsets` (or Drainer.reset_offsets()) if you mean to start over",
                 )
-            low, high = client.get_watermark_offsets(
+            low, _ = client.get_watermark_offsets(
                 TopicPartition(self.topic, p), timeout=self.kafka_timeout_s, cached=False
             )
-            end = max(high, self.commits.frontier(self.topic).get(p, 0))
+            # Exact: some brokers' ListOffsets answer lies below the end (Tansu).
+            end = exact_end_offsets(client, self.topic, [p], self.kafka_timeout_s)[p]
+            end = max(end, self.commits.frontier(self.topic).get(p, 0))
             if offset > end:
                 raise ConfigError(
                     "buffer.topic",
@@ -769,7 +773,8 @@ class Drainer:
                 time.sleep(backoff)
 
     def _scrub(self, text: str) -> str:
-        return scrub(text, *self._secrets, self.sink._dsn.reveal())
+        dsn = self.sink._dsn.reveal()
+        return scrub(text, *self._secrets, dsn, dsn_password(dsn))
 
 
 def _value_problem(value: bytes | None) -> str | None:

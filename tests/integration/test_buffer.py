@@ -469,3 +469,49 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert_exactly_once(conn, unique_name, expected)
         assert set(attempts(conn, unique_name).values()) == {1}
+
+
+# ---------------------------------------------------------------------- small parts
+
+
+def test_documents_append_id_and_epoch_last(pg_dsn: str, unique_name: str) -> None:
+    from exactlyonce.buffer.postgres import DrainRow
+
+    sink = PostgresSink(pg_dsn, unique_name, ["event_id"], unique_name, dedup=False, check=False)
+    target = PgDrainTarget(sink, unique_name)
+    rid = record_id(["k"]).encode()
+    values = [b"{}", b'{ "a": 1 }\n', b'{"record_id": "forged", "epoch": 99, "b": [1]}']
+    rows = [DrainRow(0, rid, 7, v, None) for v in values]
+    parsed = json.loads(target.document(rows))
+    assert parsed == [
+        {"record_id": rid.decode(), "epoch": 7},
+        {"a": 1, "record_id": rid.decode(), "epoch": 7},
+        {"record_id": rid.decode(), "epoch": 7, "b": [1]},  # the header's ID wins
+    ]
+    last = target.document(rows[2:]).rstrip("]}")
+    assert last.endswith(f'"record_id":"{rid.decode()}","epoch":7'), "ours come last"
+
+
+def test_unreachable_sink_is_retried_and_never_shows_the_password(
+    bootstrap: str, pg_dsn: str, unique_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from exactlyonce.connectors.errors import SinkUnavailableError
+
+    parts = conninfo_to_dict(pg_dsn)
+    secret = "Wr0ng-s3cret-" + uuid.uuid4().hex[:6]
+    bad_dsn = make_conninfo(**{**parts, "password": secret})
+    sink = PostgresSink(bad_dsn, unique_name, ["event_id"], unique_name, dedup=False, check=False)
+    buffer = KafkaBuffer(topic=unique_name, bootstrap_servers=bootstrap)
+    drainer = Drainer(sink, buffer, max_backoff_s=0.3)
+    caplog.set_level("DEBUG", logger="exactlyonce")
+    try:
+        with pytest.raises(SinkUnavailableError) as failure:
+            drainer.drain_available(timeout_s=1.5)
+    finally:
+        drainer.close()
+    assert drainer.total.retries >= 2, "an unreachable sink is retried, not given up at once"
+    assert secret not in str(failure.value)
+    assert secret not in caplog.text
+    assert "retry in" in caplog.text
