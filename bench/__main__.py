@@ -4,6 +4,7 @@
     python -m bench redis                     # RedisSink vs plain pipelined writes
     python -m bench kafka                     # KafkaSink vs a plain idempotent producer
     python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs Spark's
+    python -m bench elasticsearch             # ElasticsearchSink vs plain streaming_bulk
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ import sys
 from collections.abc import Sequence
 
 # Benchmarks with their own argument parser: ``python -m bench kafka --help``.
-STANDALONE = {"kafka": "bench.kafka", "dedup": "bench.dedup"}
+STANDALONE = {
+    "kafka": "bench.kafka",
+    "dedup": "bench.dedup",
+    "elasticsearch": "bench.elasticsearch",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
