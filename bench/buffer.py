@@ -296,6 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=11)
     parser.add_argument("--drain-rows", type=int, default=200_000)
     parser.add_argument("--drain-repeat", type=int, default=2)
+    parser.add_argument(
+        "--merge-into-kafka-json",
+        action="store_true",
+        help="add the figures to bench/results/kafka.json (marked as a separate run)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("EXACTLYONCE_REDIS_URL", service("EXACTLYONCE_REDIS_URL"))
     spark = session("bench-buffer", master="local[2]")
@@ -314,6 +319,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     print(json.dumps(figures, indent=2))
     print_figures(figures)
+    if args.merge_into_kafka_json:
+        from bench.common import RESULTS_DIR, now_utc, write_results
+
+        path = RESULTS_DIR / "kafka.json"
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        figures["buffer"]["run"] = (
+            f"python -m bench.buffer, {now_utc()}: a separate run from the eos/plain keys"
+        )
+        write_results("kafka", {**kept, **figures})
     return 0
 
 

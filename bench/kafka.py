@@ -20,8 +20,10 @@ The result, ``bench/results/kafka.json``, holds ``rows``, ``eos_msgs_per_s``,
 ``plain_msgs_per_s`` and ``ratio`` (eos / plain, best timed run of each; runs interleave the
 two paths so both see the same load) at the top level, ``ratio_median`` from the median runs,
 and details under ``paths``.
-Other benchmarks of the Kafka path (the buffer ahead of slow sinks) add their own top-level
-keys to the same file: this one keeps keys it does not own when it rewrites the file.
+The same run then measures the Kafka buffer ahead of a slow sink (:mod:`bench.buffer`: Spark
+batch durations to a 10x slowed PostgreSQL with and without the buffer against a fast-sink
+baseline, and drain throughput against direct writes) and adds its keys at the top level
+(``--no-buffer`` skips it). Keys it does not own are kept when it rewrites the file.
 One run, on a shared machine: compare the ratio, not the absolute rates.
 """
 
@@ -164,7 +166,9 @@ def topic_messages(bootstrap: str, topic: str) -> int:
         client.close()
 
 
-def run(rows: int, shards: int, repeat: int) -> dict[str, Any]:
+def run(
+    rows: int, shards: int, repeat: int, buffer_args: dict[str, Any] | None = None
+) -> dict[str, Any]:
     from exactlyonce.connectors.kafka import KafkaSink
     from exactlyonce.connectors.kafka_reader import read_exactly_once
     from exactlyonce.integration.spark import session
@@ -212,6 +216,18 @@ def run(rows: int, shards: int, repeat: int) -> dict[str, Any]:
     delivered = sum(1 for _ in read_exactly_once(bootstrap, eos_topic, query))
     if plain_held != total or delivered != total:
         raise BenchError(f"plain topic holds {plain_held:,}, the recipe reads {delivered:,}")
+    buffer_figures: dict[str, Any] = {}
+    if buffer_args is not None:
+        from bench import buffer as buffer_bench
+
+        buffer_figures = buffer_bench.run(
+            spark,
+            generate,
+            dsn=service("EXACTLYONCE_PG_DSN"),
+            bootstrap=bootstrap,
+            first_id=total + 1_000_000,
+            **buffer_args,
+        )
     spark.stop()
 
     eos_rate, plain_rate = rows / min(eos_runs), rows / min(plain_runs)
@@ -235,6 +251,7 @@ def run(rows: int, shards: int, repeat: int) -> dict[str, Any]:
             },
             "plain": {"runs_seconds": [round(s, 3) for s in plain_runs], "topic_holds": plain_held},
         },
+        **buffer_figures,
     }
 
 
@@ -243,8 +260,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=300_000, help="rows per timed run")
     parser.add_argument("--shards", type=int, default=PARTITIONS)
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per path; best counts")
+    parser.add_argument("--no-buffer", action="store_true", help="skip the buffer benchmark")
+    parser.add_argument("--buffer-batch-rows", type=int, default=20_000)
+    parser.add_argument("--buffer-batches", type=int, default=11, help="per path, 1 untimed")
+    parser.add_argument("--drain-rows", type=int, default=200_000)
+    parser.add_argument("--drain-repeat", type=int, default=2)
     args = parser.parse_args(argv)
-    figures = run(args.rows, args.shards, args.repeat)
+    buffer_args = None
+    if not args.no_buffer:
+        buffer_args = {
+            "batch_rows": args.buffer_batch_rows,
+            "batches": args.buffer_batches,
+            "drain_rows": args.drain_rows,
+            "drain_repeat": args.drain_repeat,
+        }
+    figures = run(args.rows, args.shards, args.repeat, buffer_args)
     path = RESULTS_DIR / f"{NAME}.json"
     kept: dict[str, Any] = {}
     if path.exists():
@@ -266,6 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"msgs/s, ratio {figures['ratio']:.3f} (target {TARGET_RATIO})",
         flush=True,
     )
+    if buffer_args is not None:
+        from bench.buffer import print_figures
+
+        print_figures(figures)
     return 0
 
 
