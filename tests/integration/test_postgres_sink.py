@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -148,7 +149,8 @@ def test_column_types_round_trip(
 def test_preflight_names_the_problem_without_the_password(
     spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
-    wrong_password = pg_dsn.replace("exactlyonce@", "s3cret-pw@", 1)
+    password = urlsplit(pg_dsn).password
+    wrong_password = pg_dsn.replace(f":{password}@", ":s3cret-pw@", 1)
     assert "s3cret-pw" in wrong_password
     with pytest.raises(SinkUnavailableError) as err:
         new_sink(wrong_password, unique_name)
