@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -82,10 +83,11 @@ def home_dir(home: Path | None = None) -> Path:
 
 
 def port(name: str) -> int:
-    """The TCP port of service ``name`` (from its ``EXACTLYONCE_*_PORT`` variable)."""
+    """The TCP port of service ``name``: its ``EXACTLYONCE_*_PORT`` variable, else the port
+    ``up`` chose when the default was taken (``<home>/ports.json``), else the default."""
     raw = os.environ.get(PORT_ENV[name])
     if not raw:
-        return DEFAULT_PORTS[name]
+        return _chosen_ports().get(name, DEFAULT_PORTS[name])
     try:
         value = int(raw)
     except ValueError:
@@ -93,6 +95,38 @@ def port(name: str) -> int:
     if not 0 < value < 65536:
         raise RuntimeError(f"{PORT_ENV[name]}={raw!r} is not a port number")
     return value
+
+
+PORTS_FILE = "ports.json"
+
+
+def _chosen_ports() -> dict[str, int]:
+    path = home_dir() / PORTS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: int(v) for k, v in data.items() if k in DEFAULT_PORTS and isinstance(v, int)}
+
+
+def _port_taken(name: str, home: Path) -> None:
+    """The port is held by a process that is not this checkout's service.
+
+    With the port set explicitly, that is an error. With the default (another checkout's
+    services, say), pick a free port instead and remember it in ``<home>/ports.json``, so this
+    checkout's services, tests and env file keep using it.
+    """
+    if os.environ.get(PORT_ENV[name]):
+        raise RuntimeError(f"port {port(name)} is taken by another process; set {PORT_ENV[name]}")
+    taken = port(name)
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        free = int(s.getsockname()[1])
+    chosen = {**_chosen_ports(), name: free}
+    if home.absolute() == home_dir():
+        (home / PORTS_FILE).write_text(json.dumps(chosen), encoding="utf-8")
+    os.environ[PORT_ENV[name]] = str(free)
+    print(f"{name}: port {taken} is taken by another process; using {free}", flush=True)
 
 
 def local_env() -> dict[str, str]:
@@ -504,7 +538,7 @@ def _pg_start(home: Path) -> None:
     if pid is not None:  # stale: the postmaster is gone
         (data / "postmaster.pid").unlink(missing_ok=True)
     if _tcp_open(port("pg")):
-        raise RuntimeError(f"port {port('pg')} is taken by another process; set {PORT_ENV['pg']}")
+        _port_taken("pg", home)
     # fsync=off: only for the speed of local tests; a crash of the machine may corrupt this
     # throw-away cluster. Never use it for data you keep.
     options = [
@@ -600,9 +634,7 @@ def _redis_start(home: Path) -> None:
         return
     pidfile.unlink(missing_ok=True)
     if _tcp_open(port("redis")):
-        raise RuntimeError(
-            f"port {port('redis')} is taken by another process; set {PORT_ENV['redis']}"
-        )
+        _port_taken("redis", home)
     base.mkdir(parents=True, exist_ok=True)
     result = _run(
         [
@@ -698,9 +730,7 @@ def _kafka_start(home: Path) -> None:
         return
     pidfile.unlink(missing_ok=True)
     if _tcp_open(port("kafka")):
-        raise RuntimeError(
-            f"port {port('kafka')} is taken by another process; set {PORT_ENV['kafka']}"
-        )
+        _port_taken("kafka", home)
     binary = _tansu_binary()
     base.mkdir(parents=True, exist_ok=True)
     url = f"tcp://{HOST}:{port('kafka')}"
