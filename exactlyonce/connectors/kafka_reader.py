@@ -182,9 +182,9 @@ def drain(
     """Yield every record of ``(topic, partition) -> [start, end)`` in offset order per
     partition; ``end=None`` reads to the end the broker reports (end-of-partition event).
 
-    ``start`` may be ``OFFSET_BEGINNING``. Raises SinkUnavailableError when the range is not
-    read within ``timeout_s`` (for example a read_committed read held back by an open
-    transaction).
+    ``start`` may be ``OFFSET_BEGINNING``. Raises SinkUnavailableError when no record arrives
+    for ``timeout_s`` before the range is read (for example a read_committed read held back by
+    an open transaction); a long range that keeps arriving is read to its end.
     """
     todo = {tp: r for tp, r in ranges.items() if r[1] is None or r[0] < 0 or r[0] < r[1]}
     if not todo:
@@ -209,10 +209,11 @@ def _drain_assigned(
         if time.monotonic() > deadline:
             left = ", ".join(f"{t}[{p}]" for t, p in sorted(todo))
             raise SinkUnavailableError(
-                f"reading {what or 'Kafka'} did not reach the end of {left} within "
+                f"reading {what or 'Kafka'} made no progress towards the end of {left} for "
                 f"{timeout_s:.0f}s (an open transaction may hold back read_committed reads)"
             )
         for msg in client.consume(num_messages=1000, timeout=0.02):
+            deadline = time.monotonic() + timeout_s  # a deadline for progress, not in total
             tp = where_of(msg)
             if tp not in todo:
                 continue
