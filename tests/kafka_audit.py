@@ -4,8 +4,15 @@ The consumption recipe of :mod:`exactlyonce.connectors.kafka_reader` is implemen
 second time, from its documentation, so the tests do not check the sink with its own code:
 read the control topic (heads and confirmations), read the data topic, count per record ID
 the records of confirmed attempts. The naive count (every record of the query that a plain
-``read_committed`` consumer sees) is kept next to it, to show what a reader without the
-recipe gets on this broker.
+consumer sees) is kept next to it, to show what a reader without the recipe gets on this
+broker.
+
+Which isolation level the data topic is read with: ``read_committed`` where the broker hides
+aborted records (Apache Kafka; the issue asks that a plain read_committed consumer be
+exactly-once there), ``read_uncommitted`` elsewhere (Tansu). On Tansu the two deliver the
+same records, but Tansu never times out an abandoned transaction, and a transaction that
+touched a partition holding one leaves every partition it wrote held back from
+read_committed readers (measured; see README "Kafka brokers without transaction timeouts").
 """
 
 from __future__ import annotations
@@ -111,10 +118,13 @@ def audit(
     sink: str | None = None,
     control_topic: str = CONTROL_TOPIC,
     count_field: str = "count",
+    *,
+    read_committed: bool = False,
 ) -> KafkaAudit:
     """Count, per record ID, the records of confirmed attempts (the recipe) and all records
     of the query (naive). For a dead-letter topic pass ``sink`` and
-    ``count_field="dead_letters"``."""
+    ``count_field="dead_letters"``. ``read_committed``: read the data as a plain
+    read_committed consumer does (pass the sink's ``hides_aborted``)."""
     sink = sink or f"kafka:{topic}"
     prefix = f"{_escape(query)}|{_escape(sink)}|"
     head: dict[str, Any] | None = None
@@ -130,7 +140,8 @@ def audit(
             confirmed[(int(rest[0]), int(rest[1]), rest[3])] = json.loads(record.value)
     result = KafkaAudit(query, head, confirmed, count_field=count_field)
     frontier = (head or {}).get("frontier", {}).get(topic, {})
-    for record in read_topic(bootstrap, topic, "read_committed"):
+    isolation = "read_committed" if read_committed else "read_uncommitted"
+    for record in read_topic(bootstrap, topic, isolation):
         headers = {k: v for k, v in record.headers or []}
         if headers.get("eo-query", b"").decode() != query:
             continue

@@ -38,8 +38,11 @@ The recipe
    sink keep (a) the LAST head record (a record with an empty value deletes it) and (b) every
    confirmation key: the set of confirmed ``(epoch, shard, attempt)``. Ignore other keys.
 2. Read each partition of the data topic from where you stopped last time (the beginning the
-   first time) up to, not including, the head's ``frontier`` offset of that partition. Use
-   ``read_committed`` where your client has it.
+   first time) up to, not including, the head's ``frontier`` offset of that partition, with
+   ``read_uncommitted``. The confirmations of step 3 decide what counts, so nothing an
+   aborted transaction wrote gets through; and an open transaction (a crashed writer's, on
+   a broker that never times it out, such as Tansu) cannot hold the read back, as it can a
+   ``read_committed`` read.
 3. Deliver a record when its ``eo-query`` is your query and its ``(eo-epoch, eo-shard,
    eo-attempt)`` is confirmed. Skip every other record: it belongs to an aborted, fenced or
    superseded attempt, or to another writer.
@@ -411,7 +414,8 @@ class ExactlyOnceRead(Iterator[Message]):
     def _read(
         self, bootstrap_servers: str, consumer_config: Mapping[str, Any] | None, timeout_s: float
     ) -> Iterator[Message]:
-        client = consumer(bootstrap_servers, consumer_config)  # opened at the first next()
+        # read_uncommitted: confirmations decide (step 3); see the recipe, step 2.
+        client = consumer(bootstrap_servers, consumer_config, isolation="read_uncommitted")
         try:
             ranges: dict[tuple[str, int], tuple[int, int | None]] = {}
             for p, end in sorted(self.frontier.items()):

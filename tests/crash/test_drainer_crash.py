@@ -181,6 +181,6 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
         "the stored offsets end at the buffer's committed frontier"
     )
     letters = read_topic(
-        services["KAFKA_BOOTSTRAP_SERVERS"], f"{unique_name}.drain-dead-letters", "read_committed"
+        services["KAFKA_BOOTSTRAP_SERVERS"], f"{unique_name}.drain-dead-letters", "read_uncommitted"
     )
     assert letters == [], "no message of this buffer is bad"

@@ -275,7 +275,7 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_drain_goes_on(
     assert report.written == 201
     assert_exactly_once(pg, unique_name, ids(0, 200) | {good})
 
-    letters = read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_committed")
+    letters = read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_uncommitted")
     reasons: dict[bytes, str] = {}
     for msg in letters:
         headers = dict(msg.headers or [])

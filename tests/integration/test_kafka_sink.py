@@ -9,6 +9,9 @@ too; on a broker that does not (Tansu), only the recipe is.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -70,7 +73,7 @@ def new_sink(bootstrap: str, name: str, **kw: Any) -> KafkaSink:
 
 
 def checked(bootstrap: str, sink: KafkaSink, expected: set[str]) -> KafkaAudit:
-    result = audit(bootstrap, sink.topic, sink.query_name)
+    result = audit(bootstrap, sink.topic, sink.query_name, read_committed=bool(sink.hides_aborted))
     result.assert_exactly_once(expected)
     if sink.hides_aborted:
         assert result.naive_extra == 0 and set(result.naive) == expected
@@ -134,6 +137,69 @@ def test_headers_key_and_value(spark: SparkSession, bootstrap: str, unique_name:
     raw(df, 0)
     values = {m.value() for m in read_exactly_once(bootstrap, other, other)}
     assert values == {b"click"}
+
+
+ABANDON = """
+import sys, time
+from confluent_kafka import Producer
+bootstrap, topic, tid = sys.argv[1:4]
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+producer.init_transactions(30)
+producer.begin_transaction()
+producer.produce(topic, b"never decided", b"abandoned")
+producer.flush(30)
+print("open", flush=True)
+time.sleep(600)
+"""
+
+
+def _abandon_transaction(bootstrap: str, topic: str, tid: str) -> None:
+    """A writer SIGKILLed inside a transaction, whose transactional.id nobody reuses."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ABANDON, bootstrap, topic, tid], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "open"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+
+def test_an_abandoned_transaction_on_the_control_topic_holds_no_reader_back(
+    spark: SparkSession, bootstrap: str, unique_name: str
+) -> None:
+    """Tansu never times an open transaction out, and a transaction that touched a partition
+    holding one leaves every partition it wrote held back from read_committed readers. Every
+    shard transaction writes its commit marker to the control topic, so one abandoned
+    transaction there would hold back the data of every later epoch. The recipe reads
+    read_uncommitted and lets the confirmations decide; it must deliver everything."""
+    control = f"{unique_name}-control"
+    sink = new_sink(bootstrap, unique_name, control_topic=control)
+    sink(events(spark, 0, 100), 0)  # creates the control topic
+    tid = f"{unique_name}-abandoned"
+    _abandon_transaction(bootstrap, control, tid)
+    try:
+        sink(events(spark, 100, 300), 1)
+        sink(events(spark, 100, 300), 1)  # a replay is still skipped
+        assert sink.last_report is not None and sink.last_report.skipped
+        got = [
+            headers_of(m)["eo-record-id"].decode()
+            for m in read_exactly_once(
+                bootstrap, unique_name, unique_name, control_topic=control, timeout_s=20
+            )
+        ]
+        assert sorted(got) == sorted(ids(0, 300))
+        result = audit(
+            bootstrap,
+            sink.topic,
+            sink.query_name,
+            control_topic=control,
+            read_committed=bool(sink.hides_aborted),
+        )
+        result.assert_exactly_once(ids(0, 300))
+    finally:
+        fence = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+        fence.init_transactions(30)  # aborts it: leave no open transaction behind
 
 
 def test_committed_shards_are_skipped_when_the_head_did_not_advance(
@@ -233,7 +299,7 @@ def test_a_zombie_attempt_is_fenced_and_never_counted(
     assert report.written == 50
     assert zombie_error, "the fenced zombie's commit must fail"
     assert "fence" in str(zombie_error[0]).lower() or "FENCED" in str(zombie_error[0])
-    result = audit(bootstrap, unique_name, unique_name)
+    result = audit(bootstrap, unique_name, unique_name, read_committed=bool(sink.hides_aborted))
     result.assert_exactly_once(ids(0, 10) | {record_id([f"z{i}"]) for i in range(50)})
     assert len({a for a in result.confirmed if a[0] == 1}) == 1, "one confirmed attempt"
     # The same with two bare producers: the older one cannot commit after the newer init.
