@@ -418,10 +418,34 @@ def _tansu_binary() -> str:
 # ---------------------------------------------------------------- PostgreSQL
 
 
+def _traversable_by_others(path: Path) -> bool:
+    """Can a user other than the owner (the ``postgres`` OS user) walk down to ``path``?
+    Checks the search bit for others on every existing ancestor (``mktemp -d`` makes 0700)."""
+    for directory in [path, *path.parents]:
+        try:
+            mode = directory.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if not mode & 0o001:
+            return False
+    return True
+
+
+def _pg_base(home: Path) -> Path:
+    """Where the PostgreSQL cluster lives: ``<home>/pg``, unless we run as root and the
+    ``postgres`` OS user (initdb refuses root) cannot traverse to it. Then it is a
+    per-project dir under /var/tmp, named by a hash of the home path, and ``up`` says so."""
+    base = home / "pg"
+    if not _is_root() or (base / "data" / "PG_VERSION").exists() or _traversable_by_others(home):
+        return base
+    digest = hashlib.sha1(str(home).encode()).hexdigest()[:12]
+    return Path("/var/tmp") / f"exactlyonce-{digest}" / "pg"
+
+
 def _pg_paths(home: Path) -> tuple[Path, Path, Path]:
     """(data dir, log file, socket dir). The socket dir is under the home dir unless the
     socket path would pass the 107-byte Unix limit; then it is a short dir under /tmp."""
-    base = home / "pg"
+    base = _pg_base(home)
     sock = base / "sock"
     if len(str(sock / f".s.PGSQL.{port('pg')}.lock")) > 100:
         digest = hashlib.sha1(str(home).encode()).hexdigest()[:12]
@@ -449,6 +473,12 @@ def _pg_prepare_dirs(home: Path) -> None:
     """Create the pg folders; as root the data dir, log and socket dir belong to
     ``postgres`` (initdb refuses to run as root)."""
     data, log, sock = _pg_paths(home)
+    if not data.is_relative_to(home):
+        print(
+            f"note: the postgres OS user cannot traverse {home}; PostgreSQL data is in "
+            f"{data.parent} (delete it by hand with the project)",
+            flush=True,
+        )
     data.parent.mkdir(parents=True, exist_ok=True)
     for directory in (data, sock):
         directory.mkdir(parents=True, exist_ok=True)

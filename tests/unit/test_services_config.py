@@ -3,6 +3,7 @@ rule that environment variables win over the env file, and password masking."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,34 @@ def test_printed_lines_and_cli_never_show_the_password(
     out = capsys.readouterr().out
     assert "exactlyonce:***@" in out
     assert "hunter2" not in out
+
+
+def test_pg_data_leaves_a_home_the_postgres_user_cannot_traverse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As root, initdb runs as ``postgres``: a project under ``mktemp -d`` (0700) is out of
+    its reach, so the cluster goes to a per-project dir under /var/tmp instead."""
+    monkeypatch.setattr(services, "_is_root", lambda: True)
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:  # pytest's tmp_path is 0700
+        tmp_path = Path(top)
+        tmp_path.chmod(0o755)
+        _check_pg_paths(tmp_path, monkeypatch)
+
+
+def _check_pg_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o755)
+    if not services._traversable_by_others(tmp_path):
+        pytest.fail(f"pytest's tmp_path {tmp_path} is itself private; cannot tell the cases")
+    home = private / "p" / ".exactlyonce"
+    data, _, _ = services._pg_paths(home)
+    assert not data.is_relative_to(home)
+    assert data.parent.parent.parent == Path("/var/tmp")
+    assert services._pg_paths(home)[0] == data, "the same project gets the same dir"
+    assert services._pg_paths(open_dir / ".exactlyonce")[0] == open_dir / ".exactlyonce/pg/data"
+    monkeypatch.setattr(services, "_is_root", lambda: False)
+    assert services._pg_paths(home)[0] == home / "pg" / "data", "non-root runs initdb itself"
