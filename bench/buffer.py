@@ -91,8 +91,9 @@ def slow_down(dsn: str, table: str, seconds: float) -> None:
             ).format(fn=fn, s=sql.Literal(round(seconds, 3)))
         )
         conn.execute(
-            sql.SQL("CREATE TRIGGER {} AFTER INSERT ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()")
-            .format(sql.Identifier(f"{table}_slow_trg"), sql.Identifier(table), fn)
+            sql.SQL(
+                "CREATE TRIGGER {} AFTER INSERT ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()"
+            ).format(sql.Identifier(f"{table}_slow_trg"), sql.Identifier(table), fn)
         )
 
 
@@ -164,6 +165,7 @@ def run(
         return PostgresSink(dsn, table, ["id"], table, shards=2)
 
     start = first_id
+
     def rows(n: int) -> DataFrame:
         nonlocal start
         df = generate(spark, n, start)
@@ -288,7 +290,8 @@ def print_figures(f: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bench.kafka import generate, service
+    from bench.common import generate_rows
+    from bench.kafka import service
     from exactlyonce.integration.spark import session
 
     parser = argparse.ArgumentParser(prog="python -m bench.buffer", description=__doc__)
@@ -307,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         figures = run(
             spark,
-            generate,
+            generate_rows,
             dsn=service("EXACTLYONCE_PG_DSN"),
             bootstrap=service("KAFKA_BOOTSTRAP_SERVERS"),
             batch_rows=args.batch_rows,

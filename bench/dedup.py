@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import machine_info, now_utc, progress, ratio, write_results
+from bench.common import (
+    add_results_dir_argument,
+    machine_info,
+    now_utc,
+    progress,
+    ratio,
+    write_results,
+)
 from exactlyonce.dedup.bloom import BACKENDS, BloomSpec, ids_from_hex
 from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
 from exactlyonce.dedup.shard import DedupPlan, TaskDedup
@@ -160,8 +167,14 @@ def end_to_end(rows: int, dsn: str, redis_url: str) -> dict[str, Any]:
         for name, (options, spark_dedup) in variants.items():
             table = f"bench_dedup_{name}"
             _drop(dsn, table)
-            sink = PostgresSink(dsn, table, ["event_id"], f"bench-dedup-{name}-{time.time_ns()}",
-                                shards=2, **options)
+            sink = PostgresSink(
+                dsn,
+                table,
+                ["event_id"],
+                f"bench-dedup-{name}-{time.time_ns()}",
+                shards=2,
+                **options,
+            )
             seconds = stream(spark, work / "input", sink, work / f"ckpt-{name}", spark_dedup)
             count = _count(dsn, table)
             assert count == unique, f"{name}: {count} rows, expected {unique}"
@@ -194,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ids", type=int, default=1_000_000)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--skip-e2e", action="store_true")
+    add_results_dir_argument(parser)
     args = parser.parse_args(argv)
     env = service_env()
     redis_url, dsn = env["EXACTLYONCE_REDIS_URL"], env["EXACTLYONCE_PG_DSN"]
@@ -201,8 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bloom = bloom_rates(ids)
     paths = [task_path_rate(redis_url, ids, f) for f in (0.0, 0.2)]
     for p in paths:
-        progress(f"task path, {p['dup_fraction']:.0%} duplicates: {p['check_ids_per_s']:,} IDs/s "
-                 f"checked, {p['check_and_mark_ids_per_s']:,} IDs/s checked and marked")
+        progress(
+            f"task path, {p['dup_fraction']:.0%} duplicates: {p['check_ids_per_s']:,} IDs/s "
+            f"checked, {p['check_and_mark_ids_per_s']:,} IDs/s checked and marked"
+        )
     e2e = {} if args.skip_e2e else end_to_end(args.rows, dsn, redis_url)
     spec = BloomSpec(1_000_000, 0.001)
     data: dict[str, Any] = {
@@ -218,22 +234,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if e2e:
         on, off, sd = (e2e[k]["rows_per_s"] for k in ("dedup_on", "dedup_off", "spark_dedup"))
-        data.update({
-            "e2e_dedup_on_rows_per_s": on,
-            "e2e_dedup_off_rows_per_s": off,
-            "spark_dedup_rows_per_s": sd,
-            "dedup_cost": round(1 - on / off, 3),
-            "ours_vs_spark_dedup": ratio(on, sd),
-            "e2e": e2e,
-        })
+        data.update(
+            {
+                "e2e_dedup_on_rows_per_s": on,
+                "e2e_dedup_off_rows_per_s": off,
+                "spark_dedup_rows_per_s": sd,
+                "dedup_cost": round(1 - on / off, 3),
+                "ours_vs_spark_dedup": ratio(on, sd),
+                "e2e": e2e,
+            }
+        )
     data["targets"] = {
         "bloom_at_least_1m_ids_per_s": data["bloom_ids_per_s"] >= 1_000_000,
         "bloom_at_most_2_bytes_per_id": data["bloom_bytes_per_id"] <= 2.0,
         "redis_at_most_64_bytes_per_id": 0 < data["redis_bytes_per_id"] <= 64,
-        **({"dedup_costs_at_most_15_percent": data["dedup_cost"] <= 0.15,
-            "at_least_2x_spark_dedup": data["ours_vs_spark_dedup"] >= 2.0} if e2e else {}),
+        **(
+            {
+                "dedup_costs_at_most_15_percent": data["dedup_cost"] <= 0.15,
+                "at_least_2x_spark_dedup": data["ours_vs_spark_dedup"] >= 2.0,
+            }
+            if e2e
+            else {}
+        ),
     }
-    path = write_results("dedup", data)
+    path = write_results("dedup", data, args.results_dir)
     for key, value in data.items():
         if key not in ("machine", "e2e", "bloom_plus_catalog"):
             print(f"{key}: {value}")

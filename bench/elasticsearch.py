@@ -60,35 +60,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from bench.common import (
-    PathTiming,
-    machine_info,
-    now_utc,
-    print_table,
-    progress,
-    ratio,
-    timed,
-    versions,
-    write_results,
-)
+from bench import common
+from bench.common import BenchError, PathTiming, progress, timed
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 NAME = "elasticsearch"
-PARTITIONS = 2
 TARGET = 0.8
 QUERY_PREFIX = "bench-es-"
 INDEX_PREFIX = "bench-es-"
 CHUNK_SIZE = 1000  # the sink's bulk_max_actions default
 CHUNK_BYTES = 10 * 1024 * 1024  # the sink's bulk_max_bytes default
 EPOCH_FIELD = "epoch"
-REPO = Path(__file__).resolve().parent.parent
-
-
-class BenchError(RuntimeError):
-    """The benchmark cannot run, or a path wrote the wrong number of documents."""
 
 
 # -- the server ----------------------------------------------------------------------------
@@ -105,7 +90,7 @@ class Server:
         else:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.es_server", "--port", "0"],
-                cwd=REPO,
+                cwd=common.PROJECT_ROOT,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
@@ -170,33 +155,8 @@ class Server:
                 es.options(ignore_status=404).indices.delete(index=name)
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-# -- the rows ------------------------------------------------------------------------------
-
-
-def generate(spark: SparkSession, n: int) -> DataFrame:
-    """N deterministic rows ``(id string(32), value bigint, note string)``, cached, counted."""
-    from pyspark.sql import functions as F
-
-    key = F.col("id").cast("string")
-    df = spark.range(n).select(
-        F.md5(key).alias("id"),
-        (F.col("id") * F.lit(2654435761) % F.lit(1_000_000_007)).alias("value"),
-        F.concat(F.lit("note-"), F.substring(F.sha1(key), 1, 10)).alias("note"),
-    )
-    df = df.repartition(PARTITIONS).cache()
-    if df.count() != n:
-        raise BenchError(f"generated a wrong number of rows, expected {n}")
-    return df
+        if self.proc is not None:
+            common.stop_process(self.proc)
 
 
 # -- the write paths -----------------------------------------------------------------------
@@ -263,14 +223,7 @@ def run_eos(
     sink.preflight(df.schema)
     try:
         seconds, _ = timed(lambda: sink(df, 0))
-        report = sink.last_report
-        assert report is not None
-        detail = {
-            k: v
-            for k, v in vars(report).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "epoch"
-        }
-        detail["dedup"] = sink.dedup_config is not None
+        detail = common.sink_report_detail(sink)
     finally:
         forget(sink, server)
     return seconds, detail
@@ -283,18 +236,7 @@ def forget(sink: Any, server: Server) -> None:
             index=sink.control_index, id=f"{sink.query_name}|{sink.sink_name}"
         )
     server.drop(sink.dead_letter_index)
-    config = getattr(sink, "dedup_config", None)
-    if config is None:
-        return
-    import redis
-
-    from exactlyonce.dedup.catalog import namespace
-
-    client = redis.Redis.from_url(config.redis_url, socket_timeout=30)
-    keys = list(client.scan_iter(match=namespace(sink.query_name, sink.sink_name) + ":*"))
-    for i in range(0, len(keys), 1000):
-        client.unlink(*keys[i : i + 1000])
-    client.close()
+    common.forget_catalog(sink)
 
 
 def raw_bodies(df: DataFrame, index: str, connections: int) -> list[list[bytes]]:
@@ -356,81 +298,37 @@ RAW_PLACEHOLDER = "bench-es-raw-placeholder"
 # -- running -------------------------------------------------------------------------------
 
 
-def services_value(key: str) -> str | None:
-    if os.environ.get(key):
-        return os.environ[key]
-    try:
-        from exactlyonce.integration.services import service_env
-
-        return service_env(REPO / ".exactlyonce")[key]
-    except (ImportError, RuntimeError, KeyError):
-        return None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rows", type=int, default=200_000, help="documents per path (200,000)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per path; best wins")
-    parser.add_argument("--warmup-rows", type=int, default=20_000, help="rows of the warm-up")
-    parser.add_argument("--shards", type=int, default=2, help="the sink's shards (2)")
+    common.add_size_arguments(parser, rows=200_000, unit="documents", repeat=3)
     parser.add_argument(
         "--no-raw", action="store_true", help="skip the server_raw context path (test server)"
     )
-    parser.add_argument(
-        "--results-name", default=NAME, help="write bench/results/<name>.json (elasticsearch)"
-    )
-    parser.add_argument(
-        "--fail-on-target", action="store_true", help=f"exit 2 when eos/plain < {TARGET}"
-    )
-
-
-def _ensure_workers_import_bench() -> None:
-    """Spark's Python workers unpickle ``PlainWriter`` by reference: put ``bench`` on their
-    path (they inherit the JVM's environment, which inherits ours)."""
-    root = str(REPO)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
-
-
-def _load() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
+    common.add_results_arguments(parser, NAME)
+    common.add_fail_on_target_argument(parser, TARGET)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.rows < 1 or args.repeat < 1 or args.warmup_rows < 1:
-        raise BenchError("--rows, --repeat and --warmup-rows must be positive")
-    catalog_url = services_value("EXACTLYONCE_REDIS_URL")
-    if not catalog_url:
-        raise BenchError(
-            "the sink's ID catalog needs the catalog's Redis: run "
-            "`python -m exactlyonce.integration.services up` or set EXACTLYONCE_REDIS_URL"
-        )
-    os.environ["EXACTLYONCE_REDIS_URL"] = catalog_url
-    _ensure_workers_import_bench()
+    common.prepare_sink_run(args)
     from exactlyonce.integration.spark import session
 
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
-    load_start = _load()
+    load_start = common.load_average()
     server = Server(os.environ.get("ELASTICSEARCH_URL"))
     progress(f"writing to {server.describe()} at {server.url}")
     spark = session("exactlyonce-bench-es", extra={"spark.ui.showConsoleProgress": "false"})
     try:
-        small = generate(spark, args.warmup_rows)
-        df = generate(spark, args.rows)
+        small = common.generate_rows(spark, args.warmup_rows)
+        df = common.generate_rows(spark, args.rows)
         progress(f"{args.rows:,} rows generated and cached")
         with_raw = server.kind == "test" and not args.no_raw
         paths = ["plain", "eos"] + (["server_raw"] if with_raw else [])
         bodies: dict[int, list[list[bytes]]] = {}
         if with_raw:
             for data, n in ((small, args.warmup_rows), (df, args.rows)):
-                bodies[n] = raw_bodies(data, RAW_PLACEHOLDER, PARTITIONS)
+                bodies[n] = raw_bodies(data, RAW_PLACEHOLDER, common.PARTITIONS)
         timings = {p: PathTiming(p, args.rows) for p in paths}
         run_id = uuid.uuid4().hex[:8]
-        runs = [("warm", small, False)] + [(f"run{i + 1}", df, True) for i in range(args.repeat)]
-        for label, data, timed_run in runs:
+        for label, data, timed_run in common.warm_then_timed(small, df, args.repeat):
             expected = args.rows if timed_run else args.warmup_rows
             for path in paths:
                 tag = f"{run_id}-{label}-{path.replace('_', '-')}"
@@ -459,24 +357,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         f"{path} ({label}) left {found} documents, expected {expected}"
                     )
                 if timed_run:
-                    timings[path].runs.append(seconds)
-                    timings[path].details.append(detail)
+                    timings[path].record(seconds, detail)
                 cpu = detail.get("server_cpu_seconds")
                 progress(
                     f"{path} {label}: {expected:,} docs in {seconds:.2f}s"
                     + (f" (server CPU {cpu:.2f}s)" if cpu is not None else "")
                 )
         eos, plain = timings["eos"], timings["plain"]
-        table = print_table(
+        table = common.print_table(
             list(timings.values()),
             "eos",
             title=f"Elasticsearch ({server.kind} server), {args.rows:,} documents",
         )
-        r = ratio(eos.rows_per_s, plain.rows_per_s)
+        r = common.ratio(eos.rows_per_s, plain.rows_per_s)
         print(f"eos/plain = {r:.3f} (target >= {TARGET})")
         result: dict[str, Any] = {
             "benchmark": NAME,
-            "date": now_utc(),
+            "date": common.now_utc(),
             "server": server.kind,
             "server_detail": server.describe(),
             "rows": args.rows,
@@ -488,25 +385,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "paths": {name: t.as_dict() for name, t in timings.items()},
             "table": table.splitlines(),
             "setup": {
-                "spark_master": spark.sparkContext.master,
-                "partitions": PARTITIONS,
-                "eos_shards": args.shards,
+                **common.spark_setup(spark, args.shards),
                 "bulk_chunk_actions": CHUNK_SIZE,
                 "bulk_chunk_bytes": CHUNK_BYTES,
                 "op_type": "create (both paths)",
                 "documents": "_id = 32 hex chars; _source = id, value, note, epoch (both paths)",
                 "catalog": "the services' Redis (separate server), the sink's default dedup",
-                "rows_schema": "id string (32 hex chars), value bigint, note string (15 chars)",
+                "rows_schema": common.ROWS_SCHEMA,
             },
-            "machine": {**machine_info(), "load_average_1m": {"start": load_start, "end": _load()}},
-            "versions": versions("pyspark", "pyarrow", "elasticsearch", "elastic_transport"),
+            "machine": common.machine_with_load(load_start),
+            "versions": common.versions("pyspark", "pyarrow", "elasticsearch", "elastic_transport"),
         }
         if with_raw:
             raw = timings["server_raw"]
             result["server_raw_docs_per_s"] = round(raw.rows_per_s)
-            result["plain_vs_server_raw"] = ratio(plain.rows_per_s, raw.rows_per_s)
-        written = write_results(args.results_name, result)
-        progress(f"wrote {written}")
+            result["plain_vs_server_raw"] = common.ratio(plain.rows_per_s, raw.rows_per_s)
+        common.save_results(args, result)
         return result
     finally:
         spark.stop()
@@ -522,14 +416,13 @@ def main(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
         )
         add_arguments(parser)
         args = parser.parse_args(argv)
-    try:
-        result = run(args)
-    except BenchError as exc:
-        print(f"bench elasticsearch: {exc}", file=sys.stderr)
-        return 1
-    if args.fail_on_target and not result["target"]["met"]:
-        return 2
-    return 0
+    return common.exit_code(
+        run,
+        args,
+        failure_prefix="bench elasticsearch",
+        fail_on_miss=args.fail_on_target,
+        targets_met=lambda result: bool(result["target"]["met"]),
+    )
 
 
 if __name__ == "__main__":

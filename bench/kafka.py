@@ -30,32 +30,35 @@ One run, on a shared machine: compare the ratio, not the absolute rates.
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
 import statistics
 import sys
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bench.common import (
-    RESULTS_DIR,
+    PARTITIONS,
+    BenchError,
+    add_results_dir_argument,
+    generate_rows,
     machine_info,
     now_utc,
     progress,
     ratio,
+    read_results,
+    timed,
     versions,
     write_results,
 )
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 NAME = "kafka"
-PARTITIONS = 2
 TARGET_RATIO = 0.7
 WARM_ROWS = 100_000
 PRODUCER_TUNING = {
@@ -63,10 +66,6 @@ PRODUCER_TUNING = {
     "batch.num.messages": 10_000,
     "queue.buffering.max.messages": 500_000,
 }
-
-
-class BenchError(RuntimeError):
-    """The benchmark cannot run, or a path wrote the wrong number of messages."""
 
 
 def service(key: str) -> str:
@@ -78,22 +77,6 @@ def service(key: str) -> str:
         return service_env()[key]
     except RuntimeError as exc:
         raise BenchError(str(exc)) from None
-
-
-def generate(spark: SparkSession, n: int, start: int = 0) -> DataFrame:
-    """N rows ``(id string(32), value bigint, note string)``, 2 partitions, cached, counted."""
-    from pyspark.sql import functions as F
-
-    key = F.col("id").cast("string")
-    df = spark.range(start, start + n).select(
-        F.md5(key).alias("id"),
-        (F.col("id") * F.lit(2654435761) % F.lit(1_000_000_007)).alias("value"),
-        F.concat(F.lit("note-"), F.substring(F.sha1(key), 1, 10)).alias("note"),
-    )
-    df = df.repartition(PARTITIONS).cache()
-    if df.count() != n:
-        raise BenchError("generated the wrong number of rows")
-    return df
 
 
 @dataclass(frozen=True)
@@ -178,8 +161,8 @@ def run(
     spark = session("bench-kafka", master="local[2]")
     tag = uuid.uuid4().hex[:8]
     progress(f"generating {repeat} x {rows:,} rows (distinct IDs per run) and a warm-up set")
-    batches = [generate(spark, rows, start=i * rows) for i in range(repeat)]
-    warm = generate(spark, WARM_ROWS, start=repeat * rows)
+    batches = [generate_rows(spark, rows, start=i * rows) for i in range(repeat)]
+    warm = generate_rows(spark, WARM_ROWS, start=repeat * rows)
 
     plain_topic, eos_topic = f"bench-plain-{tag}", f"bench-eos-{tag}"
     query = f"bench-kafka-{tag}"
@@ -196,15 +179,13 @@ def run(
     reports = []
     for i, df in enumerate(batches):  # interleaved, so both paths see the same machine load
         progress(f"run {i + 1}/{repeat}: plain")
-        began = time.perf_counter()
-        written = write_plain(df, bootstrap, plain_topic)
-        plain_runs.append(time.perf_counter() - began)
+        seconds, written = timed(functools.partial(write_plain, df, bootstrap, plain_topic))
+        plain_runs.append(seconds)
         if written != rows:
             raise BenchError(f"plain: wrote {written:,} of {rows:,}")
         progress(f"run {i + 1}/{repeat}: eos")
-        began = time.perf_counter()
-        sink(df, i + 1)
-        eos_runs.append(time.perf_counter() - began)
+        seconds, _ = timed(functools.partial(sink, df, i + 1))
+        eos_runs.append(seconds)
         report = sink.last_report
         assert report is not None
         if report.written != rows:
@@ -222,7 +203,7 @@ def run(
 
         buffer_figures = buffer_bench.run(
             spark,
-            generate,
+            generate_rows,
             dsn=service("EXACTLYONCE_PG_DSN"),
             bootstrap=bootstrap,
             first_id=total + 1_000_000,
@@ -265,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--buffer-batches", type=int, default=11, help="per path, 1 untimed")
     parser.add_argument("--drain-rows", type=int, default=200_000)
     parser.add_argument("--drain-repeat", type=int, default=2)
+    add_results_dir_argument(parser)
     args = parser.parse_args(argv)
     buffer_args = None
     if not args.no_buffer:
@@ -275,22 +257,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "drain_repeat": args.drain_repeat,
         }
     figures = run(args.rows, args.shards, args.repeat, buffer_args)
-    path = RESULTS_DIR / f"{NAME}.json"
-    kept: dict[str, Any] = {}
-    if path.exists():
-        try:
-            kept = json.loads(path.read_text())
-        except ValueError:
-            kept = {}
     data = {
-        **kept,
+        **read_results(NAME, args.results_dir),
         **figures,
         "date": now_utc(),
         "machine": machine_info(),
         "versions": versions("pyspark", "pyarrow", "confluent_kafka"),
         "broker": service("KAFKA_BOOTSTRAP_SERVERS"),
     }
-    write_results(NAME, data)
+    write_results(NAME, data, args.results_dir)
     print(
         f"eos {figures['eos_msgs_per_s']:,} msgs/s, plain {figures['plain_msgs_per_s']:,} "
         f"msgs/s, ratio {figures['ratio']:.3f} (target {TARGET_RATIO})",

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import socket
 import subprocess
@@ -44,30 +43,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.common import (
-    PathTiming,
-    machine_info,
-    now_utc,
-    print_table,
-    progress,
-    ratio,
-    timed,
-    versions,
-    write_results,
-)
+from bench import common
+from bench.common import BenchError, PathTiming, progress, timed
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 NAME = "redis"
-PARTITIONS = 2
 TARGET = 0.8
 QUERY_PREFIX = "bench-redis-"
-
-
-class BenchError(RuntimeError):
-    """The benchmark cannot run, or a path wrote the wrong number of records."""
 
 
 # -- the server ----------------------------------------------------------------------------
@@ -121,11 +106,7 @@ class Server:
         return redis.Redis(port=self.port, socket_timeout=120)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        common.stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -138,25 +119,6 @@ def count_records(server: Server, prefix: str, write: str) -> int:
 
 def clear(server: Server) -> None:
     server.client().flushdb()
-
-
-# -- the rows ------------------------------------------------------------------------------
-
-
-def generate(spark: SparkSession, n: int) -> DataFrame:
-    """N deterministic rows ``(id string(32), value bigint, note string)``, cached, counted."""
-    from pyspark.sql import functions as F
-
-    key = F.col("id").cast("string")
-    df = spark.range(n).select(
-        F.md5(key).alias("id"),
-        (F.col("id") * F.lit(2654435761) % F.lit(1_000_000_007)).alias("value"),
-        F.concat(F.lit("note-"), F.substring(F.sha1(key), 1, 10)).alias("note"),
-    )
-    df = df.repartition(PARTITIONS).cache()
-    if df.count() != n:
-        raise BenchError(f"generated a wrong number of rows, expected {n}")
-    return df
 
 
 # -- the two write paths -------------------------------------------------------------------
@@ -233,112 +195,46 @@ def run_eos(
     sink.preflight(df.schema)
     try:
         seconds, _ = timed(lambda: sink(df, 0))
-        report = sink.last_report
-        assert report is not None
-        detail = {
-            k: v
-            for k, v in vars(report).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "epoch"
-        }
-        detail["dedup"] = sink.dedup_config is not None
+        detail = common.sink_report_detail(sink)
     finally:
-        forget_catalog(sink)
+        common.forget_catalog(sink)
     return seconds, detail, prefix
-
-
-def forget_catalog(sink: Any) -> None:
-    config = getattr(sink, "dedup_config", None)
-    if config is None:
-        return
-    import redis
-
-    from exactlyonce.dedup.catalog import namespace
-
-    client = redis.Redis.from_url(config.redis_url, socket_timeout=30)
-    keys = list(client.scan_iter(match=namespace(sink.query_name, sink.sink_name) + ":*"))
-    for i in range(0, len(keys), 1000):
-        client.unlink(*keys[i : i + 1000])
-    client.close()
 
 
 # -- running -------------------------------------------------------------------------------
 
 
-def services_value(key: str) -> str | None:
-    if os.environ.get(key):
-        return os.environ[key]
-    try:
-        from exactlyonce.integration.services import service_env
-
-        return service_env(Path(__file__).resolve().parent.parent / ".exactlyonce")[key]
-    except (ImportError, RuntimeError, KeyError):
-        return None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rows", type=int, default=300_000, help="records per path (300,000)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per path; best wins")
-    parser.add_argument("--warmup-rows", type=int, default=20_000, help="rows of the warm-up")
-    parser.add_argument("--shards", type=int, default=2, help="the sink's shards (2)")
+    common.add_size_arguments(parser, rows=300_000, unit="records", repeat=3)
     parser.add_argument(
         "--write", default="hash", choices=["hash", "string", "stream"], help="write mode (hash)"
     )
     parser.add_argument(
         "--pipeline-size", type=int, default=10_000, help="the sink's records per chunk"
     )
-    parser.add_argument(
-        "--results-name", default=NAME, help="write bench/results/<name>.json (redis)"
-    )
-    parser.add_argument(
-        "--fail-on-target", action="store_true", help=f"exit 2 when eos/plain < {TARGET}"
-    )
-
-
-def _ensure_workers_import_bench() -> None:
-    """Spark's Python workers unpickle ``PlainWriter`` by reference: put ``bench`` on their
-    path (they inherit the JVM's environment, which inherits ours)."""
-    root = str(Path(__file__).resolve().parent.parent)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
-
-
-def _load() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
+    common.add_results_arguments(parser, NAME)
+    common.add_fail_on_target_argument(parser, TARGET)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.rows < 1 or args.repeat < 1 or args.warmup_rows < 1:
-        raise BenchError("--rows, --repeat and --warmup-rows must be positive")
-    catalog_url = services_value("EXACTLYONCE_REDIS_URL")
-    if not catalog_url:
-        raise BenchError(
-            "the sink's ID catalog needs the catalog's Redis: run "
-            "`python -m exactlyonce.integration.services up` or set EXACTLYONCE_REDIS_URL"
-        )
-    os.environ["EXACTLYONCE_REDIS_URL"] = catalog_url
-    _ensure_workers_import_bench()
+    common.prepare_sink_run(args)
     from exactlyonce.integration.spark import session
 
     # The records' server is deliberately without persistence (both paths meet the same one):
     # the sink's warning about it would repeat for every run.
     logging.getLogger("exactlyonce.redis").setLevel(logging.ERROR)
-    load_start = _load()
+    load_start = common.load_average()
     server = Server()
     progress(f"redis-server for the records on port {server.port}")
     spark = session("exactlyonce-bench-redis", extra={"spark.ui.showConsoleProgress": "false"})
     try:
-        small = generate(spark, args.warmup_rows)
-        df = generate(spark, args.rows)
+        small = common.generate_rows(spark, args.warmup_rows)
+        df = common.generate_rows(spark, args.rows)
         progress(f"{args.rows:,} rows generated and cached")
         eos = PathTiming("eos", args.rows)
         plain = PathTiming("plain", args.rows)
         run_id = uuid.uuid4().hex[:8]
-        runs = [("warm", small, False)] + [(f"run{i + 1}", df, True) for i in range(args.repeat)]
-        for label, data, timed_run in runs:
+        for label, data, timed_run in common.warm_then_timed(small, df, args.repeat):
             for path in ("plain", "eos"):
                 clear(server)
                 tag = f"{run_id}-{label}-{path}"
@@ -354,18 +250,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if found != expected:
                     raise BenchError(f"{path} ({label}) left {found} records, expected {expected}")
                 if timed_run:
-                    target = eos if path == "eos" else plain
-                    target.runs.append(seconds)
-                    target.details.append(detail)
+                    (eos if path == "eos" else plain).record(seconds, detail)
                 progress(f"{path} {label}: {expected:,} records in {seconds:.2f}s")
-        table = print_table(
+        table = common.print_table(
             [plain, eos], "eos", title=f"Redis, write={args.write}, {args.rows:,} records"
         )
-        r = ratio(eos.rows_per_s, plain.rows_per_s)
+        r = common.ratio(eos.rows_per_s, plain.rows_per_s)
         print(f"eos/plain = {r:.3f} (target >= {TARGET})")
         result: dict[str, Any] = {
             "benchmark": NAME,
-            "date": now_utc(),
+            "date": common.now_utc(),
             "write": args.write,
             "rows": args.rows,
             "repeat": args.repeat,
@@ -376,20 +270,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "paths": {"eos": eos.as_dict(), "plain": plain.as_dict()},
             "table": table.splitlines(),
             "setup": {
-                "spark_master": spark.sparkContext.master,
-                "partitions": PARTITIONS,
-                "eos_shards": args.shards,
+                **common.spark_setup(spark, args.shards),
                 "eos_pipeline_size": args.pipeline_size,
                 "plain_pipeline_size": 10_000,
                 "records_server": "redis-server 7, no persistence, both paths",
                 "catalog": "the services' Redis (separate server), the sink's default dedup",
-                "rows_schema": "id string (32 hex chars), value bigint, note string (15 chars)",
+                "rows_schema": common.ROWS_SCHEMA,
             },
-            "machine": {**machine_info(), "load_average_1m": {"start": load_start, "end": _load()}},
-            "versions": versions("pyspark", "pyarrow", "redis"),
+            "machine": common.machine_with_load(load_start),
+            "versions": common.versions("pyspark", "pyarrow", "redis"),
         }
-        written = write_results(args.results_name, result)
-        progress(f"wrote {written}")
+        common.save_results(args, result)
         return result
     finally:
         spark.stop()
@@ -397,14 +288,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        result = run(args)
-    except BenchError as exc:
-        print(f"bench redis: {exc}", file=sys.stderr)
-        return 1
-    if args.fail_on_target and not result["target"]["met"]:
-        return 2
-    return 0
+    return common.exit_code(
+        run,
+        args,
+        failure_prefix="bench redis",
+        fail_on_miss=args.fail_on_target,
+        targets_met=lambda result: bool(result["target"]["met"]),
+    )
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

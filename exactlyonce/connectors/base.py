@@ -28,7 +28,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from exactlyonce.connectors.errors import CheckpointResetError, ConfigError
 from exactlyonce.dedup.catalog import CatalogLostError, DedupConfig
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
+
+    from exactlyonce.connectors.task import ShardTask
 
 log = logging.getLogger("exactlyonce")
 
@@ -57,9 +59,12 @@ DEDUP_COUNTERS = (
     "catalog_duplicates",
     "bloom_false_positives",
 )
+# What each task counts and the driver sums over the tasks of an epoch, besides dedup's.
+TASK_COUNTERS = ("rows", "written", "duplicates", "dead_letters", "slow_batches")
 TASK_RESULT_SCHEMA = (
-    "shards array<int>, skipped_shards array<int>, rows long, written long, "
-    "duplicates long, dead_letters long, slow_batches long, writer string, "
+    "shards array<int>, skipped_shards array<int>, "
+    + "".join(f"{name} long, " for name in TASK_COUNTERS)
+    + "writer string, "
     + ", ".join(f"{name} long" for name in DEDUP_COUNTERS)
 )
 
@@ -104,13 +109,10 @@ class TaskResult:
         fields = [
             ("shards", pa.list_(pa.int32())),
             ("skipped_shards", pa.list_(pa.int32())),
-            ("rows", pa.int64()),
-            ("written", pa.int64()),
-            ("duplicates", pa.int64()),
-            ("dead_letters", pa.int64()),
-            ("slow_batches", pa.int64()),
+            *((name, pa.int64()) for name in TASK_COUNTERS),
             ("writer", pa.string()),
-        ] + [(name, pa.int64()) for name in DEDUP_COUNTERS]
+            *((name, pa.int64()) for name in DEDUP_COUNTERS),
+        ]
         return pa.RecordBatch.from_pylist([self.__dict__], schema=pa.schema(fields))
 
 
@@ -151,17 +153,12 @@ class BatchReport:
     ) -> BatchReport:
         report = cls(query_name, sink, epoch, skipped=False)
         for t in tasks:
-            report.rows += t.rows
-            report.written += t.written
-            report.duplicates += t.duplicates
-            report.dead_letters += t.dead_letters
-            report.slow_batches += t.slow_batches
+            for name in (*TASK_COUNTERS, *DEDUP_COUNTERS):
+                setattr(report, name, getattr(report, name) + getattr(t, name))
             report.shards_committed += len(t.shards) - len(t.skipped_shards)
             report.shards_skipped += len(t.skipped_shards)
             if t.writer:
                 report.writers.append(t.writer)
-            for name in DEDUP_COUNTERS:
-                setattr(report, name, getattr(report, name) + getattr(t, name))
         return report
 
 
@@ -181,6 +178,29 @@ def resolve_dedup(dedup: bool | DedupConfig, redis_url: str | None) -> DedupConf
             "EXACTLYONCE_REDIS_URL, or turn dedup off with dedup=False",
         )
     return DedupConfig(redis_url=url)
+
+
+def require_text(field: str, value: object, message: str) -> None:
+    """Refuse anything but a string holding more than white space."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(field, message)
+
+
+def require_one_of(field: str, value: object, choices: Sequence[str]) -> None:
+    """Refuse a value that is not one of ``choices``."""
+    if value not in choices:
+        raise ConfigError(field, f"must be one of {list(choices)}, got {value!r}")
+
+
+def require_distinct(field: str, value: str, other_field: str, other: str) -> None:
+    """Refuse a column name equal to another one the sink writes."""
+    if value == other:
+        raise ConfigError(field, f"must differ from {other_field}")
+
+
+def _check_shards(shards: int | None) -> None:
+    if shards is not None and (not isinstance(shards, int) or not 1 <= shards <= 4096):
+        raise ConfigError("shards", f"must be an integer from 1 to 4096, got {shards!r}")
 
 
 def _catalog_unreachable(keeper: CatalogKeeper) -> bool:
@@ -222,10 +242,8 @@ class ExactlyOnceSink(ABC):
         redis_url: str | None = None,
         write_retries: int = 3,
     ) -> None:
-        if not isinstance(query_name, str) or not query_name.strip():
-            raise ConfigError("query_name", "a stable, non-empty name for the streaming query")
-        if shards is not None and (not isinstance(shards, int) or not 1 <= shards <= 4096):
-            raise ConfigError("shards", f"must be an integer from 1 to 4096, got {shards!r}")
+        require_text("query_name", query_name, "a stable, non-empty name for the streaming query")
+        _check_shards(shards)
         self.query_name = query_name
         self.ids = RecordIdSpec.from_columns(id_columns)
         self.shards = shards
@@ -236,6 +254,31 @@ class ExactlyOnceSink(ABC):
         self.dedup_config = resolve_dedup(dedup, redis_url)
         self.write_retries = write_retries
         self._keeper: CatalogKeeper | None = None
+
+    # -- checks the sinks share -------------------------------------------------------
+
+    def _require_catalog(self, reason: str) -> None:
+        """Refuse ``dedup=False`` where only the catalog keeps the writes exactly-once."""
+        if self.dedup_config is None:
+            raise ConfigError("dedup", reason)
+
+    def _check_id_columns(self, names: Sequence[str]) -> None:
+        """Refuse a stream that lacks one of the ``id_columns``."""
+        missing = self.ids.missing_from(names)
+        if missing:
+            raise ConfigError("id_columns", f"not in the stream's columns {names}: {missing}")
+
+    @staticmethod
+    def _refuse_reserved_columns(
+        names: Sequence[str], reserved: Sequence[tuple[str, str]], why: str
+    ) -> None:
+        """Refuse a stream column named like one the sink adds: ``reserved`` holds (column,
+        the option that names it); ``why`` ends the message."""
+        for column, field_name in reserved:
+            if column in names:
+                raise ConfigError(
+                    field_name, f"the stream already has a column named {column!r}{why}"
+                )
 
     # -- what subclasses provide -------------------------------------------------------
 
@@ -431,9 +474,7 @@ class ExactlyOnceSink(ABC):
         """Add the record ID, the epoch, and for bad records the reason and payload."""
         from pyspark.sql import functions as F
 
-        missing = self.ids.missing_from(df.columns)
-        if missing:
-            raise ConfigError("id_columns", f"not in the stream's columns {df.columns}: {missing}")
+        self._check_id_columns(df.columns)
         rid = self.ids.column()
         user_columns = [F.col(c) for c in df.columns]
         return df.select(
@@ -479,3 +520,21 @@ class ExactlyOnceSink(ABC):
             f"{type(self).__name__} runs in the driver as a foreachBatch callable and is not "
             "shipped to executors; its task writers are"
         )
+
+
+TargetT = TypeVar("TargetT")
+
+
+class ShardWriter(ABC, Generic[TargetT]):
+    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
+
+    def __init__(self, target: TargetT, epoch: int) -> None:
+        self.target = target
+        self.epoch = epoch
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield self._task().run(batches).to_arrow()
+
+    @abstractmethod
+    def _task(self) -> ShardTask:
+        """The task that writes this epoch's shard in this executor."""

@@ -37,7 +37,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -55,7 +55,7 @@ from elasticsearch import (
 )
 from elasticsearch import ConnectionError as EsConnectionError
 
-from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.base import ExactlyOnceSink, Head, ShardWriter, TaskWriter
 from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.connectors.secrets import Secret, dsn_password, redact_dsn, scrub
 from exactlyonce.connectors.task import DeadLetter, ShardTask
@@ -265,15 +265,11 @@ class EsTarget:
         return f"{self.query_name}|{self.sink_name}|{epoch}|{shard}"
 
 
-class ElasticsearchShardWriter:
+class ElasticsearchShardWriter(ShardWriter[EsTarget]):
     """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
 
-    def __init__(self, target: EsTarget, epoch: int) -> None:
-        self.target = target
-        self.epoch = epoch
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield EsShardTask(self.target, self.epoch).run(batches).to_arrow()
+    def _task(self) -> EsShardTask:
+        return EsShardTask(self.target, self.epoch)
 
 
 Action = tuple[dict[str, Any], dict[str, Any]]  # (bulk header, _source)
@@ -612,17 +608,12 @@ class ElasticsearchSink(ExactlyOnceSink):
         self._ready, self._checked_schema = True, schema
 
     def _check_stream_columns(self, schema: StructType) -> None:
-        for name in (self.epoch_field, ID_COLUMN):
-            if name in schema.names:
-                raise ConfigError(
-                    "epoch_field" if name == self.epoch_field else "id_columns",
-                    f"the stream already has a column named {name!r}, which the sink writes",
-                )
-        missing = self.ids.missing_from(schema.names)
-        if missing:
-            raise ConfigError(
-                "id_columns", f"not in the stream's columns {schema.names}: {missing}"
-            )
+        self._refuse_reserved_columns(
+            schema.names,
+            [(self.epoch_field, "epoch_field"), (ID_COLUMN, "id_columns")],
+            ", which the sink writes",
+        )
+        self._check_id_columns(schema.names)
 
     def _target_mapping(self) -> dict[str, Any]:
         given = dict(self.mapping or {})

@@ -70,7 +70,9 @@ from exactlyonce.connectors.base import (
     SHARD_COLUMN,
     ExactlyOnceSink,
     Head,
+    ShardWriter,
     TaskWriter,
+    require_text,
 )
 from exactlyonce.connectors.errors import (
     AmbiguousCommitError,
@@ -240,8 +242,9 @@ class KafkaSink(ExactlyOnceSink):
             dedup=dedup,
             redis_url=redis_url,
         )
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
-            raise ConfigError("bootstrap_servers", "a comma-separated host:port list is required")
+        require_text(
+            "bootstrap_servers", bootstrap_servers, "a comma-separated host:port list is required"
+        )
         self.bootstrap_servers = bootstrap_servers.strip()
         self.topic = _check_topic_name("topic", topic)
         self.control_topic = _check_topic_name("control_topic", control_topic)
@@ -440,9 +443,7 @@ class KafkaSink(ExactlyOnceSink):
                 raise ConfigError(
                     "id_columns", f"the stream has a column named {reserved!r}; the sink uses it"
                 )
-        missing = self.ids.missing_from(names)
-        if missing:
-            raise ConfigError("id_columns", f"not in the stream's columns {names}: {missing}")
+        self._check_id_columns(names)
         if self.key_column is not None and self.key_column not in names:
             raise ConfigError("key_column", f"{self.key_column!r} not in the stream's columns")
         if self.value != "json":
@@ -540,7 +541,10 @@ class KafkaSink(ExactlyOnceSink):
             {
                 **self._user_config(),
                 "bootstrap.servers": self.bootstrap_servers,
-                "transactional.id": f"eo-probe-{uuid.uuid4().hex}",
+                # Stable per (query, sink): a driver killed inside the probe leaves its
+                # transaction open, and brokers without transaction timeouts (Tansu) never
+                # end it; the next start's probe fences it (init_transactions aborts it).
+                "transactional.id": transactional_id(self.query_name, self.sink_name, -1),
                 "enable.idempotence": True,
                 "acks": "all",
                 "transaction.timeout.ms": self.transaction_timeout_ms,
@@ -866,15 +870,11 @@ class KafkaSink(ExactlyOnceSink):
         return f"KafkaSink(query_name={self.query_name!r}, topic={self.topic!r})"
 
 
-class KafkaShardWriter:
+class KafkaShardWriter(ShardWriter[KafkaTarget]):
     """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
 
-    def __init__(self, target: KafkaTarget, epoch: int) -> None:
-        self.target = target
-        self.epoch = epoch
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield KafkaShardTask(self.target, self.epoch).run(batches).to_arrow()
+    def _task(self) -> KafkaShardTask:
+        return KafkaShardTask(self.target, self.epoch)
 
 
 def _crash_armed(point: str) -> bool:

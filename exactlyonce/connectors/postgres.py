@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg import sql
 
-from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.base import (
+    ExactlyOnceSink,
+    Head,
+    TaskWriter,
+    require_distinct,
+    require_one_of,
+    require_text,
+)
 from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.connectors.postgres_schema import (
     HEADS,
@@ -90,18 +97,15 @@ class PostgresSink(ExactlyOnceSink):
             dedup=dedup,
             redis_url=redis_url,
         )
-        if mode == "append" and self.dedup_config is None:
-            raise ConfigError(
-                "dedup", "mode='append' has no unique index: exactly-once needs the catalog"
+        if mode == "append":
+            self._require_catalog(
+                "mode='append' has no unique index: exactly-once needs the catalog"
             )
-        if not isinstance(dsn, str) or not dsn.strip():
-            raise ConfigError("dsn", "a PostgreSQL connection string is required")
-        if mode not in MODES:
-            raise ConfigError("mode", f"must be one of {list(MODES)}, got {mode!r}")
+        require_text("dsn", dsn, "a PostgreSQL connection string is required")
+        require_one_of("mode", mode, MODES)
         if not isinstance(table, str) or not table.strip() or "\x00" in table:
             raise ConfigError("table", "a table name, optionally schema-qualified, is required")
-        if id_column == epoch_column:
-            raise ConfigError("epoch_column", "must differ from id_column")
+        require_distinct("epoch_column", epoch_column, "id_column", id_column)
         self._dsn = Secret(dsn)
         self._where = redact_dsn(dsn)
         self.table = TableName.parse(table)
@@ -181,17 +185,12 @@ class PostgresSink(ExactlyOnceSink):
         log.info("created table %s", self.table)
 
     def _check_stream_columns(self, schema: StructType) -> None:
-        for reserved in (self.id_column, self.epoch_column):
-            if reserved in schema.names:
-                raise ConfigError(
-                    "id_column" if reserved == self.id_column else "epoch_column",
-                    f"the stream already has a column named {reserved!r}; choose another name",
-                )
-        missing = self.ids.missing_from(schema.names)
-        if missing:
-            raise ConfigError(
-                "id_columns", f"not in the stream's columns {schema.names}: {missing}"
-            )
+        self._refuse_reserved_columns(
+            schema.names,
+            [(self.id_column, "id_column"), (self.epoch_column, "epoch_column")],
+            "; choose another name",
+        )
+        self._check_id_columns(schema.names)
 
     def _check_table(
         self, conn: psycopg.Connection[Any], oid: int, schema: StructType | None

@@ -80,7 +80,10 @@ from exactlyonce.connectors.base import (
     PAYLOAD_COLUMN,
     ExactlyOnceSink,
     Head,
+    ShardWriter,
     TaskWriter,
+    require_distinct,
+    require_one_of,
 )
 from exactlyonce.connectors.errors import ConfigError, ExactlyOnceError, SinkUnavailableError
 from exactlyonce.connectors.secrets import Secret, dsn_password, redact_dsn, scrub
@@ -411,11 +414,10 @@ class RedisSink(ExactlyOnceSink):
         except ValueError as exc:
             reason = scrub(str(exc), dsn_password(url))
             raise ConfigError("url", f"not a valid Redis URL: {reason}") from None
-        if write not in WRITES:
-            raise ConfigError("write", f"must be one of {list(WRITES)}, got {write!r}")
-        if write == "stream" and self.dedup_config is None:
-            raise ConfigError(
-                "dedup", "write='stream' appends: duplicates in the input need the catalog"
+        require_one_of("write", write, WRITES)
+        if write == "stream":
+            self._require_catalog(
+                "write='stream' appends: duplicates in the input need the catalog"
             )
         if ttl_seconds is not None and (
             isinstance(ttl_seconds, bool)
@@ -432,8 +434,7 @@ class RedisSink(ExactlyOnceSink):
         for name, value in (("id_field", id_field), ("epoch_field", epoch_field)):
             if not isinstance(value, str) or not value:
                 raise ConfigError(name, "must be a non-empty string")
-        if id_field == epoch_field:
-            raise ConfigError("epoch_field", "must differ from id_field")
+        require_distinct("epoch_field", epoch_field, "id_field", id_field)
         self.template = KeyTemplate.parse(key_template)
         if write != "stream" and not self.template.fields:
             raise ConfigError(
@@ -536,9 +537,7 @@ class RedisSink(ExactlyOnceSink):
         self._ready = True
 
     def _check_columns(self, names: list[str]) -> None:
-        missing = self.ids.missing_from(names)
-        if missing:
-            raise ConfigError("id_columns", f"not in the stream's columns {names}: {missing}")
+        self._check_id_columns(names)
         missing = [f for f in self.template.fields if f not in names]
         if missing:
             raise ConfigError(
@@ -549,11 +548,7 @@ class RedisSink(ExactlyOnceSink):
         reserved = [(self.id_field, "id_field"), (self.epoch_field, "epoch_field")]
         if self.write == "string":
             reserved.append((VALUE_COLUMN, "write"))
-        for column, field in reserved:
-            if column in names:
-                raise ConfigError(
-                    field, f"the stream already has a column named {column!r}; choose another"
-                )
+        self._refuse_reserved_columns(names, reserved, "; choose another")
 
     def _warn_without_persistence(self, client: Any) -> None:
         try:
@@ -747,15 +742,11 @@ class RedisTarget:
     dedup: DedupPlan | None = None
 
 
-class RedisShardWriter:
+class RedisShardWriter(ShardWriter[RedisTarget]):
     """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
 
-    def __init__(self, target: RedisTarget, epoch: int) -> None:
-        self.target = target
-        self.epoch = epoch
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield RedisShardTask(self.target, self.epoch).run(batches).to_arrow()
+    def _task(self) -> RedisShardTask:
+        return RedisShardTask(self.target, self.epoch)
 
 
 class RedisShardTask(ShardTask):
