@@ -25,12 +25,16 @@ Throughput (``--drain-rows``, best of ``--drain-repeat``, interleaved): ``direct
 is ``PostgresSink`` writing the rows as one batch into a fresh fast table; ``drain_rows_per_s``
 is a fresh :class:`~exactlyonce.buffer.Drainer` moving the same rows, already committed to a
 buffer topic, into a fresh fast table (``drain_available``, from its start to caught up).
-``drain_vs_direct`` (target >= 0.8). Every table must end with exactly the rows written.
+``drain_vs_direct`` (target >= 0.8). ``drain_pool_rows_per_s``/``drain_pool_vs_direct``: the
+same with a :class:`~exactlyonce.buffer.pool.DrainerPool` of ``--drain-processes`` processes
+(started before the clock, as a running drainer service is), each draining its partitions.
+Every table must end with exactly the rows written.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -134,6 +138,16 @@ def summary(runs: list[float]) -> dict[str, Any]:
     }
 
 
+def pipeline(dsn: str, table: str, bootstrap: str, redis_url: str) -> tuple[Any, Any]:
+    """The drain benchmark's sink and buffer; module-level, so each process of a
+    DrainerPool builds its own."""
+    from exactlyonce.buffer import KafkaBuffer
+    from exactlyonce.connectors.postgres import PostgresSink
+
+    sink = PostgresSink(dsn, table, ["id"], table, shards=2, redis_url=redis_url)
+    return sink, KafkaBuffer(topic=table, bootstrap_servers=bootstrap, partitions=2)
+
+
 def run(
     spark: SparkSession,
     generate: Callable[[SparkSession, int, int], DataFrame],
@@ -144,11 +158,13 @@ def run(
     batches: int = 11,
     drain_rows: int = 200_000,
     drain_repeat: int = 2,
+    drain_processes: int = 2,
     first_id: int = 10_000_000,
 ) -> dict[str, Any]:
     """Every figure of this benchmark, from one run. ``generate(spark, n, start)`` gives N
     cached rows with IDs from ``start``."""
     from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
+    from exactlyonce.buffer.pool import DrainerPool
     from exactlyonce.connectors.postgres import PostgresSink
 
     tag = uuid.uuid4().hex[:8]
@@ -209,6 +225,7 @@ def run(
         # -- drain throughput vs direct writes ---------------------------------------------
         direct_runs: list[float] = []
         drain_runs: list[float] = []
+        pool_runs: list[float] = []
         drain_detail: list[dict[str, Any]] = []
         for i in range(drain_repeat):
             data = rows(drain_rows)
@@ -242,9 +259,26 @@ def run(
                 {"batches": report.batches, "read": report.read, "skipped": report.skipped}
             )
 
+            progress(f"throughput run {i + 1}/{drain_repeat}: {drain_processes} drain processes")
+            pool_table = name(f"pool{i}")
+            factory = functools.partial(
+                pipeline, dsn, pool_table, bootstrap, os.environ["EXACTLYONCE_REDIS_URL"]
+            )
+            target, buffer = factory()
+            feed = Buffered(target, buffer)
+            feed.preflight(data.schema)
+            feed(data, 0)
+            with DrainerPool(factory, processes=drain_processes, batch_size=20_000) as pool:
+                began = time.perf_counter()  # the processes are up (a drainer is a service)
+                report = pool.drain_available(timeout_s=600)
+                pool_runs.append(time.perf_counter() - began)
+            if report.written != drain_rows or count_rows(dsn, pool_table) != drain_rows:
+                raise RuntimeError(f"drain pool: wrote {report.written:,} of {drain_rows:,}")
+
         fast_s, slow_s, buf_s = summary(fast), summary(slow), summary(slow_buffered)
         direct_rate = drain_rows / min(direct_runs)
         drain_rate = drain_rows / min(drain_runs)
+        pool_rate = drain_rows / min(pool_runs)
         return {
             "fast_batch_p50_s": fast_s["p50_s"],
             "fast_batch_p99_s": fast_s["p99_s"],
@@ -260,6 +294,9 @@ def run(
             "direct_rows_per_s": round(direct_rate),
             "drain_vs_direct": ratio(drain_rate, direct_rate),
             "target_drain_vs_direct": TARGET_DRAIN_VS_DIRECT,
+            "drain_processes": drain_processes,
+            "drain_pool_rows_per_s": round(pool_rate),
+            "drain_pool_vs_direct": ratio(pool_rate, direct_rate),
             "buffer": {
                 "batch_rows": batch_rows,
                 "timed_batches": batches - 1,
@@ -270,6 +307,7 @@ def run(
                 "drain_rows": drain_rows,
                 "direct_runs_seconds": [round(s, 3) for s in direct_runs],
                 "drain_runs_seconds": [round(s, 3) for s in drain_runs],
+                "drain_pool_runs_seconds": [round(s, 3) for s in pool_runs],
                 "drain_runs": drain_detail,
             },
         }
@@ -284,7 +322,9 @@ def print_figures(f: dict[str, Any]) -> None:
         f"{f['slow_buffered_batch_p99_s']:.3f}s -> buffered/fast {f['buffered_vs_fast_p99']:.3f} "
         f"(target <= {TARGET_BUFFERED_VS_FAST_P99})\n"
         f"drain {f['drain_rows_per_s']:,} rows/s vs direct {f['direct_rows_per_s']:,} rows/s "
-        f"-> {f['drain_vs_direct']:.3f} (target >= {TARGET_DRAIN_VS_DIRECT})",
+        f"-> {f['drain_vs_direct']:.3f} (target >= {TARGET_DRAIN_VS_DIRECT}); "
+        f"{f['drain_processes']} drain processes {f['drain_pool_rows_per_s']:,} rows/s -> "
+        f"{f['drain_pool_vs_direct']:.3f}",
         flush=True,
     )
 
@@ -299,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=11)
     parser.add_argument("--drain-rows", type=int, default=200_000)
     parser.add_argument("--drain-repeat", type=int, default=2)
+    parser.add_argument("--drain-processes", type=int, default=2)
     parser.add_argument(
         "--merge-into-kafka-json",
         action="store_true",
@@ -317,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             batches=args.batches,
             drain_rows=args.drain_rows,
             drain_repeat=args.drain_repeat,
+            drain_processes=args.drain_processes,
         )
     finally:
         spark.stop()

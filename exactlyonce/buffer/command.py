@@ -29,6 +29,7 @@ def drain_command(
     until_idle_s: float | None = None,
     batch_size: int | None = None,
     reset_offsets: bool = False,
+    member: tuple[int, int] = (0, 1),
 ) -> int:
     from exactlyonce.buffer.drainer import Drainer
     from exactlyonce.integration.config import PostgresSinkConfig, sink_field_errors
@@ -45,6 +46,8 @@ def drain_command(
             sink,
             settings.buffer.build(),
             batch_size=batch_size or settings.buffer.batch_size,
+            member=member,
+            name=f"drainer:{member[0]}/{member[1]}" if member[1] > 1 else None,
         )
     if reset_offsets:
         dropped = drainer.reset_offsets()
@@ -52,7 +55,8 @@ def drain_command(
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     last_lag = [time.monotonic()]
-    print(f"draining {drainer.topic} -> {sink.sink_name} ({cfg.query_name})", flush=True)
+    mine = f", partitions p % {member[1]} == {member[0]}" if member[1] > 1 else ""
+    print(f"draining {drainer.topic} -> {sink.sink_name} ({cfg.query_name}{mine})", flush=True)
 
     def progress(step: DrainReport) -> None:
         now = time.monotonic()

@@ -88,6 +88,8 @@ H_SOURCE_OFFSET = "eo-source-offset"
 H_DRAINER = "eo-drainer"
 
 FATAL = (ConfigError, CheckpointResetError)
+LAG_EVERY_S = 1.0  # how often a busy drainer re-reads the partitions' ends for its lag
+PARTITIONS_EVERY_S = 10.0  # how often it lists the buffer topic's partitions again
 
 
 @dataclass
@@ -147,11 +149,17 @@ class Drainer:
         kafka_timeout_s: float = 60.0,
         writers: int = 2,
         name: str | None = None,
+        member: tuple[int, int] = (0, 1),
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError("batch_size", f"a positive integer, got {batch_size!r}")
         if not isinstance(writers, int) or not 1 <= writers <= 64:
             raise ConfigError("writers", f"an integer from 1 to 64, got {writers!r}")
+        index, members = member
+        if not 1 <= members <= 256 or not 0 <= index < members:
+            raise ConfigError("member", f"(index, members) with 0 <= index < members, got {member}")
+        self.member = index
+        self.members = members
         self.sink = check_target(sink)
         self.buffer = buffer
         self.topic = buffer.topic
@@ -164,7 +172,7 @@ class Drainer:
         # One sink connection per writer; writer w owns partitions p % writers == w (their rows
         # and offsets), so writers commit in parallel, each atomically.
         self.targets = [
-            PgDrainTarget(sink, buffer.topic, f"exactlyonce:{self.name}", w, writers)
+            PgDrainTarget(sink, buffer.topic, f"exactlyonce:{self.name}", w, writers, member)
             for w in range(writers)
         ]
         self.target = self.targets[0]
@@ -185,6 +193,8 @@ class Drainer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._chunks = 0
+        self._lag_at = 0.0
+        self._partitions_cache: tuple[float, list[int]] | None = None
         self._secrets = [
             str(v) for k, v in buffer.client_config.items() if "password" in k or "secret" in k
         ]
@@ -201,7 +211,7 @@ class Drainer:
         for target in self.targets:
             target.ensure()
             stored.update(target.read_offsets())
-        return stored
+        return {p: o for p, o in stored.items() if self._mine(p)}
 
     def step(self) -> DrainReport:
         """Drain at most one chunk (``batch_size`` records) in one sink transaction."""
@@ -214,12 +224,13 @@ class Drainer:
             report = self._write(chunk)
             report.seconds = time.monotonic() - began
             self.total.add(report)
-        self._compute_lag()
+        if chunk is None or time.monotonic() - self._lag_at >= LAG_EVERY_S:
+            self._compute_lag()  # a broker round trip per partition: not after every chunk
         return report
 
     def caught_up(self) -> bool:
         """Every record up to the latest head's frontier is in the sink."""
-        frontier = self.commits.frontier(self.topic)
+        frontier = self._frontier()
         positions = self.positions or {}
         return all(positions.get(p, 0) >= end for p, end in frontier.items())
 
@@ -229,7 +240,7 @@ class Drainer:
         began = time.monotonic()
         report = DrainReport()
         self._retrying(lambda: self._refresh_control_prepared(), began, timeout_s, report)
-        target = self.commits.frontier(self.topic)
+        target = self._frontier()
         while True:
             done = self.positions is not None and all(
                 self.positions.get(p, 0) >= end for p, end in target.items()
@@ -341,10 +352,11 @@ class Drainer:
         sink is down)."""
         if self.positions is None:
             return self.lag
+        self._lag_at = time.monotonic()
         client = self._client("data")
-        frontier = self.commits.frontier(self.topic)
+        frontier = self._frontier()
         records = 0
-        for p in self._partitions():
+        for p in filter(self._mine, self._partitions()):
             _, high = client.get_watermark_offsets(
                 TopicPartition(self.topic, p), timeout=self.kafka_timeout_s, cached=False
             )
@@ -369,6 +381,7 @@ class Drainer:
         if self._ready:
             return
         self._cancel_prefetch()
+        self._partitions_cache = None  # (re)start, or after a failure: list them afresh
         self.positions = self._read_offsets()
         self._refresh_control()
         self._check_positions(self.positions)
@@ -390,8 +403,24 @@ class Drainer:
             )
         return self._clients[role]
 
+    def _mine(self, partition: int) -> bool:
+        """Is ``partition`` this drainer's? (Member ``i`` of ``n`` drains ``p % n == i``.)"""
+        return partition % self.members == self.member
+
+    def _writer_of(self, partition: int) -> int:
+        return partition // self.members % len(self.targets)
+
+    def _frontier(self) -> dict[int, int]:
+        """The latest head's frontier of this drainer's partitions."""
+        return {p: e for p, e in self.commits.frontier(self.topic).items() if self._mine(p)}
+
     def _partitions(self) -> list[int]:
-        return partitions_of(self._client("data"), self.topic, self.kafka_timeout_s)
+        """The buffer topic's partitions, listed again at most every PARTITIONS_EVERY_S."""
+        now = time.monotonic()
+        if self._partitions_cache is None or now - self._partitions_cache[0] >= PARTITIONS_EVERY_S:
+            found = partitions_of(self._client("data"), self.topic, self.kafka_timeout_s)
+            self._partitions_cache = (now, found)
+        return self._partitions_cache[1]
 
     def _check_positions(self, positions: Mapping[int, int]) -> None:
         """Stored offsets must lie inside what the topic holds (DESIGN invariant 9's kind)."""
@@ -410,7 +439,7 @@ class Drainer:
             )
             # Exact: some brokers' ListOffsets answer lies below the end (Tansu).
             end = exact_end_offsets(client, self.topic, [p], self.kafka_timeout_s)[p]
-            end = max(end, self.commits.frontier(self.topic).get(p, 0))
+            end = max(end, self._frontier().get(p, 0))
             if offset > end:
                 raise ConfigError(
                     "buffer.topic",
@@ -492,14 +521,14 @@ class Drainer:
             written_at = float(data.get("written_at") or time.time())
         except (ValueError, KeyError, TypeError, AttributeError):
             return
-        self._heads.append((written_at, frontier))
+        self._heads.append((written_at, {p: o for p, o in frontier.items() if self._mine(p)}))
         while len(self._heads) > 10_000:
             self._heads.popleft()
 
     def _plan(self) -> tuple[dict[int, int], dict[int, int]] | None:
         """Offset ranges of the next chunk: from the positions toward the frontier."""
         assert self.positions is not None
-        frontier = self.commits.frontier(self.topic)
+        frontier = self._frontier()
         todo = {
             p: (self.positions.get(p, 0), end)
             for p, end in sorted(frontier.items())
@@ -615,7 +644,7 @@ class Drainer:
             return {0: rows} if rows else {}
         out: dict[int, list[DrainRow]] = {}
         for row in rows:
-            out.setdefault(row.partition % n, []).append(row)
+            out.setdefault(self._writer_of(row.partition), []).append(row)
         return out
 
     # -- writing -----------------------------------------------------------------------------
@@ -630,7 +659,7 @@ class Drainer:
         rows = self._by_writer(chunk.rows)
         bad: dict[int, list[tuple[Any, str]]] = {}
         for msg, why in chunk.bad:
-            bad.setdefault(where_of(msg)[1] % len(self.targets), []).append((msg, why))
+            bad.setdefault(self._writer_of(where_of(msg)[1]), []).append((msg, why))
         jobs = [
             w
             for w, target in enumerate(self.targets)

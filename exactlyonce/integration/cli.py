@@ -7,6 +7,7 @@
     exactlyonce reset-head pipeline.yaml --yes
     exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N]
     exactlyonce drain pipeline.yaml [--until-idle SECONDS] [--batch-size N] [--reset-offsets --yes]
+                                    [--processes N | --member I/N]
     exactlyonce services up|status|down [--only pg,redis,kafka]
 
 ``${VAR}`` references in the pipeline file are filled from the environment; variables of the
@@ -118,6 +119,18 @@ def _parser() -> argparse.ArgumentParser:
         help="forget the drain offsets stored in the sink first (needs --yes)",
     )
     drain.add_argument("--yes", action="store_true", help="really reset the offsets")
+    drain.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N drainer processes, member i draining partitions p %% N == i (default 1)",
+    )
+    drain.add_argument(
+        "--member",
+        metavar="I/N",
+        help="run only member I of N (what --processes starts; for running members yourself)",
+    )
     drain.set_defaults(func=cmd_drain)
 
     services = sub.add_parser("services", help="local PostgreSQL, Redis and Kafka broker")
@@ -315,12 +328,67 @@ def cmd_drain(args: argparse.Namespace) -> int:
             "beginning of the buffer topic (record IDs already in the sink stay no-ops)"
         )
         return EXIT_CONFIG
+    if args.processes != 1 and args.member:
+        raise ConfigError("--member", "give --processes or --member, not both")
+    if args.processes != 1:
+        if args.reset_offsets:
+            raise ConfigError("--reset-offsets", "reset the offsets in a run without --processes")
+        return drain_processes(args.config, args.processes, args.until_idle, args.batch_size)
     return drain_command(
         cfg,
         until_idle_s=args.until_idle,
         batch_size=args.batch_size,
         reset_offsets=args.reset_offsets,
+        member=parse_member(args.member) if args.member else (0, 1),
     )
+
+
+def parse_member(text: str) -> tuple[int, int]:
+    """``"I/N"`` -> ``(I, N)``, with 0 <= I < N."""
+    try:
+        index, members = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ConfigError("--member", f"I/N, for example 0/2, got {text!r}") from None
+    if not 0 <= index < members:
+        raise ConfigError("--member", f"I/N with 0 <= I < N, got {text!r}")
+    return index, members
+
+
+def drain_processes(
+    config: str, processes: int, until_idle_s: float | None, batch_size: int | None
+) -> int:
+    """Run ``processes`` members of this command (``--member i/N``) and wait for them all;
+    SIGINT/SIGTERM are passed on. The exit code is the worst of theirs."""
+    import signal
+    import subprocess
+
+    if not 2 <= processes <= 256:
+        raise ConfigError("--processes", f"an integer from 1 to 256, got {processes}")
+    base = [sys.executable, "-m", "exactlyonce", "drain", config]
+    if until_idle_s is not None:
+        base += ["--until-idle", str(until_idle_s)]
+    if batch_size is not None:
+        base += ["--batch-size", str(batch_size)]
+    children = [subprocess.Popen([*base, "--member", f"{i}/{processes}"]) for i in range(processes)]
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        codes = []
+        for child in children:
+            while True:
+                try:
+                    codes.append(child.wait())
+                    break
+                except KeyboardInterrupt:
+                    forward(signal.SIGINT, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return max(codes)
 
 
 # ---------------------------------------------------------------------- audit, services
