@@ -43,6 +43,12 @@ def pg_dsn(services: dict[str, str]) -> str:
     return dsn
 
 
+@pytest.fixture(scope="session")
+def bootstrap(services: dict[str, str]) -> str:
+    """The Kafka-protocol broker's bootstrap servers."""
+    return services["KAFKA_BOOTSTRAP_SERVERS"]
+
+
 @pytest.fixture
 def pg(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -1,4 +1,9 @@
-"""Run the crash job as a real subprocess, SIGKILL it, restart it, and audit the sink."""
+"""Run a crash job as a real subprocess, SIGKILL it, restart it, and audit the sink.
+
+``Job`` runs tests/crash/job.py (PostgreSQL); a sink's crash tests subclass it to run their
+own script (``script``, ``sink_env``, ``sink_args``). Its kill schedules (at named points,
+after a Spark commit, at seeded random moments, see ``crash_seed``) serve every sink.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from exactlyonce.dedup.ids import record_id
 
@@ -69,6 +75,7 @@ class Job:
     runs: int = 0
     kills: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    script: ClassVar[Path] = JOB  # the job script a subclass runs instead
 
     @property
     def checkpoint(self) -> Path:
@@ -81,7 +88,7 @@ class Job:
         return path
 
     def start(self, crash_at: str | None = None) -> None:
-        env = {**os.environ, "EXACTLYONCE_PG_DSN": self.dsn, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, **self.sink_env(), "PYTHONPATH": str(ROOT)}
         env.pop("EXACTLYONCE_CRASH_AT", None)
         if crash_at:
             env["EXACTLYONCE_CRASH_AT"] = crash_at
@@ -91,19 +98,16 @@ class Job:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
-                str(JOB),
+                str(self.script),
                 "--input",
                 str(self.workdir / "input"),
                 "--checkpoint",
                 str(self.checkpoint),
-                "--table",
-                self.table,
                 "--query-name",
                 self.table,
                 "--master",
                 self.master,
-                "--mode",
-                self.mode,
+                *self.sink_args(),
                 *self.extra_args,
             ],
             stdout=log,
@@ -111,6 +115,14 @@ class Job:
             env=env,
             start_new_session=True,
         )
+
+    def sink_env(self) -> dict[str, str]:
+        """Environment the job script finds its sink in (job.py: the PostgreSQL DSN)."""
+        return {"EXACTLYONCE_PG_DSN": self.dsn}
+
+    def sink_args(self) -> list[str]:
+        """The job script's own arguments, after those every crash job takes."""
+        return ["--table", self.table, "--mode", self.mode]
 
     def kill(self, why: str) -> None:
         """SIGKILL the job's whole session: driver, JVM and Python workers."""
@@ -132,6 +144,61 @@ class Job:
     def wait_for_commit(self, epoch: int, timeout: float = 180) -> None:
         self._wait(lambda: epoch in self.spark_commits(), timeout, f"Spark commit of {epoch}")
 
+    def wait_for_progress(self, timeout: float = 180) -> None:
+        """Wait until this run has added an epoch to Spark's commit log."""
+        before = self.spark_commits()
+        self._wait(lambda: len(self.spark_commits() - before) >= 1, timeout, "progress")
+
+    def kill_at_marker(self, point: str, epoch: int, timeout: float = 180) -> None:
+        """SIGKILL the run started with ``crash_at=f"{point}@{epoch}"`` once it pauses there;
+        Spark must not have committed that epoch."""
+        self.wait_for_marker(point, timeout)
+        self.kill(f"{point}@{epoch}")
+        assert epoch not in self.spark_commits(), f"{point}: epoch {epoch} is in Spark's log"
+
+    def kill_at_points(self, schedule: list[tuple[str, int]], timeout: float = 180) -> None:
+        """One run per (point, epoch) of ``schedule``, each SIGKILLed at its point."""
+        for point, epoch in schedule:
+            self.start(crash_at=f"{point}@{epoch}")
+            self.kill_at_marker(point, epoch, timeout)
+
+    def kill_after_commit(self, epoch: int, timeout: float = 180) -> None:
+        """A run SIGKILLed right after Spark committed ``epoch``."""
+        self.start()
+        self.wait_for_commit(epoch, timeout)
+        self.kill(f"after Spark's commit of epoch {epoch}")
+
+    def kill_at_random_moment(self, rng: random.Random, why: str, max_delay: float) -> bool:
+        """Sleep up to ``max_delay`` seconds, then SIGKILL the run unless it already ended."""
+        time.sleep(rng.uniform(0.0, max_delay))
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        self.kill(why)
+        return True
+
+    def kill_randomly(
+        self,
+        rng: random.Random,
+        seed: int,
+        runs: int,
+        max_delay: float = 1.5,
+        timeout: float = 240,
+        first: int = 1,
+    ) -> None:
+        """Up to ``runs`` runs, each SIGKILLed at a random moment after it made progress
+        (inside a later batch); stops early when a run finishes before its kill."""
+        for n in range(runs):
+            self.start()
+            self.wait_for_progress(timeout)
+            why = f"random kill {first + n} (seed {seed})"
+            if not self.kill_at_random_moment(rng, why, max_delay):
+                break  # finished before the kill: nothing left to interrupt
+
+    def run_to_end(self, timeout: float = 300) -> None:
+        """A last run, which must finish every input file and exit 0."""
+        self.start()
+        self.finish(timeout)
+
     def spark_commits(self) -> set[int]:
         commits = self.checkpoint / "commits"
         if not commits.exists():
@@ -148,6 +215,12 @@ class Job:
             raise AssertionError(f"job did not finish in {timeout}s:\n{tail}") from exc
         assert code == 0, f"job exited {code}:\n{self.log_tail()}"
 
+    def last_commit(self) -> int:
+        """Spark's last committed epoch; its commit log must have no gap."""
+        commits = self.spark_commits()
+        assert commits == set(range(max(commits) + 1)), f"gap in Spark's commit log: {commits}"
+        return max(commits)
+
     def log_tail(self, lines: int = 40) -> str:
         text = (self.workdir / f"run-{self.runs}.log").read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
@@ -162,6 +235,13 @@ class Job:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}:\n{self.log_tail()}")
             time.sleep(0.1)
+
+
+def crash_seed(schedule: str = "random kill schedule") -> int:
+    """``EXACTLYONCE_CRASH_SEED`` when set (a replay), else a fresh seed; printed either way."""
+    seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
+    print(f"{schedule} seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
+    return seed
 
 
 def session_members(sid: int) -> list[int]:

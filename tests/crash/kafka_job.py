@@ -7,45 +7,23 @@ transaction with more still to come.
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
-
 from exactlyonce.connectors.kafka import KafkaSink
-from exactlyonce.dedup.catalog import DedupConfig
-from exactlyonce.integration.spark import session, start_stream
+from tests.crash import job_common
 
-SCHEMA = "event_id STRING, amount BIGINT, action STRING"
+# Report fields summed in the JOB DONE line.
+TOTALS = ("written", "duplicates", "shards_skipped", "catalog_rebuilds")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--input", required=True)
-    parser.add_argument("--checkpoint", required=True)
+    parser = job_common.job_arguments()
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--query-name", required=True)
     parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--shards", type=int, default=2)
-    parser.add_argument("--max-files-per-trigger", type=int, default=1)
     parser.add_argument("--arrow-batch", type=int, default=25)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    extra = {
-        f"spark.executorEnv.{key}": value
-        for key, value in os.environ.items()
-        if key.startswith("EXACTLYONCE_CRASH_")
-    }
-    extra["spark.sql.execution.arrow.maxRecordsPerBatch"] = str(args.arrow_batch)
-    spark = session("kafka-crash-job", master=args.master, extra=extra)
-    source = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", args.max_files_per_trigger)
-        .json(args.input)
-    )
-    dedup = DedupConfig(
-        os.environ["EXACTLYONCE_REDIS_URL"],
-        expected_ids=2_000,  # small filters: Bloom false positives happen and are counted
+    spark = job_common.crash_session(
+        "kafka-crash-job",
+        args.master,
+        {"spark.sql.execution.arrow.maxRecordsPerBatch": str(args.arrow_batch)},
     )
     sink = KafkaSink(
         args.bootstrap,
@@ -53,18 +31,9 @@ def main() -> None:
         ["event_id"],
         args.query_name,
         shards=args.shards,
-        dedup=dedup,
+        dedup=job_common.small_catalog(),
     )
-    query = start_stream(source, sink, args.checkpoint, available_now=True)
-    query.awaitTermination()
-    done = [r for r in sink.reports if not r.skipped]
-    print(
-        f"JOB DONE {len(sink.reports)} batches; written {sum(r.written for r in done)}, "
-        f"duplicates dropped {sum(r.duplicates for r in done)}, "
-        f"shards skipped {sum(r.shards_skipped for r in done)}, "
-        f"catalog rebuilds {sum(r.catalog_rebuilds for r in done)}",
-        flush=True,
-    )
+    job_common.run_to_end(spark, args, sink, TOTALS)
 
 
 if __name__ == "__main__":

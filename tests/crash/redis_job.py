@@ -6,15 +6,13 @@ command line. Runs until every input file is committed (availableNow), then exit
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 
 from exactlyonce.connectors.redis import RedisSink
-from exactlyonce.dedup.catalog import DedupConfig
-from exactlyonce.integration.spark import session, start_stream
+from tests.crash import job_common
 
-SCHEMA = "event_id STRING, amount BIGINT, action STRING"
+# Report fields summed in the JOB DONE line.
+TOTALS = ("written", "duplicates", "shards_skipped")
 
 
 def key_template(query_name: str, write: str) -> str:
@@ -23,29 +21,11 @@ def key_template(query_name: str, write: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--input", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--query-name", required=True)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--shards", type=int, default=2)
+    parser = job_common.job_arguments()
     parser.add_argument("--write", default="hash", choices=["hash", "string", "stream"])
     parser.add_argument("--pipeline-size", type=int, default=16)
-    parser.add_argument("--max-files-per-trigger", type=int, default=1)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    crash_env = {
-        f"spark.executorEnv.{key}": value
-        for key, value in os.environ.items()
-        if key.startswith("EXACTLYONCE_CRASH_")
-    }
-    spark = session("redis-crash-job", master=args.master, extra=crash_env)
-    source = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", args.max_files_per_trigger)
-        .json(args.input)
-    )
-    dedup = DedupConfig(os.environ["EXACTLYONCE_REDIS_URL"], expected_ids=2_000)
+    spark = job_common.crash_session("redis-crash-job", args.master)
     sink = RedisSink(
         os.environ["EXACTLYONCE_SINK_REDIS_URL"],
         key_template(args.query_name, args.write),
@@ -54,17 +34,9 @@ def main() -> None:
         write=args.write,  # type: ignore[arg-type]
         shards=args.shards,
         pipeline_size=args.pipeline_size,  # small: tasks stage several chunks (mid_write)
-        dedup=dedup,
+        dedup=job_common.small_catalog(),
     )
-    query = start_stream(source, sink, args.checkpoint, available_now=True)
-    query.awaitTermination()
-    done = [r for r in sink.reports if not r.skipped]
-    print(
-        f"JOB DONE {len(sink.reports)} batches; written {sum(r.written for r in done)}, "
-        f"duplicates dropped {sum(r.duplicates for r in done)}, "
-        f"shards skipped {sum(r.shards_skipped for r in done)}",
-        flush=True,
-    )
+    job_common.run_to_end(spark, args, sink, TOTALS)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from exactlyonce.buffer.kafka_buffer import Buffered
 from exactlyonce.connectors.kafka_reader import load_commits
 from exactlyonce.integration.config import load_config
 from tests.audit import assert_exactly_once, install_audit
-from tests.crash.harness import ROOT, make_input, session_members
+from tests.crash.harness import ROOT, crash_seed, make_input, session_members
 from tests.integration.test_buffer import attempts, install_attempts, stored_offsets
 from tests.kafka_audit import read_topic
 
@@ -125,8 +125,7 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
     tmp_path: Path,
     unique_name: str,
 ) -> None:
-    seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
-    print(f"drainer kill schedule seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
+    seed = crash_seed("drainer kill schedule")
     rng = random.Random(seed)
 
     # Spark fills the buffer through the pipeline's own sink: 6 epochs, duplicates, null keys.

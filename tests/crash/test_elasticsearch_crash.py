@@ -9,22 +9,19 @@ real cluster), so a second write of a record is caught even though ``_id`` is un
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from tests.crash.harness import ROOT, Input, Job, make_input
+from tests.crash.harness import Input, Job, crash_seed, make_input
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-ES_JOB = Path(__file__).with_name("es_job.py")
 CONTROL = "exactlyonce-control"
 
 
@@ -32,39 +29,13 @@ CONTROL = "exactlyonce-control"
 class EsJob(Job):
     """tests/crash/harness.py's Job, running es_job.py against ``dsn`` (the cluster's URL)."""
 
-    def start(self, crash_at: str | None = None) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env.pop("EXACTLYONCE_CRASH_AT", None)
-        if crash_at:
-            env["EXACTLYONCE_CRASH_AT"] = crash_at
-            env["EXACTLYONCE_CRASH_DIR"] = str(self.crash_dir)
-        self.runs += 1
-        log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(ES_JOB),
-                "--input",
-                str(self.workdir / "input"),
-                "--checkpoint",
-                str(self.checkpoint),
-                "--table",
-                self.table,
-                "--query-name",
-                self.table,
-                "--es-url",
-                self.dsn,
-                "--master",
-                self.master,
-                "--mode",
-                self.mode,
-                *self.extra_args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    script: ClassVar[Path] = Path(__file__).with_name("es_job.py")
+
+    def sink_env(self) -> dict[str, str]:
+        return {}
+
+    def sink_args(self) -> list[str]:
+        return ["--table", self.table, "--es-url", self.dsn, "--mode", self.mode]
 
 
 def prepare(
@@ -84,11 +55,10 @@ def verify(job: EsJob, data: Input, es: EsHandle) -> None:
     letters = es.writes(f"{job.table}-dead-letters")
     assert len(letters) == data.null_keys, "each null-key record is dead-lettered exactly once"
     assert set(letters.values()) <= {1}
-    commits = job.spark_commits()
-    assert commits == set(range(max(commits) + 1)), f"gap in Spark's commit log: {commits}"
+    last_commit = job.last_commit()
     with es.client() as client:
         head = client.get(index=CONTROL, id=f"{job.table}|elasticsearch:{job.table}")
-    assert head["_source"]["epoch"] == max(commits), "the head is Spark's last committed epoch"
+    assert head["_source"]["epoch"] == last_commit, "the head is Spark's last committed epoch"
     print(f"verified: {len(writes)} _ids written once each, {len(letters)} dead letters")
 
 
@@ -102,26 +72,17 @@ def test_kill_at_every_named_point(
 ) -> None:
     """One job, killed in turn at each point of the write path (one epoch each)."""
     job, data = prepare(tmp_path, es, index)
-    for epoch, point in enumerate(
-        ["before_write", "mid_bulk", "after_shard_commit", "after_head"], start=1
-    ):
-        job.start(crash_at=f"{point}@{epoch}")
-        job.wait_for_marker(point, timeout=240)
-        job.kill(f"{point}@{epoch}")
-        assert epoch not in job.spark_commits(), "the killed epoch is not in Spark's commit log"
-    job.start()
-    job.wait_for_commit(5, timeout=240)
-    job.kill("after Spark's commit of epoch 5")
-    job.start()
-    job.finish(timeout=300)
+    schedule = [("before_write", 1), ("mid_bulk", 2), ("after_shard_commit", 3), ("after_head", 4)]
+    job.kill_at_points(schedule, timeout=240)
+    job.kill_after_commit(5, timeout=240)
+    job.run_to_end(timeout=300)
     verify(job, data, es)
 
 
 def test_seeded_random_kills_with_429s_and_a_lost_bulk_reply(
     tmp_path: Path, services: dict[str, str], es: EsHandle, index: str
 ) -> None:
-    seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
-    print(f"random kill schedule seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
+    seed = crash_seed()
     rng = random.Random(seed)
     job, data = prepare(tmp_path, es, index, files=12, seed=seed)
     server = es.server
@@ -143,18 +104,8 @@ def test_seeded_random_kills_with_429s_and_a_lost_bulk_reply(
         job._wait(lambda: server.dropped_replies > dropped, 120, "a dropped bulk reply")
     else:
         print("real Elasticsearch: no 429 window and no dropped reply (no fault injection)")
-    time.sleep(rng.uniform(0.0, 1.5))
-    if job.proc is not None and job.proc.poll() is None:
-        job.kill(f"random kill 1 (seed {seed})")
-    for n in range(2):
-        job.start()
-        before = job.spark_commits()
-        job._wait(lambda b=before: len(job.spark_commits() - b) >= 1, 240, "progress")
-        time.sleep(rng.uniform(0.0, 1.5))
-        if job.proc is not None and job.proc.poll() is not None:
-            break  # finished before the kill: nothing left to interrupt
-        job.kill(f"random kill {n + 2} (seed {seed})")
-    job.start()
-    job.finish(timeout=300)
+    job.kill_at_random_moment(rng, f"random kill 1 (seed {seed})", max_delay=1.5)
+    job.kill_randomly(rng, seed, runs=2, first=2)
+    job.run_to_end(timeout=300)
     assert len(job.kills) >= 2, f"only {len(job.kills)} kills happened (seed {seed})"
     verify(job, data, es)

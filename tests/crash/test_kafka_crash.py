@@ -10,23 +10,19 @@ leave extra records that only the recipe filters out, which is why the recipe ex
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from exactlyonce.connectors.kafka import KafkaSink
-from tests.crash.harness import ROOT, Input, Job, make_input
+from tests.crash.harness import Input, Job, crash_seed, make_input
 from tests.kafka_audit import KafkaAudit, audit
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-KAFKA_JOB = Path(__file__).with_name("kafka_job.py")
 ROWS = 60
 
 
@@ -34,39 +30,14 @@ ROWS = 60
 class KafkaJob(Job):
     """The harness's Job, running kafka_job.py against a topic instead of a table."""
 
+    script: ClassVar[Path] = Path(__file__).with_name("kafka_job.py")
     bootstrap: str = ""
 
-    def start(self, crash_at: str | None = None) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env.pop("EXACTLYONCE_CRASH_AT", None)
-        if crash_at:
-            env["EXACTLYONCE_CRASH_AT"] = crash_at
-            env["EXACTLYONCE_CRASH_DIR"] = str(self.crash_dir)
-        self.runs += 1
-        log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(KAFKA_JOB),
-                "--input",
-                str(self.workdir / "input"),
-                "--checkpoint",
-                str(self.checkpoint),
-                "--topic",
-                self.table,
-                "--query-name",
-                self.table,
-                "--bootstrap",
-                self.bootstrap,
-                "--master",
-                self.master,
-                *self.extra_args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    def sink_env(self) -> dict[str, str]:
+        return {}
+
+    def sink_args(self) -> list[str]:
+        return ["--topic", self.table, "--bootstrap", self.bootstrap]
 
 
 def prepare(
@@ -96,9 +67,8 @@ def verify(job: KafkaJob, data: Input, sink: KafkaSink) -> KafkaAudit:
         read_committed=plain,
     )
     assert sum(letters.accepted.values()) == data.null_keys, "each null key dead-lettered once"
-    commits = job.spark_commits()
-    assert commits == set(range(max(commits) + 1)), f"gap in Spark's commit log: {commits}"
-    assert result.head is not None and result.head["epoch"] == max(commits), (
+    last_commit = job.last_commit()
+    assert result.head is not None and result.head["epoch"] == last_commit, (
         "the sink head is Spark's last committed epoch"
     )
     if sink.hides_aborted:  # Apache Kafka: a plain read_committed consumer is exactly-once
@@ -128,16 +98,9 @@ def test_kill_at_every_named_point(
     tmp_path: Path, services: dict[str, str], unique_name: str
 ) -> None:
     job, data, sink = prepare(tmp_path, services, unique_name, files=FILES)
-    for point, epoch in SCHEDULE:
-        job.start(crash_at=f"{point}@{epoch}")
-        job.wait_for_marker(point)
-        job.kill(f"{point} of epoch {epoch}")
-        assert epoch not in job.spark_commits(), f"{point}: epoch {epoch} is in Spark's log"
-    job.start()
-    job.wait_for_commit(AFTER_SPARK_COMMIT)
-    job.kill(f"after Spark's commit of epoch {AFTER_SPARK_COMMIT}")
-    job.start()
-    job.finish()
+    job.kill_at_points(SCHEDULE)
+    job.kill_after_commit(AFTER_SPARK_COMMIT)
+    job.run_to_end()
     assert len(job.kills) == len(SCHEDULE) + 1
     result = verify(job, data, sink)
     if not sink.hides_aborted:
@@ -149,19 +112,9 @@ def test_kill_at_every_named_point(
 
 
 def test_seeded_random_kills(tmp_path: Path, services: dict[str, str], unique_name: str) -> None:
-    seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
-    print(f"random kill schedule seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
-    rng = random.Random(seed)
+    seed = crash_seed()
     job, data, sink = prepare(tmp_path, services, unique_name, files=8, seed=seed)
-    for n in range(3):
-        job.start()
-        before = job.spark_commits()
-        job._wait(lambda b=before: len(job.spark_commits() - b) >= 1, 240, "progress")
-        time.sleep(rng.uniform(0.0, 2.0))  # a random moment inside a later batch
-        if job.proc is not None and job.proc.poll() is not None:
-            break  # finished before the kill: nothing left to interrupt
-        job.kill(f"random kill {n + 1} (seed {seed})")
-    job.start()
-    job.finish()
+    job.kill_randomly(random.Random(seed), seed, runs=3, max_delay=2.0)
+    job.run_to_end()
     assert len(job.kills) >= 2, f"only {len(job.kills)} kills happened (seed {seed})"
     verify(job, data, sink)

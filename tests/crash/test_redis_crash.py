@@ -19,25 +19,22 @@ commands per key in the sink's AOF, which a unique key cannot hide). Replay a fa
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from exactlyonce.dedup.ids import record_id
-from tests.crash.harness import ROOT, Input, Job, make_input
+from tests.crash.harness import Input, Job, crash_seed, make_input
 from tests.crash.redis_job import key_template
 from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-REDIS_JOB = Path(__file__).with_name("redis_job.py")
 FILES = 10
 POINTS = ["before_write", "mid_write", "after_shard_commit", "after_head"]
 
@@ -46,37 +43,14 @@ POINTS = ["before_write", "mid_write", "after_shard_commit", "after_head"]
 class RedisJob(Job):
     """harness.Job, running redis_job.py; ``dsn`` is the sink's URL (passed by environment)."""
 
+    script: ClassVar[Path] = Path(__file__).with_name("redis_job.py")
     write: str = "hash"
 
-    def start(self, crash_at: str | None = None) -> None:
-        env = {**os.environ, "EXACTLYONCE_SINK_REDIS_URL": self.dsn, "PYTHONPATH": str(ROOT)}
-        env.pop("EXACTLYONCE_CRASH_AT", None)
-        if crash_at:
-            env["EXACTLYONCE_CRASH_AT"] = crash_at
-            env["EXACTLYONCE_CRASH_DIR"] = str(self.crash_dir)
-        self.runs += 1
-        log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(REDIS_JOB),
-                "--input",
-                str(self.workdir / "input"),
-                "--checkpoint",
-                str(self.checkpoint),
-                "--query-name",
-                self.table,
-                "--master",
-                self.master,
-                "--write",
-                self.write,
-                *self.extra_args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    def sink_env(self) -> dict[str, str]:
+        return {"EXACTLYONCE_SINK_REDIS_URL": self.dsn}
+
+    def sink_args(self) -> list[str]:
+        return ["--write", self.write]
 
     def progress(self, commits: int, timeout: float = 240) -> None:
         """Wait until this run added ``commits`` epochs to Spark's commit log (or finished)."""
@@ -98,8 +72,7 @@ def test_kills_and_sink_restart_end_exactly_once(
     sink_redis: SinkRedis,
     unique_name: str,
 ) -> None:
-    seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
-    print(f"redis crash schedule seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
+    seed = crash_seed("redis crash schedule")
     rng = random.Random(seed)
     data = make_input(tmp_path / "input", files=FILES, rows=120, seed=seed)
     job = RedisJob(tmp_path, unique_name, sink_redis.url, write=write)
@@ -124,18 +97,14 @@ def test_kills_and_sink_restart_end_exactly_once(
         job.start(crash_at=f"{point}@{epoch}")
         if run == restart_in:
             restart_sink_mid_run()
-        job.wait_for_marker(point, timeout=240)
-        job.kill(f"{point}@{epoch}")
-        assert epoch not in job.spark_commits(), f"epoch {epoch} must not be in Spark's log"
+        job.kill_at_marker(point, epoch, timeout=240)
     if write == "stream":  # the append-only mode also gets a kill at a random moment
         job.start()
         if restart_in is None:
             restart_sink_mid_run()
             restart_in = -1
         job.progress(1)
-        time.sleep(rng.uniform(0.0, 1.5))
-        if job.proc is not None and job.proc.poll() is None:
-            job.kill(f"random kill (seed {seed})")
+        job.kill_at_random_moment(rng, f"random kill (seed {seed})", max_delay=1.5)
     job.start()
     if restart_in is None:
         restart_sink_mid_run()
@@ -149,8 +118,7 @@ def verify(job: RedisJob, data: Input, server: SinkRedis, write: str) -> None:
 
     # After a kill, Spark may plan the files of two planned-but-unwritten batches into one
     # epoch, so there can be fewer epochs than files; never a gap.
-    commits = job.spark_commits()
-    assert commits == set(range(max(commits) + 1)), f"gap in Spark's commit log: {commits}"
+    last_commit = job.last_commit()
     sink = RedisSink(
         server.url,
         key_template(job.table, write),
@@ -195,7 +163,7 @@ def verify(job: RedisJob, data: Input, server: SinkRedis, write: str) -> None:
         assert server.cli_raw("HGET", sample, "action") == ["click"]
     letters = int(server.cli_raw("XLEN", sink.dead_letter_key)[0])
     assert letters == r.xlen(sink.dead_letter_key) == data.null_keys, "each null key once"
-    assert int(r.hget(sink.head_key, "epoch")) == max(commits), "head = Spark's last epoch"
+    assert int(r.hget(sink.head_key, "epoch")) == last_commit, "head = Spark's last epoch"
     leftovers = [k.decode() for k in r.scan_iter(match=f"{prefix}:*")]
     assert not [k for k in leftovers if ":stage:" in k or ":done:" in k], leftovers
     print(

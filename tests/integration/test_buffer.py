@@ -25,8 +25,7 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 from psycopg import sql
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
 from exactlyonce.buffer.postgres import OFFSETS, PgDrainTarget
@@ -42,26 +41,10 @@ from exactlyonce.connectors.kafka_reader import (
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.dedup.ids import record_id
 from tests.audit import assert_exactly_once, install_audit
+from tests.events import events, ids
 from tests.kafka_audit import read_topic
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def bootstrap(services: dict[str, str]) -> str:
-    return services["KAFKA_BOOTSTRAP_SERVERS"]
-
-
-def events(spark: SparkSession, start: int, end: int) -> DataFrame:
-    return spark.range(start, end).select(
-        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
-        (F.col("id") * 10).alias("amount"),
-        F.lit("click").alias("action"),
-    )
-
-
-def ids(start: int, end: int) -> set[str]:
-    return {record_id([f"e{i}"]) for i in range(start, end)}
 
 
 def install_attempts(conn: psycopg.Connection[Any], table: str) -> None:
@@ -76,9 +59,7 @@ def install_attempts(conn: psycopg.Connection[Any], table: str) -> None:
             "CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
             "INSERT INTO {log} VALUES (replace(NEW.record_id::text, '-', '')); RETURN NEW; "
             "END $$"
-        ).format(
-            fn=sql.Identifier(f"{table}_attempt_fn"), log=sql.Identifier(f"{table}_attempts")
-        )
+        ).format(fn=sql.Identifier(f"{table}_attempt_fn"), log=sql.Identifier(f"{table}_attempts"))
     )
     conn.execute(
         sql.SQL("CREATE TRIGGER {} BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
@@ -349,8 +330,10 @@ def private_pg(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any, Any]
     services.start_service("pg", home)
     dsn = services.local_env()["EXACTLYONCE_PG_DSN"]
     try:
-        yield dsn, lambda: services.stop_service("pg", home), lambda: services.start_service(
-            "pg", home
+        yield (
+            dsn,
+            lambda: services.stop_service("pg", home),
+            lambda: services.start_service("pg", home),
         )
     finally:
         services.stop_service("pg", home)

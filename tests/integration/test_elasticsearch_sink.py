@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
@@ -21,22 +21,11 @@ from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.dedup.ids import record_id
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.es_server import EsTestServer
+from tests.events import events, ids
 
 pytestmark = pytest.mark.integration
 
 FAST = RetryPolicy(max_retries=5, initial_backoff=0.05, max_backoff=0.5)
-
-
-def events(spark: SparkSession, start: int, end: int) -> DataFrame:
-    return spark.range(start, end).select(
-        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
-        (F.col("id") * 10).alias("amount"),
-        F.lit("click").alias("action"),
-    )
-
-
-def ids(start: int, end: int) -> set[str]:
-    return {record_id([f"e{i}"]) for i in range(start, end)}
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 import redis
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from exactlyonce.connectors import ConfigError, SinkUnavailableError
@@ -44,26 +44,10 @@ from exactlyonce.connectors.kafka_reader import headers_of, read_exactly_once
 from exactlyonce.connectors.secrets import Secret
 from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.ids import record_id
+from tests.events import events, ids
 from tests.kafka_audit import KafkaAudit, audit
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def bootstrap(services: dict[str, str]) -> str:
-    return services["KAFKA_BOOTSTRAP_SERVERS"]
-
-
-def events(spark: SparkSession, start: int, end: int) -> DataFrame:
-    return spark.range(start, end).select(
-        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
-        (F.col("id") * 10).alias("amount"),
-        F.lit("click").alias("action"),
-    )
-
-
-def ids(start: int, end: int) -> set[str]:
-    return {record_id([f"e{i}"]) for i in range(start, end)}
 
 
 def new_sink(bootstrap: str, name: str, **kw: Any) -> KafkaSink:

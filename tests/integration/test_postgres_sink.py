@@ -13,20 +13,9 @@ from pyspark.sql import functions as F
 from exactlyonce.connectors import ConfigError, PostgresSink, SinkUnavailableError
 from exactlyonce.dedup.ids import record_id
 from tests.audit import assert_exactly_once, install_audit, write_counts
+from tests.events import events, ids
 
 pytestmark = pytest.mark.integration
-
-
-def events(spark: SparkSession, start: int, end: int) -> DataFrame:
-    return spark.range(start, end).select(
-        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
-        (F.col("id") * 10).alias("amount"),
-        F.lit("click").alias("action"),
-    )
-
-
-def ids(start: int, end: int) -> set[str]:
-    return {record_id([f"e{i}"]) for i in range(start, end)}
 
 
 def new_sink(dsn: str, table: str, **kw: Any) -> PostgresSink:

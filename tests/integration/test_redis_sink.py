@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -23,21 +23,10 @@ from exactlyonce.connectors.redis import RedisShardTask, RedisSink
 from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.spark import start_stream
+from tests.events import events, ids
 from tests.redis_fixtures import PASSWORD, SinkRedis, sink_redis_fixture  # noqa: F401
 
 pytestmark = pytest.mark.integration
-
-
-def events(spark: SparkSession, start: int, end: int) -> DataFrame:
-    return spark.range(start, end).select(
-        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
-        (F.col("id") * 10).alias("amount"),
-        F.lit("click").alias("action"),
-    )
-
-
-def ids(start: int, end: int) -> set[str]:
-    return {record_id([f"e{i}"]) for i in range(start, end)}
 
 
 def new_sink(server: SinkRedis, name: str, write: str = "hash", **kw: Any) -> RedisSink:

@@ -1,0 +1,83 @@
+"""What the crash job scripts (job.py, kafka_job.py, redis_job.py, es_job.py) share.
+
+Each script reads JSON files (one per epoch), writes them through its sink and runs until
+every input file is committed (availableNow); the parts below are the same in all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.integration.spark import session, start_stream
+
+SCHEMA = "event_id STRING, amount BIGINT, action STRING"
+
+
+def job_arguments() -> argparse.ArgumentParser:
+    """The arguments every crash job takes; a script adds its sink's own."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--query-name", required=True)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--max-files-per-trigger", type=int, default=1)
+    return parser
+
+
+def crash_session(app_name: str, master: str, extra: dict[str, str] | None = None) -> SparkSession:
+    """Logging set up, and a Spark session whose executors see the crash-point environment."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # Executors launched by a standalone worker do not inherit this process's environment.
+    crash_env = {
+        f"spark.executorEnv.{key}": value
+        for key, value in os.environ.items()
+        if key.startswith("EXACTLYONCE_CRASH_")
+    }
+    return session(app_name, master=master, extra={**crash_env, **(extra or {})})
+
+
+def json_files(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The input directory as a stream, ``--max-files-per-trigger`` files per epoch."""
+    return (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", args.max_files_per_trigger)
+        .json(args.input)
+    )
+
+
+def small_catalog(**options: Any) -> DedupConfig:
+    """The catalog in the services' Redis, with small filters: Bloom false positives happen
+    and are counted."""
+    return DedupConfig(os.environ["EXACTLYONCE_REDIS_URL"], expected_ids=2_000, **options)
+
+
+# The JOB DONE line's label for each report field a job totals.
+TOTAL_LABELS = {
+    "written": "written",
+    "duplicates": "duplicates dropped",
+    "shards_skipped": "shards skipped",
+    "catalog_rebuilds": "catalog rebuilds",
+    "dead_letters": "dead letters",
+}
+
+
+def run_to_end(
+    spark: SparkSession, args: argparse.Namespace, sink: Any, totals: tuple[str, ...]
+) -> None:
+    """Stream the input through ``sink`` until every file is committed, then print the
+    ``JOB DONE`` line: the number of batches and, per report field in ``totals``, its sum
+    over the batches that were not skipped."""
+    query = start_stream(json_files(spark, args), sink, args.checkpoint, available_now=True)
+    query.awaitTermination()
+    done = [r for r in sink.reports if not r.skipped]
+    summed = ", ".join(
+        f"{TOTAL_LABELS[field]} {sum(getattr(r, field) for r in done)}" for field in totals
+    )
+    print(f"JOB DONE {len(sink.reports)} batches; {summed}", flush=True)
