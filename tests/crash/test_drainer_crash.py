@@ -52,7 +52,7 @@ sink:
     bootstrap_servers: ${{KAFKA_BOOTSTRAP_SERVERS}}
     partitions: 2
     shards: 2
-    batch_size: 120
+    batch_size: 60
 """
 
 
@@ -141,8 +141,12 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
     for epoch, path in enumerate(files):
         buffered(spark.read.schema(SCHEMA).json(str(path)), epoch)
     assert sum(r.written for r in buffered.reports) == len(data.expected_ids)
+    assert len(data.expected_ids) > 16 * 60, "too few records for every scheduled kill"
 
     # Kill it at every named point, mid-write three times, at seeded transaction numbers.
+    # At most 16 transactions commit before the kills (3 + 3 + 3 + 3 + 4), 960 records at
+    # batch_size 60: fewer than the ~1,300 the buffer holds, so every kill comes (with 120 a
+    # seed drawing high numbers ran out of records: "drainer exited before drain_mid_write").
     schedule = ["drain_mid_write"] * 3 + ["drain_before_write", "drain_after_commit"]
     rng.shuffle(schedule)
     drainer = DrainProcess(tmp_path, config)
