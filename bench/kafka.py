@@ -154,6 +154,7 @@ def run(
 ) -> dict[str, Any]:
     from exactlyonce.connectors.kafka import KafkaSink
     from exactlyonce.connectors.kafka_reader import read_exactly_once
+    from exactlyonce.dedup.catalog import DedupConfig
     from exactlyonce.integration.spark import session
 
     bootstrap = service("KAFKA_BOOTSTRAP_SERVERS")
@@ -167,8 +168,18 @@ def run(
     plain_topic, eos_topic = f"bench-plain-{tag}", f"bench-eos-{tag}"
     query = f"bench-kafka-{tag}"
     create_topic(bootstrap, plain_topic)
+    # The Bloom filter sized for the IDs this query will hold (the user's retention window):
+    # the 1,000,000 default would saturate at 1.6M IDs and send ~20% to the catalog.
+    dedup = DedupConfig(os.environ["EXACTLYONCE_REDIS_URL"], expected_ids=WARM_ROWS + repeat * rows)
     sink = KafkaSink(
-        bootstrap, eos_topic, ["id"], query, create_topic=True, partitions=PARTITIONS, shards=shards
+        bootstrap,
+        eos_topic,
+        ["id"],
+        query,
+        create_topic=True,
+        partitions=PARTITIONS,
+        shards=shards,
+        dedup=dedup,
     )
     progress("warm-up: plain, and the sink's first epoch (preflight, head, catalog)")
     write_plain(warm, bootstrap, plain_topic)
@@ -226,6 +237,7 @@ def run(
                 "shards": shards,
                 "broker_hides_aborted": sink.hides_aborted,
                 "dedup": sink.dedup_config is not None,
+                "dedup_expected_ids": dedup.expected_ids,
                 "bloom_negatives": best.bloom_negatives,
                 "catalog_lookups": best.catalog_lookups,
                 "read_back_by_recipe": delivered,
