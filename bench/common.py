@@ -269,16 +269,17 @@ def exit_code(
     *,
     failure_prefix: str,
     fail_on_miss: bool,
-    targets_met: Callable[[dict[str, Any]], bool],
+    targets_met: Callable[[dict[str, Any]], bool] | None = None,
 ) -> int:
     """0 when the benchmark ran, 1 when it failed, 2 when ``fail_on_miss`` and a target is
-    not met."""
+    not met (``targets_met``; by default the result's ``target.met``)."""
     try:
         result = run(args)
     except BenchError as exc:
         print(f"{failure_prefix}: {exc}", file=sys.stderr)
         return 1
-    if fail_on_miss and not targets_met(result):
+    met = targets_met(result) if targets_met else bool(result["target"]["met"])
+    if fail_on_miss and not met:
         return 2
     return 0
 

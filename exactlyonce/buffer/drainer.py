@@ -169,8 +169,9 @@ class Drainer:
         self.max_backoff_s = max_backoff_s
         self.kafka_timeout_s = kafka_timeout_s
         self.name = name or f"drainer:{os.getpid()}"
-        # One sink connection per writer; writer w owns partitions p % writers == w (their rows
-        # and offsets), so writers commit in parallel, each atomically.
+        # One sink connection per writer; of this member's partitions (p % members == member),
+        # writer w owns p // members % writers == w (their rows and offsets), so writers
+        # commit in parallel, each atomically.
         self.targets = [
             PgDrainTarget(sink, buffer.topic, f"exactlyonce:{self.name}", w, writers, member)
             for w in range(writers)
@@ -397,9 +398,10 @@ class Drainer:
         if role not in self._clients:
             # read_uncommitted everywhere: the recipe decides by confirmations (correct on
             # every broker), and an open transaction past the frontier cannot hold reads back.
-            isolation = "read_uncommitted"
             self._clients[role] = consumer(
-                self.buffer.bootstrap_servers, self.buffer.client_config, isolation=isolation
+                self.buffer.bootstrap_servers,
+                self.buffer.client_config,
+                isolation="read_uncommitted",
             )
         return self._clients[role]
 
@@ -643,8 +645,9 @@ class Drainer:
         if n == 1:
             return {0: rows} if rows else {}
         out: dict[int, list[DrainRow]] = {}
-        for row in rows:
-            out.setdefault(self._writer_of(row.partition), []).append(row)
+        members = self.members
+        for row in rows:  # _writer_of, inline: this runs once per record
+            out.setdefault(row.partition // members % n, []).append(row)
         return out
 
     # -- writing -----------------------------------------------------------------------------

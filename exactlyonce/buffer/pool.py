@@ -32,11 +32,20 @@ from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 Factory = Callable[[], tuple[Any, Any]]
 
 
+def _failure(exc: Exception, drainer: Any) -> tuple[str, Any]:
+    """What a member sends back for ``exc``: a ConfigError keeps its field; other errors go
+    as text, scrubbed of the drainer's secrets."""
+    if isinstance(exc, ConfigError):
+        return "config", (exc.field, exc.reason)
+    text = f"{type(exc).__name__}: {exc}"
+    return "error", drainer._scrub(text) if drainer is not None else text
+
+
 def _member_main(
     conn: Connection, factory: Factory, member: tuple[int, int], options: dict[str, Any]
 ) -> None:
-    """A member process: build the drainer once, then run the commands it is sent. Errors
-    go back to the parent as (kind, text); a ConfigError keeps its field."""
+    """A member process: build the drainer once, then run the commands it is sent. A failed
+    drain is reported and the member stays for the next call; a failed start ends it."""
     from exactlyonce.buffer.drainer import Drainer
 
     drainer = None
@@ -50,15 +59,10 @@ def _member_main(
                 break
             try:
                 conn.send(("ok", drainer.drain_available(timeout_s=arg)))
-            except ConfigError as exc:
-                conn.send(("config", (exc.field, exc.reason)))
-            except Exception as exc:  # noqa: BLE001 - the member stays for the next call
-                conn.send(("error", drainer._scrub(f"{type(exc).__name__}: {exc}")))
-    except ConfigError as exc:
-        conn.send(("config", (exc.field, exc.reason)))
+            except Exception as exc:  # noqa: BLE001 - reported to the parent, who raises
+                conn.send(_failure(exc, drainer))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, who raises
-        text = f"{type(exc).__name__}: {exc}"
-        conn.send(("error", drainer._scrub(text) if drainer is not None else text))
+        conn.send(_failure(exc, drainer))
     finally:
         if drainer is not None:
             drainer.close()

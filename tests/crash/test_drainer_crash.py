@@ -34,26 +34,11 @@ from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import ROOT, crash_seed, make_input, session_members
 from tests.integration.test_buffer import attempts, install_attempts, stored_offsets
 from tests.kafka_audit import read_topic
+from tests.pipelines import buffered_pipeline
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 SCHEMA = "event_id STRING, amount BIGINT, action STRING"
-PIPELINE = """\
-query_name: {name}
-checkpoint: {workdir}/checkpoint
-source: {{type: files, format: json, path: {workdir}/input, schema: "{schema}"}}
-sink:
-  type: postgres
-  dsn: ${{EXACTLYONCE_PG_DSN}}
-  table: {name}
-  id_columns: [event_id]
-  buffer:
-    topic: {name}
-    bootstrap_servers: ${{KAFKA_BOOTSTRAP_SERVERS}}
-    partitions: 2
-    shards: 2
-    batch_size: 60
-"""
 
 
 class DrainProcess:
@@ -131,7 +116,11 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
     # Spark fills the buffer through the pipeline's own sink: 6 epochs, duplicates, null keys.
     data = make_input(tmp_path / "input", files=6, rows=300, seed=seed)
     config = tmp_path / "pipeline.yaml"
-    config.write_text(PIPELINE.format(name=unique_name, workdir=tmp_path, schema=SCHEMA))
+    config.write_text(
+        buffered_pipeline(
+            unique_name, tmp_path, schema=SCHEMA, partitions=2, shards=2, batch_size=60
+        )
+    )
     buffered = load_config(config).build_sink()
     assert isinstance(buffered, Buffered)
     files = sorted((tmp_path / "input").glob("part-*.json"))

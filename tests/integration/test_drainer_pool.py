@@ -25,6 +25,7 @@ from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.integration.cli import parse_member
 from tests.audit import assert_exactly_once
 from tests.integration.test_buffer import attempts, events, ids, prepared, stored_offsets
+from tests.pipelines import buffered_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -133,23 +134,6 @@ def test_a_pool_reports_a_bad_member_config_by_its_field(services: dict[str, str
         )
 
 
-PIPELINE = """\
-query_name: {name}
-checkpoint: {workdir}/checkpoint
-source: {{type: files, format: json, path: {workdir}/input, schema: "event_id STRING"}}
-sink:
-  type: postgres
-  dsn: ${{EXACTLYONCE_PG_DSN}}
-  table: {name}
-  id_columns: [event_id]
-  buffer:
-    topic: {name}
-    bootstrap_servers: ${{KAFKA_BOOTSTRAP_SERVERS}}
-    partitions: {partitions}
-    batch_size: 150
-"""
-
-
 def test_drain_command_with_processes(
     spark: SparkSession,
     pg: psycopg.Connection[Any],
@@ -159,7 +143,11 @@ def test_drain_command_with_processes(
 ) -> None:
     filled(spark, pg, services, unique_name)
     config = tmp_path / "pipeline.yaml"
-    config.write_text(PIPELINE.format(name=unique_name, workdir=tmp_path, partitions=PARTITIONS))
+    config.write_text(
+        buffered_pipeline(
+            unique_name, tmp_path, schema="event_id STRING", partitions=PARTITIONS, batch_size=150
+        )
+    )
     done = subprocess.run(
         [sys.executable, "-m", "exactlyonce", "drain", str(config), "--processes", "2"]
         + ["--until-idle", "2"],
