@@ -19,6 +19,11 @@ Points, in write-path order:
 - ``after_head``: the driver, after the head advanced and before Spark writes its commit log.
 
 "After Spark's commit" needs no hook: a test waits for ``<checkpoint>/commits/<epoch>``.
+
+A test can also HOLD a run at a point, to do something to a service at a known moment (restart
+the sink's Redis while a task holds an open connection mid-write): with
+``EXACTLYONCE_HOLD_AT=POINT@EPOCH``, the first process to reach it writes ``held-POINT`` into
+``EXACTLYONCE_CRASH_DIR`` and waits until the test creates ``release-POINT`` there, then goes on.
 """
 
 from __future__ import annotations
@@ -39,25 +44,48 @@ POINTS = (
     "after_head",
 )
 _ENV = "EXACTLYONCE_CRASH_AT"
+_HOLD_ENV = "EXACTLYONCE_HOLD_AT"
 
 
 def crash_point(name: str, epoch: int) -> None:
-    spec = os.environ.get(_ENV)
-    if not spec:
+    if _HOLD_ENV in os.environ:
+        _hold(name, epoch)
+    if not _matches(os.environ.get(_ENV), name, epoch) or not _first(f"crashed-{name}", epoch):
         return
-    point, _, at_epoch = spec.partition("@")
-    if point != name or (at_epoch and int(at_epoch) != epoch):
-        return
-    marker_dir = Path(os.environ.get("EXACTLYONCE_CRASH_DIR", "."))
-    marker = marker_dir / f"crashed-{name}"
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return  # fired already; the restarted run goes on
-    os.write(fd, f"{os.getpid()} {epoch}\n".encode())
-    os.close(fd)
     if os.environ.get("EXACTLYONCE_CRASH_MODE", "pause") == "self":
         os.kill(os.getpid(), signal.SIGKILL)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:  # the test SIGKILLs us here
+        time.sleep(0.05)
+
+
+def _matches(spec: str | None, name: str, epoch: int) -> bool:
+    if not spec:
+        return False
+    point, _, at_epoch = spec.partition("@")
+    return point == name and (not at_epoch or int(at_epoch) == epoch)
+
+
+def _marker_dir() -> Path:
+    return Path(os.environ.get("EXACTLYONCE_CRASH_DIR", "."))
+
+
+def _first(marker_name: str, epoch: int) -> bool:
+    """Create the marker; False when it exists (fired already: the restarted run goes on)."""
+    try:
+        fd = os.open(_marker_dir() / marker_name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.write(fd, f"{os.getpid()} {epoch}\n".encode())
+    os.close(fd)
+    return True
+
+
+def _hold(name: str, epoch: int) -> None:
+    """Wait for the test's release file (at most 600 s) when this is the point to hold at."""
+    if not _matches(os.environ.get(_HOLD_ENV), name, epoch) or not _first(f"held-{name}", epoch):
+        return
+    release = _marker_dir() / f"release-{name}"
+    deadline = time.monotonic() + 600
+    while not release.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

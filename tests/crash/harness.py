@@ -87,11 +87,19 @@ class Job:
         path.mkdir(exist_ok=True)
         return path
 
-    def start(self, crash_at: str | None = None) -> None:
+    def start(self, crash_at: str | None = None, hold_at: str | None = None) -> None:
+        """Start a run; ``crash_at``/``hold_at`` (``POINT@EPOCH``): see crashpoints.py."""
         env = {**os.environ, **self.sink_env(), "PYTHONPATH": str(ROOT)}
         env.pop("EXACTLYONCE_CRASH_AT", None)
+        env.pop("EXACTLYONCE_HOLD_AT", None)
         if crash_at:
             env["EXACTLYONCE_CRASH_AT"] = crash_at
+        if hold_at:
+            env["EXACTLYONCE_HOLD_AT"] = hold_at
+            point = hold_at.partition("@")[0]
+            for stale in (f"held-{point}", f"release-{point}"):
+                (self.crash_dir / stale).unlink(missing_ok=True)
+        if crash_at or hold_at:
             env["EXACTLYONCE_CRASH_DIR"] = str(self.crash_dir)
         self.runs += 1
         log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
@@ -140,6 +148,15 @@ class Job:
         marker = self.crash_dir / f"crashed-{point}"
         self._wait(lambda: marker.exists(), timeout, f"crash point {point}")
         time.sleep(0.2)  # let the paused process settle inside its wait loop
+
+    def wait_until_held(self, point: str, timeout: float = 180) -> None:
+        """Wait until the run started with ``hold_at=f"{point}@..."`` waits there."""
+        marker = self.crash_dir / f"held-{point}"
+        self._wait(lambda: marker.exists(), timeout, f"hold point {point}")
+
+    def release(self, point: str) -> None:
+        """Let the run held at ``point`` go on."""
+        (self.crash_dir / f"release-{point}").touch()
 
     def wait_for_commit(self, epoch: int, timeout: float = 180) -> None:
         self._wait(lambda: epoch in self.spark_commits(), timeout, f"Spark commit of {epoch}")

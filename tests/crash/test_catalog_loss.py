@@ -22,12 +22,16 @@ from tests.crash.test_postgres_crash import prepare, verify
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 
-def restart_redis_after_progress(job: Any, epoch: int) -> None:
-    job.wait_for_commit(epoch)
+def start_and_restart_redis_after(job: Any, epoch: int) -> None:
+    """Start the job; restart Redis while the job is held after ``epoch``'s head advanced (so
+    a restart at a free-running moment cannot land after the job's last epoch)."""
+    job.start(hold_at=f"after_head@{epoch}")
+    job.wait_until_held("after_head")
     stop_service("redis")
     time.sleep(2.0)
     start_service("redis")
-    print(f"redis restarted empty after Spark committed epoch {epoch}")
+    job.release("after_head")
+    print(f"redis restarted empty after epoch {epoch} committed")
 
 
 @pytest.mark.parametrize("mode", ["append", "insert"])
@@ -35,8 +39,7 @@ def test_redis_restart_mid_run_recovers(
     mode: str, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
     job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=14, mode=mode)
-    job.start()
-    restart_redis_after_progress(job, 3)
+    start_and_restart_redis_after(job, 3)
     job.finish()
     verify(job, data, pg)
     log = (job.workdir / f"run-{job.runs}.log").read_text()
@@ -51,8 +54,7 @@ def test_redis_restart_with_fail_policy_refuses_and_loses_nothing(
 ) -> None:
     job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=14, mode="append")
     job.extra_args = ("--on-catalog-loss", "fail")
-    job.start()
-    restart_redis_after_progress(job, 3)
+    start_and_restart_redis_after(job, 3)
     assert job.proc is not None
     code = job.proc.wait(timeout=300)
     log = (job.workdir / f"run-{job.runs}.log").read_text()

@@ -4,9 +4,12 @@ One seeded schedule per write mode (``stream``, append-only: the hard one; and `
 
 1. four runs, each SIGKILLed at one named point (``before_write``, ``mid_write`` between two
    staged chunks, ``after_shard_commit``, ``after_head``), at random epochs in random order.
-   During one of them, at a random moment, the sink's redis-server is SIGKILLed and restarted
-   on its AOF (or in the next run, when no run has two epochs to go): that run must ride it
-   out by itself, commit the next epoch and reach its crash point;
+   One of them (or the next run, when no run has two epochs to go) is held at a point of its
+   first fresh epoch (``before_write``, ``mid_write`` with a task's connection open, or
+   ``after_shard_commit``; seeded) while the sink's redis-server is SIGKILLed and restarted
+   on its AOF; released, the run must ride it out by itself and commit that epoch. (A restart
+   at a free-running moment could land after the run's last epoch before its crash point,
+   where nothing is left to ride out: CI once waited there for a commit that could not come);
 2. stream mode only: a run SIGKILLed at a random moment (budget: each run starts a JVM);
 3. a last run to the end.
 
@@ -20,7 +23,6 @@ commands per key in the sink's AOF, which a unique key cannot hide). Replay a fa
 from __future__ import annotations
 
 import random
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,10 @@ pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 FILES = 10
 POINTS = ["before_write", "mid_write", "after_shard_commit", "after_head"]
+# Where a run is held while the sink's Redis restarts: the driver before its tasks; a task with
+# an open connection between two staged chunks; a task after its commit (the driver's
+# connection must then ride it out when it advances the head).
+HOLD_POINTS = ["before_write", "mid_write", "after_shard_commit"]
 
 
 @dataclass
@@ -78,36 +84,37 @@ def test_kills_and_sink_restart_end_exactly_once(
     job = RedisJob(tmp_path, unique_name, sink_redis.url, write=write)
     points = rng.sample(POINTS, len(POINTS))
     epochs = sorted(rng.sample(range(1, FILES - 3), len(points)))
-    # A run commits (its crash epoch - the previous one) epochs before it crashes. The sink's
-    # Redis is restarted after the first of them in a run that has two or more, so at least
-    # one whole epoch runs against the restarted server before the crash point.
-    gaps = [b - a for a, b in zip([0, *epochs], epochs, strict=False)]
-    eligible = [run for run, gap in enumerate(gaps) if gap >= 2]
-    restart_in = rng.choice(eligible) if eligible else None
+    # Run n replays epoch starts[n] (killed in the run before) and writes fresh epochs from
+    # starts[n] + 1. The sink's Redis is restarted while one run is held at a point of its first
+    # fresh epoch: a run whose crash epoch comes later, else the run after the named kills.
+    starts = [0, *epochs]
+    eligible = [run for run in range(len(epochs)) if epochs[run] - starts[run] >= 2]
+    restart_in = rng.choice(eligible) if eligible else len(epochs)
+    hold_point = rng.choice(HOLD_POINTS)
     restarts_before = sink_redis.restarts
 
-    def restart_sink_mid_run() -> None:
-        job.progress(1)
-        time.sleep(rng.uniform(0.0, 0.8))
+    def start(run: int, crash_at: str | None = None) -> None:
+        if run != restart_in:
+            job.start(crash_at=crash_at)
+            return
+        hold_epoch = starts[run] + 1
+        job.start(crash_at=crash_at, hold_at=f"{hold_point}@{hold_epoch}")
+        job.wait_until_held(hold_point, timeout=240)
         sink_redis.restart(down_seconds=rng.uniform(0.5, 2.0))
-        print(f"sink redis-server SIGKILLed and restarted during run {job.runs}")
-        job.progress(1)  # the job rode it out by itself
+        job.release(hold_point)
+        print(f"sink redis-server SIGKILLed and restarted: run {job.runs} held at {hold_point}")
+        job.wait_for_commit(hold_epoch, timeout=240)  # the job rode it out by itself
 
     for run, (point, epoch) in enumerate(zip(points, epochs, strict=True)):
-        job.start(crash_at=f"{point}@{epoch}")
-        if run == restart_in:
-            restart_sink_mid_run()
+        start(run, crash_at=f"{point}@{epoch}")
         job.kill_at_marker(point, epoch, timeout=240)
     if write == "stream":  # the append-only mode also gets a kill at a random moment
-        job.start()
-        if restart_in is None:
-            restart_sink_mid_run()
-            restart_in = -1
+        start(len(epochs))
         job.progress(1)
         job.kill_at_random_moment(rng, f"random kill (seed {seed})", max_delay=1.5)
-    job.start()
-    if restart_in is None:
-        restart_sink_mid_run()
+        start(len(epochs) + 1)
+    else:
+        start(len(epochs))
     job.finish(timeout=300)
     assert sink_redis.restarts == restarts_before + 1
     verify(job, data, sink_redis, write)
