@@ -61,7 +61,9 @@ local function holds(bucket, id)
 end
 """
 
-LUA_LOOKUP = LUA_FIND + """
+LUA_LOOKUP = (
+    LUA_FIND
+    + """
 if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
 local blob = ARGV[2]; local out = {}
 for i = 3, #ARGV, 3 do
@@ -73,6 +75,7 @@ for i = 3, #ARGV, 3 do
 end
 return table.concat(out)
 """
+)
 
 LUA_UNMARK = """
 local prefix = ARGV[1]; local blob = ARGV[2]; local bits = tonumber(ARGV[3])
