@@ -148,6 +148,7 @@ def consumer(
     """A consumer for assign()-and-seek reads: no group membership, no offset commits."""
     return Consumer(
         {
+            "reconnect.backoff.ms": 10,  # a short-lived client: connect without the 50 ms wait
             **shared_config(config or {}),
             "bootstrap.servers": bootstrap_servers,
             "group.id": f"exactlyonce-reader-{uuid.uuid4().hex[:12]}",

@@ -38,12 +38,15 @@ import numpy.typing as npt
 from exactlyonce.connectors.errors import ConfigError, ExactlyOnceError
 from exactlyonce.dedup.bloom import Backend, BloomFilter, BloomSpec, Ids
 
+# ARGV[4] packs the groups, three little-endian uint32 each: bucket, first and end index (into
+# the blob of IDs sorted by bucket). One packed argument instead of three per bucket: redis-py
+# encodes every argument in Python, which cost more than the script (47 ms per 10k IDs).
 LUA_MARK = """
 if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
-local prefix = ARGV[2]; local blob = ARGV[3]
-for i = 4, #ARGV, 3 do
-  local s = tonumber(ARGV[i+1]); local e = tonumber(ARGV[i+2])
-  redis.call('APPEND', prefix .. ARGV[i], string.sub(blob, s * 16 + 1, e * 16))
+local prefix = ARGV[2]; local blob = ARGV[3]; local groups = ARGV[4]
+for j = 1, #groups, 12 do
+  local b, s, e = struct.unpack('<I4I4I4', groups, j)
+  redis.call('APPEND', prefix .. string.format('%x', b), string.sub(blob, s * 16 + 1, e * 16))
 end
 return 1
 """
@@ -65,10 +68,10 @@ LUA_LOOKUP = (
     LUA_FIND
     + """
 if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
-local blob = ARGV[2]; local out = {}
-for i = 3, #ARGV, 3 do
-  local s = tonumber(ARGV[i+1]); local e = tonumber(ARGV[i+2])
-  local bucket = redis.call('GET', ARGV[i])
+local prefix = ARGV[2]; local blob = ARGV[3]; local groups = ARGV[4]; local out = {}
+for j = 1, #groups, 12 do
+  local b, s, e = struct.unpack('<I4I4I4', groups, j)
+  local bucket = redis.call('GET', prefix .. string.format('%x', b))
   for k = s + 1, e do
     out[k] = (bucket and holds(bucket, string.sub(blob, k * 16 - 15, k * 16))) and '1' or '0'
   end
@@ -267,21 +270,26 @@ class RedisCatalog:
 
     # -- lookups and marks (executor side) --------------------------------------------
 
-    def _groups(self, ids: Ids, bits: int) -> tuple[bytes, list[tuple[int, int, int]]]:
+    def _groups(self, ids: Ids, bits: int) -> tuple[bytes, bytes]:
+        """The IDs sorted by bucket (one blob) and their groups packed for the scripts:
+        (bucket, start, end) as little-endian uint32, at most MAX_PER_CALL IDs per group."""
         keys = buckets(ids, bits)
         order = np.argsort(keys, kind="stable")
         sorted_keys = keys[order]
         cuts = np.flatnonzero(np.diff(sorted_keys)) + 1
         starts = np.concatenate(([0], cuts)).astype(np.int64)
         ends = np.concatenate((cuts, [len(ids)])).astype(np.int64)
-        blob = np.ascontiguousarray(ids[order]).tobytes()
-        groups = [
-            (int(sorted_keys[s]), lo, min(lo + MAX_PER_CALL, int(e)))
-            for s, e in zip(starts, ends, strict=True)
-            for lo in range(int(s), int(e), MAX_PER_CALL)
-        ]
+        if (ends - starts > MAX_PER_CALL).any():  # split oversized groups (rare)
+            pieces = [
+                (lo, min(lo + MAX_PER_CALL, int(e)))
+                for s, e in zip(starts, ends, strict=True)
+                for lo in range(int(s), int(e), MAX_PER_CALL)
+            ]
+            starts = np.array([lo for lo, _ in pieces], dtype=np.int64)
+            ends = np.array([hi for _, hi in pieces], dtype=np.int64)
+        groups = np.column_stack((sorted_keys[starts], starts, ends)).astype("<u4")
         self._last_order = order
-        return blob, groups
+        return np.ascontiguousarray(ids[order]).tobytes(), groups.tobytes()
 
     def lookup(
         self, instance: str, layout: Layout, shard: int, epoch: int, ids: Ids
@@ -295,10 +303,7 @@ class RedisCatalog:
             hit = np.zeros(len(chunk), dtype=bool)
             for gen in layout.live(epoch):
                 base = self.bucket_prefix(shard, gen)
-                args: list[Any] = [instance, blob]
-                for bucket, s, e in groups:
-                    args += [f"{base}{bucket:x}", s, e]
-                flags = self._call(LUA_LOOKUP, args)
+                flags = self._call(LUA_LOOKUP, [instance, base, blob, groups])
                 hit |= np.frombuffer(flags, dtype=np.uint8) == ord("1")
             unsorted = np.zeros(len(chunk), dtype=bool)
             unsorted[order] = hit
@@ -315,10 +320,7 @@ class RedisCatalog:
         for start in range(0, len(ids), self.config.chunk_ids):
             chunk = ids[start : start + self.config.chunk_ids]
             blob, groups = self._groups(chunk, layout.bucket_bits)
-            args: list[Any] = [instance, base, blob]
-            for bucket, s, e in groups:
-                args += [f"{bucket:x}", s, e]
-            self._call(LUA_MARK, args)
+            self._call(LUA_MARK, [instance, base, blob, groups])
         if journal:
             self.redis.append(self.journal_key(shard, epoch), np.ascontiguousarray(ids).tobytes())
 

@@ -7,7 +7,13 @@ import os
 import numpy as np
 import pytest
 
-from exactlyonce.dedup.catalog import CatalogLostError, DedupConfig, Layout, RedisCatalog
+from exactlyonce.dedup.catalog import (
+    MAX_PER_CALL,
+    CatalogLostError,
+    DedupConfig,
+    Layout,
+    RedisCatalog,
+)
 from exactlyonce.dedup.murmur3 import spark_hash, spark_shard
 
 pytestmark = pytest.mark.integration
@@ -33,6 +39,27 @@ def test_marked_ids_are_found_and_others_are_not(catalog: RedisCatalog) -> None:
     assert catalog.lookup(instance, layout, 1, 5, marked).all()
     assert not catalog.lookup(instance, layout, 1, 5, fresh).any()
     assert not catalog.lookup(instance, layout, 0, 5, marked).any(), "shards are separate"
+
+
+def test_a_bucket_of_more_ids_than_one_script_step_takes_is_marked_whole(
+    services: dict[str, str], unique_name: str
+) -> None:
+    # expected_ids small enough for bucket_bits 0: every ID lands in ONE bucket, so the
+    # marks and lookups split it into groups of MAX_PER_CALL (5,000 IDs: 3 groups).
+    config = DedupConfig(services["EXACTLYONCE_REDIS_URL"], expected_ids=64, retention_epochs=1)
+    catalog = RedisCatalog(config, unique_name, "test-sink")
+    layout = Layout.plan(config, 1)
+    assert layout.bucket_bits == 0
+    instance = catalog.create(layout)
+    marked, fresh = random_ids(2 * MAX_PER_CALL + 1000), random_ids(3000)
+    catalog.mark(instance, layout, 0, 1, marked)
+    assert catalog.lookup(instance, layout, 0, 1, marked).all()
+    assert not catalog.lookup(instance, layout, 0, 1, fresh).any()
+    both = np.concatenate((fresh[:500], marked[-500:], fresh[500:600]))
+    assert (
+        catalog.lookup(instance, layout, 0, 1, both).tolist()
+        == [False] * 500 + [True] * 500 + [False] * 100
+    )
 
 
 def test_rollback_drops_only_epochs_above_the_head(catalog: RedisCatalog) -> None:
