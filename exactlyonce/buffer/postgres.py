@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +86,7 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     },
 }
 _CSV_OPTIONS = pacsv.WriteOptions(include_header=False)
+_TYPE_MODIFIER = re.compile(r"\(\d+\)")
 
 
 def arrow_type(pg_type: str) -> pa.DataType | None:
@@ -98,7 +100,7 @@ def arrow_type(pg_type: str) -> pa.DataType | None:
         if precision.isdigit() and scale.isdigit() and 0 < int(precision) <= 38:
             return pa.decimal128(int(precision), int(scale))
         return None
-    return _ARROW_TYPES.get(pg_type)
+    return _ARROW_TYPES.get(_TYPE_MODIFIER.sub("", pg_type))  # varchar(40), timestamp(3) ...
 
 
 class OffsetsMovedError(Exception):

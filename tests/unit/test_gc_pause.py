@@ -1,0 +1,55 @@
+"""The drainer pauses Python's cyclic GC while it reads a chunk, and gives it back as found."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+from exactlyonce.buffer.drainer import _gc_paused
+
+
+def test_pause_restores_an_enabled_collector_after_the_last_of_nested_pauses() -> None:
+    assert gc.isenabled()
+    with _gc_paused():
+        assert not gc.isenabled()
+        with _gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled(), "the outer pause still holds"
+    assert gc.isenabled()
+
+
+def test_pause_leaves_a_collector_the_user_disabled_disabled() -> None:
+    gc.disable()
+    try:
+        with _gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_overlapping_pauses_in_threads_end_with_the_last_one() -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with _gc_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    with _gc_paused():
+        thread.start()
+        assert inside.wait(10)
+    assert not gc.isenabled(), "the other thread's pause is still on"
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+
+
+def test_an_exception_inside_still_restores_the_collector() -> None:
+    try:
+        with _gc_paused():
+            raise ValueError("boom")
+    except ValueError:
+        pass
+    assert gc.isenabled()
