@@ -36,14 +36,13 @@ coordinates (``eo-source-topic``/``-partition``/``-offset`` headers) to tell rep
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +57,7 @@ from exactlyonce.buffer.postgres import (
     PgDrainTarget,
     valid_record_id,
 )
+from exactlyonce.buffer.tuning import gc_paused, switch_interval
 from exactlyonce.connectors.errors import CheckpointResetError, ConfigError, SinkUnavailableError
 from exactlyonce.connectors.kafka_reader import (
     H_EPOCH,
@@ -123,8 +123,8 @@ class DrainReport:
 
 @dataclass
 class _Chunk:
-    """What one read of the buffer returned: accepted records (column-wise), bad messages,
-    new positions, and each writer's CSV for the fast path, built ahead."""
+    """What one read of the buffer returned: accepted records (column-wise), bad messages
+    and new positions."""
 
     starts: dict[int, int]
     ends: dict[int, int]
@@ -136,7 +136,6 @@ class _Chunk:
     bad: list[tuple[Any, str]] = field(default_factory=list)
     read: int = 0
     skipped: int = 0
-    csv: dict[int, bytes | None] = field(default_factory=dict)  # per writer
 
     def rows_of(self, where: list[int]) -> tuple[list[DrainRow], list[tuple[Any, str]]]:
         """The records at ``where`` as rows for the exact path, and the values that cannot be
@@ -161,40 +160,17 @@ class _Chunk:
 
 
 _UNKNOWN = object()
-_GC_LOCK = threading.Lock()
-_GC_PAUSE = {"depth": 0, "was_enabled": False}
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a chunk is read.
-
-    A chunk keeps ~20,000 Kafka messages alive (each with its header list) while they are
-    sorted into columns: they set off collection after collection, and each one walked them
-    and everything else the process holds (the Spark driver's objects, in a drainer thread).
-    Measured reading 200,000 buffered records: 0.77-1.19 s of CPU with the collector on,
-    0.56-0.65 s paused; a whole drain 2.0-2.2 s -> 1.3-1.7 s. Nothing read here forms cycles;
-    reference counting frees it. Nested and concurrent pauses (several drainers in one
-    process) end when the last one does, and the collector is switched back on only if it
-    was on before the first.
-    """
-    with _GC_LOCK:
-        if _GC_PAUSE["depth"] == 0:
-            _GC_PAUSE["was_enabled"] = gc.isenabled()
-            gc.disable()
-        _GC_PAUSE["depth"] += 1
-    try:
-        yield
-    finally:
-        with _GC_LOCK:
-            _GC_PAUSE["depth"] -= 1
-            if _GC_PAUSE["depth"] == 0 and _GC_PAUSE["was_enabled"]:
-                gc.enable()
 
 
 class Drainer:
     """Moves a buffer's records into its sink. Use :meth:`run` (blocking), :meth:`start` /
-    :meth:`stop` (a thread), or :meth:`drain_available` (until caught up)."""
+    :meth:`stop` (a thread), or :meth:`drain_available` (until caught up).
+
+    While it drains, the process's GIL switch interval is ``switch_interval_s`` (0.5 ms; the
+    interpreter's 5 ms made its writer threads queue behind its reader), and the cyclic garbage
+    collector is paused while each chunk is read: see :mod:`exactlyonce.buffer.tuning`. Both
+    are given back as found; ``switch_interval_s=None`` leaves the interval alone.
+    """
 
     def __init__(
         self,
@@ -208,11 +184,17 @@ class Drainer:
         writers: int = 2,
         name: str | None = None,
         member: tuple[int, int] = (0, 1),
+        switch_interval_s: float | None = 0.0005,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError("batch_size", f"a positive integer, got {batch_size!r}")
         if not isinstance(writers, int) or not 1 <= writers <= 64:
             raise ConfigError("writers", f"an integer from 1 to 64, got {writers!r}")
+        if switch_interval_s is not None and not 0 < switch_interval_s <= 1:
+            raise ConfigError(
+                "switch_interval_s", f"seconds in (0, 1], or None, got {switch_interval_s!r}"
+            )
+        self.switch_interval_s = switch_interval_s
         index, members = member
         if not 1 <= members <= 256 or not 0 <= index < members:
             raise ConfigError("member", f"(index, members) with 0 <= index < members, got {member}")
@@ -302,6 +284,10 @@ class Drainer:
     def drain_available(self, timeout_s: float = 300.0) -> DrainReport:
         """Drain until the sink holds everything the buffer committed when this call began
         (retrying through failures until ``timeout_s``)."""
+        with switch_interval(self.switch_interval_s):
+            return self._drain_available(timeout_s)
+
+    def _drain_available(self, timeout_s: float) -> DrainReport:
         began = time.monotonic()
         report = DrainReport()
         self._retrying(lambda: self._refresh_control_prepared(), began, timeout_s, report)
@@ -328,7 +314,15 @@ class Drainer:
         """Drain until ``stop`` is set (or, with ``until_idle_s``, once caught up and idle
         that long). Sink and broker failures are retried forever with backoff; a
         configuration error (or offsets the topic cannot hold) ends the run with it."""
-        stop = stop or self._stop
+        with switch_interval(self.switch_interval_s):
+            return self._run(stop or self._stop, until_idle_s, on_step)
+
+    def _run(
+        self,
+        stop: threading.Event,
+        until_idle_s: float | None,
+        on_step: Callable[[DrainReport], None] | None,
+    ) -> DrainReport:
         began = time.monotonic()
         last_work = time.monotonic()
         backoff = 0.0
@@ -657,8 +651,7 @@ class Drainer:
                 future.result()
 
     def _read(self, starts: dict[int, int], ends: dict[int, int]) -> _Chunk:
-        """Recipe steps 2-3 over ``[starts, ends)``: records of confirmed attempts, and each
-        writer's CSV for the fast path.
+        """Recipe steps 2-3 over ``[starts, ends)``: the records of confirmed attempts.
 
         The recipe's verdict is asked once per (query, epoch, shard, attempt) of the chunk:
         every record below the frontier was written before its confirmation, which was folded
@@ -666,7 +659,7 @@ class Drainer:
         exactly five headers, the record ID last: its first four are the key of that verdict.
         Anything else takes the general look (:func:`headers_of`).
         """
-        with _gc_paused():
+        with gc_paused():
             return self._read_chunk(starts, ends)
 
     def _read_chunk(self, starts: dict[int, int], ends: dict[int, int]) -> _Chunk:
@@ -703,11 +696,6 @@ class Drainer:
                 epochs.append(epoch)  # type: ignore[arg-type]
                 values.append(msg.value())
                 partitions.append(msg.partition())
-        for w, where in self._by_writer(chunk.partitions).items():  # off the writers' path
-            target = self.targets[w]
-            chunk.csv[w] = target.csv(
-                [ids[i] for i in where], [epochs[i] for i in where], [values[i] for i in where]
-            )
         return chunk
 
     def _verdict(self, msg: Any) -> int | None:
@@ -805,7 +793,7 @@ class Drainer:
         crash_point("drain_before_write", n)
         try:
             target.begin()
-            written, duplicates, letters = self._insert(target, rows.get(w, []), chunk, w)
+            written, duplicates, letters = self._insert(target, rows.get(w, []), chunk)
             crash_point("drain_mid_write", n)
             letters = bad.get(w, []) + letters
             if letters:
@@ -819,13 +807,18 @@ class Drainer:
         return written, duplicates, len(letters)
 
     def _insert(
-        self, target: PgDrainTarget, where: list[int], chunk: _Chunk, w: int
+        self, target: PgDrainTarget, where: list[int], chunk: _Chunk
     ) -> tuple[int, int, list[tuple[Any, str]]]:
         """Write the records at ``where``: COPY when the fast path holds, else the exact path.
         Returns (written, duplicates, dead letters)."""
         if not where:
             return 0, 0, []
-        data = chunk.csv.get(w)
+        # In the writer's thread: Arrow works without the GIL, and the reader is the busier.
+        data = target.csv(
+            [chunk.ids[i] for i in where],
+            [chunk.epochs[i] for i in where],
+            [chunk.values[i] for i in where],
+        )
         if data is not None and target.copy(data):
             return len(where), 0, []
         rows, letters = chunk.rows_of(where)
