@@ -24,7 +24,8 @@ Keys: ``fast_batch_p50_s``/``_p99_s``, ``slow_unbuffered_batch_p50_s``/``_p99_s`
 Throughput (``--drain-rows``, best of ``--drain-repeat``, interleaved): ``direct_rows_per_s``
 is ``PostgresSink`` writing the rows as one batch into a fresh fast table; ``drain_rows_per_s``
 is a fresh :class:`~exactlyonce.buffer.Drainer` moving the same rows, already committed to a
-buffer topic, into a fresh fast table (``drain_available``, from its start to caught up).
+buffer topic, into a fresh fast table (``drain_available``, from its start to caught up), set
+up as ``exactlyonce drain`` runs it (``switch_interval_s=DRAIN_PROCESS_SWITCH_INTERVAL_S``).
 ``drain_vs_direct`` (target >= 0.8). ``drain_pool_rows_per_s``/``drain_pool_vs_direct``: the
 same with a :class:`~exactlyonce.buffer.pool.DrainerPool` of ``--drain-processes`` processes
 (started before the clock, as a running drainer service is), each draining its partitions.
@@ -157,13 +158,14 @@ def run(
     batch_rows: int = 20_000,
     batches: int = 11,
     drain_rows: int = 200_000,
-    drain_repeat: int = 2,
+    drain_repeat: int = 3,
     drain_processes: int = 2,
     first_id: int = 10_000_000,
 ) -> dict[str, Any]:
     """Every figure of this benchmark, from one run. ``generate(spark, n, start)`` gives N
     cached rows with IDs from ``start``."""
     from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
+    from exactlyonce.buffer.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S
     from exactlyonce.buffer.pool import DrainerPool
     from exactlyonce.connectors.postgres import PostgresSink
 
@@ -246,7 +248,13 @@ def run(
             feed = Buffered(target, buffer)
             feed.preflight(data.schema)
             feed(data, 0)
-            drainer = Drainer(target, buffer, batch_size=20_000)
+            # As `exactlyonce drain` runs it: a process of its own, its GIL switch interval set.
+            drainer = Drainer(
+                target,
+                buffer,
+                batch_size=20_000,
+                switch_interval_s=DRAIN_PROCESS_SWITCH_INTERVAL_S,
+            )
             try:
                 began = time.perf_counter()
                 report = drainer.drain_available(timeout_s=600)
@@ -338,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-rows", type=int, default=20_000)
     parser.add_argument("--batches", type=int, default=11)
     parser.add_argument("--drain-rows", type=int, default=200_000)
-    parser.add_argument("--drain-repeat", type=int, default=2)
+    parser.add_argument("--drain-repeat", type=int, default=3)
     parser.add_argument("--drain-processes", type=int, default=2)
     parser.add_argument(
         "--merge-into-kafka-json",

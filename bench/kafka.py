@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--buffer-batch-rows", type=int, default=20_000)
     parser.add_argument("--buffer-batches", type=int, default=11, help="per path, 1 untimed")
     parser.add_argument("--drain-rows", type=int, default=200_000)
-    parser.add_argument("--drain-repeat", type=int, default=2)
+    parser.add_argument("--drain-repeat", type=int, default=3)
     add_results_dir_argument(parser)
     args = parser.parse_args(argv)
     buffer_args = None

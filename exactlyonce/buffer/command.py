@@ -31,7 +31,7 @@ def drain_command(
     reset_offsets: bool = False,
     member: tuple[int, int] = (0, 1),
 ) -> int:
-    from exactlyonce.buffer.drainer import Drainer
+    from exactlyonce.buffer.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
     from exactlyonce.integration.config import PostgresSinkConfig, sink_field_errors
 
     settings = cfg.sink
@@ -48,6 +48,7 @@ def drain_command(
             batch_size=batch_size or settings.buffer.batch_size,
             member=member,
             name=f"drainer:{member[0]}/{member[1]}" if member[1] > 1 else None,
+            switch_interval_s=DRAIN_PROCESS_SWITCH_INTERVAL_S,  # this process only drains
         )
     if reset_offsets:
         dropped = drainer.reset_offsets()

@@ -90,6 +90,9 @@ FATAL = (ConfigError, CheckpointResetError)
 LAG_EVERY_S = 1.0  # how often a busy drainer re-reads the partitions' ends for its lag
 PARTITIONS_EVERY_S = 10.0  # how often it lists the buffer topic's partitions again
 CONTROL_EVERY_S = 1.0  # how often a busy drainer folds in new control-topic records
+# The GIL switch interval of a process that only drains: its writers waited up to the
+# interpreter's 5 ms for the GIL after each PostgreSQL round trip while the reader held it.
+DRAIN_PROCESS_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -166,10 +169,12 @@ class Drainer:
     """Moves a buffer's records into its sink. Use :meth:`run` (blocking), :meth:`start` /
     :meth:`stop` (a thread), or :meth:`drain_available` (until caught up).
 
-    While it drains, the process's GIL switch interval is ``switch_interval_s`` (0.5 ms; the
-    interpreter's 5 ms made its writer threads queue behind its reader), and the cyclic garbage
-    collector is paused while each chunk is read: see :mod:`exactlyonce.buffer.tuning`. Both
-    are given back as found; ``switch_interval_s=None`` leaves the interval alone.
+    The cyclic garbage collector is paused while each chunk is read, and with
+    ``switch_interval_s`` the process's GIL switch interval is set while it drains: see
+    :mod:`exactlyonce.buffer.tuning`. Both are given back as found. The interval is left alone
+    by default (a drainer thread inside a Spark driver shares the driver's interpreter); a
+    process that only drains (``exactlyonce drain``, :class:`~exactlyonce.buffer.pool.
+    DrainerPool` members) uses :data:`DRAIN_PROCESS_SWITCH_INTERVAL_S`.
     """
 
     def __init__(
@@ -184,7 +189,7 @@ class Drainer:
         writers: int = 2,
         name: str | None = None,
         member: tuple[int, int] = (0, 1),
-        switch_interval_s: float | None = 0.0005,
+        switch_interval_s: float | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError("batch_size", f"a positive integer, got {batch_size!r}")

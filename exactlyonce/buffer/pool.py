@@ -46,12 +46,13 @@ def _member_main(
 ) -> None:
     """A member process: build the drainer once, then run the commands it is sent. A failed
     drain is reported and the member stays for the next call; a failed start ends it."""
-    from exactlyonce.buffer.drainer import Drainer
+    from exactlyonce.buffer.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
 
     drainer = None
     try:
         sink, buffer = factory()
-        drainer = Drainer(sink, buffer, member=member, **options)
+        options = {"switch_interval_s": DRAIN_PROCESS_SWITCH_INTERVAL_S, **options}
+        drainer = Drainer(sink, buffer, member=member, **options)  # this process only drains
         conn.send(("ready", None))
         while True:
             command, arg = conn.recv()

@@ -14,7 +14,9 @@ interpreter defaults cost it measurably here (2-core VM, 200,000 buffered rows):
 
 Both are process-wide, so both are reference-counted: nested and concurrent users (several
 drainers in one process) share one change, and the last one out restores what was there
-before the first. ``Drainer(..., switch_interval_s=None)`` leaves the switch interval alone.
+before the first. ``Drainer`` leaves the switch interval alone unless given
+``switch_interval_s``: the drain command and DrainerPool members, processes that only drain,
+pass ``DRAIN_PROCESS_SWITCH_INTERVAL_S``.
 """
 
 from __future__ import annotations
