@@ -360,12 +360,12 @@ class PgDrainTarget:
                 f"{self.where}: stored offsets {now} differ from the drainer's {self.held}"
             )
 
-    def insert(self, rows: Sequence[DrainRow], document: str | None = None) -> InsertResult:
-        """Insert rows (inside the open transaction); refused rows are returned, not raised.
-        ``document`` is :meth:`document` of ``rows``, if the caller built it already."""
+    def insert(self, rows: Sequence[DrainRow]) -> InsertResult:
+        """Insert rows through the exact path (inside the open transaction); refused rows are
+        returned, not raised."""
         result = InsertResult()
         if rows:
-            self._insert_part(self._connect(), list(rows), result, document)
+            self._insert_part(self._connect(), list(rows), result)
         return result
 
     def _insert_part(
@@ -373,12 +373,11 @@ class PgDrainTarget:
         conn: psycopg.Connection[Any],
         rows: list[DrainRow],
         result: InsertResult,
-        document: str | None = None,
     ) -> None:
         assert self._insert is not None, "ensure() runs first"
         try:
             with conn.transaction():  # a savepoint: a refused part takes only itself back
-                cur = conn.execute(self._insert, [document or self.document(rows)])
+                cur = conn.execute(self._insert, [self.document(rows)])
             result.written += cur.rowcount
             result.duplicates += len(rows) - cur.rowcount
         except psycopg.Error as exc:
