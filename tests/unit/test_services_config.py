@@ -57,7 +57,10 @@ def test_format_and_parse_round_trip() -> None:
     assert parse_env_file(text) == FILE_VALUES
 
 
-def test_local_env_uses_port_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_env_uses_port_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A home without ports.json: the checkout's own (services up moved to free ports because
+    # another checkout's services held the defaults) must not decide what this test sees.
+    monkeypatch.setenv("EXACTLYONCE_HOME", str(tmp_path))
     assert local_env() == FILE_VALUES
     monkeypatch.setenv("EXACTLYONCE_PG_PORT", "6000")
     monkeypatch.setenv("EXACTLYONCE_KAFKA_PORT", "6001")
