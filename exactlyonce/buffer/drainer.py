@@ -146,15 +146,9 @@ class _Chunk:
         rows, bad = [], []
         for i in where:
             value, msg = self.values[i], self.messages[i]
-            if value is None or value[:1] != b"{" or value[-1:] != b"}" or b"\x00" in value:
-                problem = _value_problem(value)  # the slow, precise look (or a spaced object)
-                if problem or value is None:
-                    bad.append((msg, problem or "no value"))
-                    continue
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError:
-                bad.append((msg, _value_problem(value) or "undecodable value"))
+            problem = _value_problem(value)  # the exact path: the precise look at every value
+            if problem:
+                bad.append((msg, problem))
                 continue
             rows.append(
                 DrainRow(self.partitions[i], self.ids[i].lower(), self.epochs[i], value, msg)

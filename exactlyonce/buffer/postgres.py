@@ -43,7 +43,6 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 from psycopg import errors as pgerrors
 from psycopg import sql
@@ -51,6 +50,7 @@ from psycopg import sql
 from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres_schema import has_unique_index_on, regclass
+from exactlyonce.connectors.postgres_writer import to_csv
 from exactlyonce.connectors.secrets import dsn_password, scrub
 
 log = logging.getLogger("exactlyonce.buffer")
@@ -85,7 +85,6 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
         )
     },
 }
-_CSV_OPTIONS = pacsv.WriteOptions(include_header=False)
 _TYPE_MODIFIER = re.compile(r"\(\d+\)")
 
 
@@ -413,12 +412,10 @@ class PgDrainTarget:
             else:
                 columns.append(table.column(name))
         rows = pa.table(columns, names=self._columns).sort_by(self.sink.id_column)
-        out = io.BytesIO()
         try:
-            pacsv.write_csv(rows, out, _CSV_OPTIONS)
+            return to_csv(rows)  # as PostgresSink's tasks write their COPY
         except pa.ArrowException:
             return None
-        return out.getvalue()
 
     def copy(self, data: bytes) -> bool:
         """COPY the CSV rows into the table inside the open transaction (a savepoint). False,

@@ -64,7 +64,7 @@ def is_bad_record_error(exc: BaseException) -> bool:
     return state.startswith("22") or state.startswith("23")
 
 
-def to_csv(batch: pa.RecordBatch) -> bytes:
+def to_csv(batch: pa.RecordBatch | pa.Table) -> bytes:
     out = io.BytesIO()
     pacsv.write_csv(batch, out, _CSV_OPTIONS)
     return out.getvalue()

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -212,46 +213,51 @@ def transactional_topic(bootstrap: str, name: str) -> dict[int, int]:
         client.close()
 
 
-def test_range_reader_reads_consecutive_ranges_once_each(bootstrap: str, unique_name: str) -> None:
+@pytest.fixture
+def range_topic(bootstrap: str, unique_name: str) -> Iterator[tuple[dict[int, int], RangeReader]]:
+    """The transactional topic's partition ends, and a reader of it. A short timeout: a range
+    ending at the partition's end must finish from the end-of-partition event seen by an
+    EARLIER range (it comes once per assignment), not wait for another."""
     ends = transactional_topic(bootstrap, unique_name)
     client = consumer(bootstrap, isolation="read_uncommitted")
-    # A short timeout: a range ending at the partition's end must finish from the
-    # end-of-partition event seen by an EARLIER range (it comes once per assignment).
-    reader = RangeReader(client, unique_name, timeout_s=5)
+    try:
+        yield ends, RangeReader(client, unique_name, timeout_s=5)
+    finally:
+        client.close()
+
+
+def test_range_reader_reads_consecutive_ranges_once_each(
+    range_topic: tuple[dict[int, int], RangeReader],
+) -> None:
+    ends, reader = range_topic
     seen: dict[int, list[int]] = {0: [], 1: []}
-    try:
-        start = {0: 0, 1: 0}
-        for step in (700, 900, 10_000):
-            ranges = {p: (start[p], min(ends[p], start[p] + step)) for p in (0, 1)}
-            for batch in reader.read(ranges):
-                for msg in batch:
-                    p, offset = msg.partition(), msg.offset()
-                    assert ranges[p][0] <= offset < ranges[p][1]
-                    seen[p].append(offset)
-            start = {p: r[1] for p, r in ranges.items()}
-        assert start == ends
-        for p in (0, 1):
-            assert seen[p] == sorted(set(seen[p])), "in order, none twice"
-            assert len(seen[p]) == 1500, "3,000 records in each partition (500 aborted ones)"
-            assert seen[p][-1] < ends[p]
+    start = {0: 0, 1: 0}
+    for step in (700, 900, 10_000):
+        ranges = {p: (start[p], min(ends[p], start[p] + step)) for p in (0, 1)}
+        for batch in reader.read(ranges):
+            for msg in batch:
+                p, offset = msg.partition(), msg.offset()
+                assert ranges[p][0] <= offset < ranges[p][1]
+                seen[p].append(offset)
+        start = {p: r[1] for p, r in ranges.items()}
+    assert start == ends
+    for p in (0, 1):
+        assert seen[p] == sorted(set(seen[p])), "in order, none twice"
+        assert len(seen[p]) == 1500, "1,500 records in each partition (250 of them aborted)"
+        assert seen[p][-1] < ends[p]
 
-        # A range that does not start where the last ended (a retry) re-assigns.
-        again = [m.offset() for b in reader.read({0: (100, 300)}) for m in b]
-        assert again == [o for o in seen[0] if 100 <= o < 300]
-    finally:
-        client.close()
+    # A range that does not start where the last ended (a retry) re-assigns.
+    again = [m.offset() for b in reader.read({0: (100, 300)}) for m in b]
+    assert again == [o for o in seen[0] if 100 <= o < 300]
 
 
-def test_range_reader_after_an_abandoned_read_reassigns(bootstrap: str, unique_name: str) -> None:
-    ends = transactional_topic(bootstrap, unique_name)
-    client = consumer(bootstrap, isolation="read_uncommitted")
-    reader = RangeReader(client, unique_name, timeout_s=5)
-    try:
-        partial = reader.read({0: (0, ends[0])})
-        first = next(partial)
-        partial.close()  # the caller gave up midway (an error while sorting records)
-        again = [m.offset() for b in reader.read({0: (0, ends[0])}) for m in b]
-        assert again[: len(first)] == [m.offset() for m in first]
-        assert len(again) == 1500
-    finally:
-        client.close()
+def test_range_reader_after_an_abandoned_read_reassigns(
+    range_topic: tuple[dict[int, int], RangeReader],
+) -> None:
+    ends, reader = range_topic
+    partial = reader.read({0: (0, ends[0])})
+    first = next(partial)
+    partial.close()  # the caller gave up midway (an error while sorting records)
+    again = [m.offset() for b in reader.read({0: (0, ends[0])}) for m in b]
+    assert again[: len(first)] == [m.offset() for m in first]
+    assert len(again) == 1500
