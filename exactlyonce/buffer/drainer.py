@@ -15,7 +15,9 @@ How:
   Connect's ``SinkTaskContext.offset()`` pattern;
 - it follows the recipe incrementally: it folds the control topic (heads, confirmations) as it
   grows, and reads each partition from its stored offset up to the latest head's frontier, in
-  chunks of at most ``batch_size`` records, one sink transaction per chunk;
+  chunks of about ``batch_size`` records (whole frames: a buffer message holds up to
+  ``frame_records`` records, see :mod:`exactlyonce.buffer.kafka_buffer`), one sink
+  transaction per chunk; a frame is split into its records only on the exact path;
 - a record ID already in the sink is a no-op (the unique index, ``ON CONFLICT DO NOTHING``);
 - any failure of the sink or the broker rolls the chunk back, waits (exponential backoff up to
   ``max_backoff_s``), re-reads the offsets from the sink (a commit whose reply was lost is
@@ -24,9 +26,10 @@ How:
   (records expired before they were drained) stop it with an error: it never skips silently.
 
 Lag: ``lag.records`` is the number of offsets between the stored positions and the end of
-each partition (committed records, plus records of epochs still in flight); ``lag.seconds``
-is how long ago the oldest committed-but-undrained epoch was committed to the buffer (0 when
-caught up).
+each partition (committed records, plus records of epochs still in flight), in records: times
+the buffer's records per offset (every confirmed attempt's record count over the head's
+frontier; a frame holds many records, transaction markers none). ``lag.seconds`` is how long
+ago the oldest committed-but-undrained epoch was committed to the buffer (0 when caught up).
 
 Dead letters (at-least-once): they are flushed to the dead-letter topic before the sink
 transaction commits, so a crash between the two may write one again; each carries its source
@@ -52,6 +55,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from exactlyonce.buffer.kafka_buffer import KafkaBuffer, check_target
 from exactlyonce.buffer.postgres import (
+    HEX_DIGITS,
     DrainRow,
     OffsetsMovedError,
     PgDrainTarget,
@@ -63,6 +67,8 @@ from exactlyonce.connectors.kafka_reader import (
     H_EPOCH,
     H_ERROR,
     H_RECORD_ID,
+    H_RECORD_IDS,
+    RECORD_ID_BYTES,
     Commits,
     RangeReader,
     consumer,
@@ -85,6 +91,7 @@ H_SOURCE_TOPIC = "eo-source-topic"
 H_SOURCE_PARTITION = "eo-source-partition"
 H_SOURCE_OFFSET = "eo-source-offset"
 H_DRAINER = "eo-drainer"
+H_FRAME_INDEX = "eo-frame-index"  # a dead letter from a frame: the record's place in it
 
 FATAL = (ConfigError, CheckpointResetError)
 LAG_EVERY_S = 1.0  # how often a busy drainer re-reads the partitions' ends for its lag
@@ -126,8 +133,9 @@ class DrainReport:
 
 @dataclass
 class _Chunk:
-    """What one read of the buffer returned: accepted records (column-wise), bad messages
-    and new positions."""
+    """What one read of the buffer returned: accepted messages (column-wise: a frame, or a
+    message of one record), bad messages and new positions. ``ids[i]`` holds message i's
+    record IDs, 32 bytes each; ``counts[i]`` how many."""
 
     starts: dict[int, int]
     ends: dict[int, int]
@@ -136,27 +144,106 @@ class _Chunk:
     epochs: list[int] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
     partitions: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    frames: list[bool] = field(default_factory=list)
     bad: list[tuple[Any, str]] = field(default_factory=list)
-    read: int = 0
+    read: int = 0  # records (a frame counts its records)
     skipped: int = 0
 
+    @property
+    def offsets(self) -> int:
+        return sum(self.ends[p] - s for p, s in self.starts.items())
+
     def rows_of(self, where: list[int]) -> tuple[list[DrainRow], list[tuple[Any, str]]]:
-        """The records at ``where`` as rows for the exact path, and the values that cannot be
-        a row at all (with why)."""
+        """The records of the messages at ``where`` as rows for the exact path, and the values
+        that cannot be a row at all (with why). A frame's records are looked at one by one."""
         rows, bad = [], []
         for i in where:
-            value, msg = self.values[i], self.messages[i]
-            problem = _value_problem(value)  # the exact path: the precise look at every value
-            if problem:
-                bad.append((msg, problem))
-                continue
-            rows.append(
-                DrainRow(self.partitions[i], self.ids[i].lower(), self.epochs[i], value, msg)
-            )
+            msg, ids, epoch = self.messages[i], self.ids[i], self.epochs[i]
+            partition = self.partitions[i]
+            if not self.frames[i]:
+                lines = [(self.values[i], ids, msg)]
+            else:
+                lines = [
+                    (line, rid, FrameRecord(msg, k, rid, line))
+                    for k, (line, rid) in enumerate(
+                        zip(self.values[i].split(b"\n"), _split_ids(ids), strict=True)
+                    )
+                ]
+            for value, rid, source in lines:
+                problem = _value_problem(value)  # the exact path: the precise look at every value
+                if problem:
+                    bad.append((source, problem))
+                    continue
+                rows.append(DrainRow(partition, rid.lower(), epoch, value, source))
         return rows, bad
 
 
+def _split_ids(blob: bytes) -> list[bytes]:
+    return [blob[i : i + RECORD_ID_BYTES] for i in range(0, len(blob), RECORD_ID_BYTES)]
+
+
+class FrameRecord:
+    """One record of a frame, shaped like the Kafka message it came from (for dead letters):
+    its own value and ``eo-record-id``, and its place in the frame (``eo-frame-index``)."""
+
+    __slots__ = ("frame", "index", "record_id", "line")
+
+    def __init__(self, frame: Any, index: int, record_id: bytes, line: bytes) -> None:
+        self.frame, self.index, self.record_id, self.line = frame, index, record_id, line
+
+    def topic(self) -> str:
+        return str(self.frame.topic())
+
+    def partition(self) -> int:
+        return int(self.frame.partition())
+
+    def offset(self) -> int:
+        return int(self.frame.offset())
+
+    def key(self) -> bytes | None:
+        return self.frame.key()  # type: ignore[no-any-return]
+
+    def value(self) -> bytes:
+        return self.line
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        kept = [(k, v) for k, v in self.frame.headers() or [] if k != H_RECORD_IDS]
+        return [
+            *kept,
+            (H_RECORD_ID, self.record_id),
+            (H_FRAME_INDEX, str(self.index).encode()),
+        ]
+
+
+def _ids_problem(frame: bool, ids: Any, value: Any) -> str | None:
+    """Why a message's record IDs (and, for a frame, its lines) do not hold together."""
+    if not frame:
+        if ids is None:
+            return f"missing record-ID header ({H_RECORD_ID})"
+        if not isinstance(ids, bytes) or not valid_record_id(ids):
+            return f"malformed record-ID header ({H_RECORD_ID})"
+        return None
+    if (
+        not isinstance(ids, bytes)
+        or not ids
+        or len(ids) % RECORD_ID_BYTES
+        or ids.translate(None, HEX_DIGITS)
+    ):
+        return f"malformed record-IDs header ({H_RECORD_IDS}): not 32 hex digits per record"
+    if not isinstance(value, bytes):
+        return "a frame without a value"
+    lines = value.count(b"\n") + 1
+    if lines != len(ids) // RECORD_ID_BYTES:
+        return (
+            f"malformed frame: {len(ids) // RECORD_ID_BYTES} record IDs ({H_RECORD_IDS}) but "
+            f"{lines} lines of values"
+        )
+    return None
+
+
 _UNKNOWN = object()
+_ID_HEADERS = (H_RECORD_IDS, H_RECORD_ID)
 
 
 class Drainer:
@@ -237,6 +324,7 @@ class Drainer:
         self._lag_at = 0.0
         self._control_at = 0.0
         self._partitions_cache: tuple[float, list[int]] | None = None
+        self._records_per_offset = float(buffer.frame_records)  # until a chunk says
         self._secrets = [
             str(v) for k, v in buffer.client_config.items() if "password" in k or "secret" in k
         ]
@@ -414,13 +502,14 @@ class Drainer:
         self._lag_at = time.monotonic()
         client = self._client("data")
         frontier = self._frontier()
-        records = 0
+        offsets = 0
         for p in filter(self._mine, self._partitions()):
             _, high = client.get_watermark_offsets(
                 TopicPartition(self.topic, p), timeout=self.kafka_timeout_s, cached=False
             )
             end = max(high, frontier.get(p, 0))
-            records += max(0, end - self.positions.get(p, 0))
+            offsets += max(0, end - self.positions.get(p, 0))
+        records = round(offsets * self._records_per_offset_committed())
         seconds = 0.0
         while self._heads and all(
             self.positions.get(p, 0) >= o for p, o in self._heads[0][1].items()
@@ -430,6 +519,12 @@ class Drainer:
             seconds = max(0.0, time.time() - self._heads[0][0])
         self.lag = Lag(records, seconds)
         return self.lag
+
+    def _records_per_offset_committed(self) -> float:
+        """Records per offset of the buffer so far: every confirmed attempt's records over
+        the offsets up to the head's frontier (all partitions: attempts span them)."""
+        offsets = sum(self.commits.frontier(self.topic).values())
+        return self.commits.records / offsets if offsets and self.commits.records else 1.0
 
     def __repr__(self) -> str:
         return f"Drainer({self.topic!r} -> {self.sink.sink_name!r}, query={self.query_name!r})"
@@ -606,7 +701,9 @@ class Drainer:
         }
         if not todo:
             return None
-        share = max(1, self.batch_size // len(todo))
+        # Offsets to read for about batch_size records: a frame holds up to
+        # frame_records of them; what the last chunk held per offset is the estimate.
+        share = max(1, int(self.batch_size / self._records_per_offset) // len(todo))
         starts = {p: s for p, (s, _) in todo.items()}
         ends = {p: min(end, s + share) for p, (s, end) in todo.items()}
         return starts, ends
@@ -628,6 +725,8 @@ class Drainer:
                 chunk = got
         if chunk is None:
             chunk = self._read(starts, ends)
+        if chunk.offsets:
+            self._records_per_offset = max(1.0, chunk.read / chunk.offsets)
         after = {**self.positions, **chunk.ends}
         follow = self._plan_from(after)
         if follow is not None:
@@ -664,37 +763,42 @@ class Drainer:
     def _read_chunk(self, starts: dict[int, int], ends: dict[int, int]) -> _Chunk:
         chunk = _Chunk(dict(starts), dict(ends))
         verdicts: dict[Any, int | None] = {}  # attempt -> its epoch, or None
-        messages, ids, epochs = chunk.messages, chunk.ids, chunk.epochs
-        values, partitions, bad = chunk.values, chunk.partitions, chunk.bad
+        messages, ids, epochs, counts = chunk.messages, chunk.ids, chunk.epochs, chunk.counts
+        values, partitions, frames, bad = chunk.values, chunk.partitions, chunk.frames, chunk.bad
         ranges = {p: (s, ends[p]) for p, s in starts.items()}
         for batch in self._reader().read(ranges):
-            chunk.read += len(batch)
             msg: Any
             for msg in batch:
                 h: Any = msg.headers()
-                if h is not None and len(h) == 5 and h[4][0] == H_RECORD_ID:
+                if h is not None and len(h) == 5 and h[4][0] in _ID_HEADERS:
                     key = (h[0], h[1], h[2], h[3])
                     epoch = verdicts.get(key, _UNKNOWN)
                     if epoch is _UNKNOWN:
                         epoch = verdicts[key] = self._verdict(msg)
-                    rid = h[4][1]
+                    name, found = h[4]
                 else:
                     epoch = self._verdict(msg)
-                    rid = dict(h or ()).get(H_RECORD_ID)
+                    named = dict(h or ())
+                    name = H_RECORD_IDS if H_RECORD_IDS in named else H_RECORD_ID
+                    found = named.get(name)
+                frame = name == H_RECORD_IDS
+                n = len(found) // RECORD_ID_BYTES if frame and isinstance(found, bytes) else 1
+                chunk.read += n
                 if epoch is None:
-                    chunk.skipped += 1
+                    chunk.skipped += n
                     continue
-                if not isinstance(rid, bytes) or not valid_record_id(rid):
-                    why = (
-                        "missing record-ID header" if rid is None else "malformed record-ID header"
-                    )
-                    bad.append((msg, f"{why} ({H_RECORD_ID})"))
+                value = msg.value()
+                problem = _ids_problem(frame, found, value)
+                if problem:
+                    bad.append((msg, problem))
                     continue
                 messages.append(msg)
-                ids.append(rid)
+                ids.append(found)
                 epochs.append(epoch)  # type: ignore[arg-type]
-                values.append(msg.value())
+                values.append(value)
                 partitions.append(msg.partition())
+                counts.append(n)
+                frames.append(frame)
         return chunk
 
     def _verdict(self, msg: Any) -> int | None:
@@ -813,13 +917,15 @@ class Drainer:
         if not where:
             return 0, 0, []
         # In the writer's thread: Arrow works without the GIL, and the reader is the busier.
+        counts = [chunk.counts[i] for i in where]
         data = target.csv(
             [chunk.ids[i] for i in where],
             [chunk.epochs[i] for i in where],
             [chunk.values[i] for i in where],
+            counts,
         )
         if data is not None and target.copy(data):
-            return len(where), 0, []
+            return sum(counts), 0, []
         rows, letters = chunk.rows_of(where)
         result = target.insert(rows)
         letters += [(r.source, f"refused by the sink: {why}") for r, why in result.refused]

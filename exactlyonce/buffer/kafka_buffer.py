@@ -14,7 +14,10 @@ stay free of buffer code. The real sink is used for its names and its connection
 
 The buffer's records are the stream's rows as JSON objects (every column), with the record ID
 of the real sink's ``id_columns`` and the epoch in headers; the drainer adds them back as the
-sink's ID and epoch columns.
+sink's ID and epoch columns. They travel in FRAMES: one message holds up to ``frame_records``
+records (one JSON value per line, their IDs in the ``eo-record-ids`` header), so the drainer
+handles a message per thousand records instead of one per record (per-message work in Python
+was the drain's bottleneck: 0.67x direct writes with one record per message).
 
 Example::
 
@@ -44,6 +47,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("exactlyonce.buffer")
 
 
+DEFAULT_FRAME_RECORDS = 1000
+DEFAULT_FRAME_BYTES = 256 * 1024
+
+
 def drain_dead_letter_topic_for(topic: str) -> str:
     return f"{topic}.drain-dead-letters"
 
@@ -56,7 +63,9 @@ class KafkaBuffer:
     ``dead_letter_topic``: the KafkaSink's (records without a key, written by Spark), default
     ``<topic>.dead-letters``. ``drain_dead_letter_topic``: messages the drainer cannot
     write (undecodable value, no record ID, refused by the sink), default
-    ``<topic>.drain-dead-letters``.
+    ``<topic>.drain-dead-letters``. ``frame_records``/``frame_bytes``: at most this many
+    records, and this many bytes of values, per buffer message (capped at half the producer's
+    ``message.max.bytes``); ``frame_records=1`` writes one message per record.
     """
 
     topic: str
@@ -69,6 +78,14 @@ class KafkaBuffer:
     transaction_timeout_ms: int = 60_000
     shards: int | None = None
     client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    frame_records: int = DEFAULT_FRAME_RECORDS
+    frame_bytes: int = DEFAULT_FRAME_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("frame_records", "frame_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(name, f"a positive integer, got {value!r}")
 
     @property
     def sink_dead_letter_topic(self) -> str:
@@ -139,6 +156,8 @@ class Buffered(KafkaSink):
             dedup=dedup,
             check=check,
         )
+        self.frame_records = buffer.frame_records
+        self.frame_bytes = buffer.frame_bytes
         self._target_ready = False
 
     def preflight(self, schema: StructType | None = None) -> None:

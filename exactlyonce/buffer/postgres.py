@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,6 +49,7 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
+from exactlyonce.connectors.kafka_reader import RECORD_ID_BYTES
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres_schema import has_unique_index_on, regclass
 from exactlyonce.connectors.postgres_writer import to_csv
@@ -56,7 +58,7 @@ from exactlyonce.connectors.secrets import dsn_password, scrub
 log = logging.getLogger("exactlyonce.buffer")
 
 OFFSETS = "exactlyonce_drain_offsets"
-_HEX_DIGITS = b"0123456789abcdefABCDEF"
+HEX_DIGITS = b"0123456789abcdefABCDEF"
 _NO_COMMA = (b"{", b" ", b"\t", b"\n", b"\r")
 
 
@@ -390,25 +392,42 @@ class PgDrainTarget:
             self._insert_part(conn, rows[half:], result)
 
     def csv(
-        self, ids: Sequence[bytes], epochs: Sequence[int], values: Sequence[bytes]
+        self,
+        ids: Sequence[bytes],
+        epochs: Sequence[int],
+        values: Sequence[bytes],
+        counts: Sequence[int] | None = None,
     ) -> bytes | None:
         """The rows as CSV for :meth:`copy`, or None when they must take the exact path (no
-        fast path for this table, or a value Arrow cannot read as a row of it)."""
+        fast path for this table, or a value Arrow cannot read as a row of it).
+
+        Message i holds ``counts[i]`` records (1 each without ``counts``; more in a frame):
+        ``values[i]`` their JSON values one per line, ``ids[i]`` their IDs, 32 bytes each,
+        ``epochs[i]`` their epoch."""
         options = self._json_options
         if options is None or not values:
+            return None
+        n = sum(counts) if counts is not None else len(values)
+        blob = b"".join(ids)
+        if len(blob) != n * RECORD_ID_BYTES:
             return None
         try:
             table = pajson.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
         except (pa.ArrowException, TypeError):
             return None  # not JSON objects of the table's types; the exact path says which
-        if table.num_rows != len(values):
-            return None  # a value held a line break: one message, several lines
+        if table.num_rows != n:
+            return None  # a value held a line break: one record, several lines
         columns = []
         for name in self._columns:
             if name == self.sink.id_column:
-                columns.append(pc.utf8_lower(pa.array(ids, pa.binary()).cast(pa.string())))
+                fixed = pa.FixedSizeBinaryArray.from_buffers(
+                    pa.binary(RECORD_ID_BYTES), n, [None, pa.py_buffer(blob)]
+                )
+                columns.append(pc.utf8_lower(fixed.cast(pa.binary()).cast(pa.string())))
             elif name == self.sink.epoch_column:
-                columns.append(pa.array(epochs, pa.int64()))
+                per_message = np.asarray(epochs, dtype=np.int64)
+                repeat = per_message if counts is None else np.repeat(per_message, counts)
+                columns.append(pa.array(repeat, pa.int64()))
             else:
                 columns.append(table.column(name))
         rows = pa.table(columns, names=self._columns).sort_by(self.sink.id_column)
@@ -508,4 +527,4 @@ def _json_key(name: str) -> bytes:
 
 def valid_record_id(value: bytes | None) -> bool:
     """32 hex digits (the sink's record IDs)."""
-    return value is not None and len(value) == 32 and not value.translate(None, _HEX_DIGITS)
+    return value is not None and len(value) == 32 and not value.translate(None, HEX_DIGITS)

@@ -86,8 +86,10 @@ from exactlyonce.connectors.kafka_reader import (
     H_ERROR,
     H_QUERY,
     H_RECORD_ID,
+    H_RECORD_IDS,
     H_SHARD,
     PROBE_KEY,
+    RECORD_ID_BYTES,
     Commits,
     HeadRecord,
     confirmation_key,
@@ -173,6 +175,23 @@ def init_transactions(producer: Producer, topic: str, timeout_s: float) -> None:
     producer.init_transactions(timeout_s)  # fences older producers of its transactional.id
 
 
+def frame_bounds(values: Sequence[bytes], records: int, budget: int) -> list[tuple[int, int]]:
+    """Consecutive ``[start, end)`` frames of at most ``records`` records whose values and
+    IDs (a line break and 32 bytes each) stay within ``budget`` bytes; a record larger than
+    the budget is a frame of its own."""
+    bounds: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, value in enumerate(values):
+        length = len(value) + 1 + RECORD_ID_BYTES
+        if i > start and (i - start >= records or size + length > budget):
+            bounds.append((start, i))
+            start, size = i, 0
+        size += length
+    if start < len(values):
+        bounds.append((start, len(values)))
+    return bounds
+
+
 def _check_topic_name(field: str, name: object) -> str:
     if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in (".", ".."):
         raise ConfigError(
@@ -210,6 +229,8 @@ class KafkaTarget:
     max_message_bytes: int = 1_000_000
     timeout_s: float = 60.0
     dedup: DedupPlan | None = None
+    frame_records: int = 1  # records per message; > 1: frames (see _write_frames)
+    frame_bytes: int = 0
 
     def user_config(self) -> dict[str, Any]:
         return dict(json.loads(self.config.reveal()))
@@ -332,6 +353,9 @@ class KafkaSink(ExactlyOnceSink):
         self._driver_producer: Producer | None = None
         self._reader: Any = None
         self.max_message_bytes = int(config.get("message.max.bytes", 1_000_000))
+        # One record per message (the layout of the recipe); the buffer packs frames.
+        self.frame_records = 1
+        self.frame_bytes = 0
         if check:
             self.preflight()
 
@@ -869,6 +893,8 @@ class KafkaSink(ExactlyOnceSink):
             max_message_bytes=self.max_message_bytes,
             timeout_s=max(60.0, self.transaction_timeout_ms / 1000 + 30),
             dedup=self.dedup_plan,
+            frame_records=self.frame_records,
+            frame_bytes=min(self.frame_bytes, self.max_message_bytes // 2),
         )
         return KafkaShardWriter(target, epoch)
 
@@ -968,25 +994,14 @@ class KafkaShardTask(ShardTask):
 
     def _write_rows(self, rows: pa.RecordBatch) -> None:
         assert self.producer is not None
-        producer, topic, base = self.producer, self.t.topic, self.headers
         ids = pc.cast(rows.column(ID_COLUMN), pa.binary()).to_pylist()
         values = rows.column(VALUE_COLUMN).to_pylist()
-        keys = rows.column(KEY_COLUMN).to_pylist() if self.t.has_key else [None] * len(ids)
-        too_large: list[int] = []
-        for i, (value, key, rid) in enumerate(zip(values, keys, ids, strict=True)):
-            headers = [*base, (H_RECORD_ID, rid)]
-            while True:
-                try:
-                    producer.produce(topic, value, key, headers=headers)
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # local queue full: let deliveries drain
-                except KafkaException as exc:
-                    if exc.args[0].code() not in _TOO_LARGE:
-                        raise
-                    too_large.append(i)
-                    break
-        producer.poll(0)
+        if self.t.frame_records > 1:
+            too_large = self._write_frames(ids, values)
+        else:
+            keys = rows.column(KEY_COLUMN).to_pylist() if self.t.has_key else [None] * len(ids)
+            too_large = self._write_records(ids, values, keys)
+        self.producer.poll(0)
         written = rows.num_rows - len(too_large)
         self.produced += written
         self.result.written += written
@@ -994,8 +1009,57 @@ class KafkaShardTask(ShardTask):
             self._dead_letter_too_large(rows, too_large, ids, values)
         self.chunks += 1
         if self.chunks == 1 and _crash_armed("mid_produce"):
-            producer.flush()  # so the first chunk really is on the broker
+            self.producer.flush()  # so the first chunk really is on the broker
             crash_point("mid_produce", self.epoch)
+
+    def _write_records(self, ids: list[Any], values: list[Any], keys: list[Any]) -> list[int]:
+        """One message per record, its ID in ``eo-record-id``. Returns the rows too large
+        for a message."""
+        base = self.headers
+        too_large: list[int] = []
+        for i, (value, key, rid) in enumerate(zip(values, keys, ids, strict=True)):
+            if not self._produce(value, key, [*base, (H_RECORD_ID, rid)]):
+                too_large.append(i)
+        return too_large
+
+    def _write_frames(self, ids: list[Any], values: list[Any]) -> list[int]:
+        """Frames (see :func:`frame_bounds`): the values one per line, the IDs (32 bytes
+        each, in the same order) in ``eo-record-ids``. A record too large for a frame of its
+        own is returned."""
+        base = self.headers
+        too_large: list[int] = []
+        for start, end in frame_bounds(values, self.t.frame_records, self.t.frame_bytes):
+            frame = b"\n".join(values[start:end])
+            if self._produce(frame, None, [*base, (H_RECORD_IDS, b"".join(ids[start:end]))]):
+                continue
+            if end - start == 1:
+                too_large.append(start)
+            else:  # cannot happen within the budget (half of message.max.bytes); if it does:
+                singles = self._write_frames_of_one(ids[start:end], values[start:end])
+                too_large += [start + j for j in singles]
+        return too_large
+
+    def _write_frames_of_one(self, ids: list[Any], values: list[Any]) -> list[int]:
+        base = self.headers
+        return [
+            i
+            for i, (value, rid) in enumerate(zip(values, ids, strict=True))
+            if not self._produce(value, None, [*base, (H_RECORD_IDS, rid)])
+        ]
+
+    def _produce(self, value: bytes, key: bytes | None, headers: list[Any]) -> bool:
+        """Produce one message; False when it is too large to be one."""
+        assert self.producer is not None
+        while True:
+            try:
+                self.producer.produce(self.t.topic, value, key, headers=headers)
+                return True
+            except BufferError:
+                self.producer.poll(0.05)  # local queue full: let deliveries drain
+            except KafkaException as exc:
+                if exc.args[0].code() not in _TOO_LARGE:
+                    raise
+                return False
 
     def _dead_letter_too_large(
         self, rows: pa.RecordBatch, rows_at: list[int], ids: list[Any], values: list[Any]

@@ -17,6 +17,12 @@ Every data record carries these headers (values are UTF-8 text):
 ``eo-record-id``  the record's ID, 32 hex digits
 ``eo-attempt``    a nonce naming the task attempt that wrote it, unique per attempt
 
+A buffer topic (:mod:`exactlyonce.buffer`) packs records into FRAMES instead: one message
+holds up to ``frame_records`` records, their JSON values one per line (JSON text has no raw
+line break), and instead of ``eo-record-id`` the header ``eo-record-ids`` holds their IDs,
+32 bytes each, in the same order. The other headers are those above, and the recipe is the
+same, frame by frame. A frame's ``count`` in the confirmation counts records, not messages.
+
 The control topic (default ``exactlyonce-control``, compacted) holds small JSON records. In
 every key, the query and sink names have ``%`` written as ``%25`` and ``|`` as ``%7C``:
 
@@ -77,6 +83,8 @@ H_QUERY = "eo-query"
 H_EPOCH = "eo-epoch"
 H_SHARD = "eo-shard"
 H_RECORD_ID = "eo-record-id"
+H_RECORD_IDS = "eo-record-ids"  # frames (a buffer's messages): every record's ID, 32 bytes each
+RECORD_ID_BYTES = 32
 H_ATTEMPT = "eo-attempt"
 H_ERROR = "eo-error"  # dead letters only
 
@@ -377,6 +385,15 @@ def headers_of(msg: Message) -> dict[str, bytes]:
     return out
 
 
+def record_ids_of(headers: Mapping[str, bytes]) -> list[bytes]:
+    """The record IDs a message carries: one (``eo-record-id``), or a frame's
+    (``eo-record-ids``); none when it has neither."""
+    if H_RECORD_ID in headers:
+        return [headers[H_RECORD_ID]]
+    blob = headers.get(H_RECORD_IDS) or b""
+    return [blob[i : i + RECORD_ID_BYTES] for i in range(0, len(blob), RECORD_ID_BYTES)]
+
+
 def offset_of(msg: Message) -> int:
     offset = msg.offset()
     return -1 if offset is None else int(offset)
@@ -429,6 +446,7 @@ class Commits:
     head: HeadRecord | None = None
     confirmed: set[tuple[int, int, str]] = field(default_factory=set)
     counts: dict[tuple[int, int, str], int] = field(default_factory=dict)
+    records: int = 0  # the sum of ``counts``: records of every confirmed attempt
 
     @property
     def head_epoch(self) -> int:
@@ -470,7 +488,9 @@ class Commits:
         elif len(rest) == 4 and rest[2] == CONFIRMED and value:
             found = (int(rest[0]), int(rest[1]), rest[3])
             self.confirmed.add(found)
-            self.counts[found] = int(json.loads(value).get("count", 0))
+            count = int(json.loads(value).get("count", 0))
+            self.records += count - self.counts.get(found, 0)
+            self.counts[found] = count
 
 
 def load_commits(
@@ -602,13 +622,14 @@ def confirmed_ids(
         epochs: list[int] = []
         for msg in drain(client, ranges, timeout_s, f"topic {topic!r}"):
             headers = headers_of(msg)
-            if not commits.accepts(headers) or H_RECORD_ID not in headers:
+            if not commits.accepts(headers):
                 continue
             epoch = int(headers[H_EPOCH])
             if epoch < from_epoch:
                 continue
-            ids.append(headers[H_RECORD_ID])
-            epochs.append(epoch)
+            found = record_ids_of(headers)
+            ids += found
+            epochs += [epoch] * len(found)
             if len(ids) >= chunk:
                 yield ids, epochs
                 ids, epochs = [], []

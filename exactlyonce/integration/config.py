@@ -262,6 +262,8 @@ class KafkaBufferSettings(_Model):
     dead_letter_topic: str | None = None
     drain_dead_letter_topic: str | None = None
     batch_size: int = Field(default=10_000, ge=1)  # rows per drain transaction
+    frame_records: int = Field(default=1000, ge=1)  # records per buffer message
+    frame_bytes: int = Field(default=256 * 1024, ge=1)  # bytes of values per buffer message
     # librdkafka settings (SASL, TLS...); may hold credentials, so never in repr.
     client_config: dict[str, str | int | float | bool] = Field(default_factory=dict, repr=False)
 
@@ -278,6 +280,8 @@ class KafkaBufferSettings(_Model):
             dead_letter_topic=self.dead_letter_topic,
             drain_dead_letter_topic_name=self.drain_dead_letter_topic,
             client_config=dict(self.client_config),
+            frame_records=self.frame_records,
+            frame_bytes=self.frame_bytes,
         )
 
 

@@ -28,6 +28,7 @@ from psycopg import sql
 from pyspark.sql import SparkSession
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
+from exactlyonce.buffer.drainer import H_FRAME_INDEX
 from exactlyonce.buffer.postgres import OFFSETS, PgDrainTarget
 from exactlyonce.connectors.errors import ConfigError
 from exactlyonce.connectors.kafka_reader import (
@@ -35,6 +36,7 @@ from exactlyonce.connectors.kafka_reader import (
     H_EPOCH,
     H_QUERY,
     H_RECORD_ID,
+    H_RECORD_IDS,
     H_SHARD,
     confirmation_key,
 )
@@ -90,11 +92,33 @@ def prepared(
 
 
 def new_pipeline(
-    pg_dsn: str, bootstrap: str, name: str, **sink_kw: Any
+    pg_dsn: str,
+    bootstrap: str,
+    name: str,
+    buffer_kw: dict[str, Any] | None = None,
+    **sink_kw: Any,
 ) -> tuple[PostgresSink, KafkaBuffer, Buffered]:
     target = PostgresSink(pg_dsn, name, ["event_id"], name, **sink_kw)
-    buffer = KafkaBuffer(topic=name, bootstrap_servers=bootstrap, partitions=2)
+    buffer = KafkaBuffer(topic=name, bootstrap_servers=bootstrap, partitions=2, **buffer_kw or {})
     return target, buffer, Buffered(target, buffer)
+
+
+def buffer_layout(bootstrap: str, topic: str) -> list[tuple[int, int, bool]]:
+    """(records, value bytes, is a frame) of every message of the buffer topic, read with
+    kafka-python (aborted attempts included: this is the layout, not the recipe)."""
+    out = []
+    for msg in read_topic(bootstrap, topic, "read_uncommitted"):
+        headers = dict(msg.headers or [])
+        if H_RECORD_IDS in headers:
+            ids_blob = headers[H_RECORD_IDS]
+            assert len(ids_blob) % 32 == 0 and len(ids_blob) > 0
+            records = len(ids_blob) // 32
+            assert msg.value.count(b"\n") + 1 == records, "one line per record ID"
+            out.append((records, len(msg.value), True))
+        else:
+            assert H_RECORD_ID in headers
+            out.append((1, len(msg.value), False))
+    return out
 
 
 def stored_offsets(conn: psycopg.Connection[Any], query: str) -> dict[int, int]:
@@ -110,16 +134,38 @@ def stored_offsets(conn: psycopg.Connection[Any], query: str) -> dict[int, int]:
 # ---------------------------------------------------------------------- the happy path
 
 
+LAYOUTS = {
+    "frames": {},  # the default: up to 1,000 records (256 KiB of values) a message
+    "small-frames": {"frame_records": 7, "frame_bytes": 300},
+    "one-record-a-message": {"frame_records": 1},
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_batches_reach_the_buffer_only_and_the_drainer_moves_them_once(
-    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+    spark: SparkSession,
+    bootstrap: str,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    layout: str,
 ) -> None:
-    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name)
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name, LAYOUTS[layout])
     prepared(pg, buffered, spark, unique_name)
     first = events(spark, 0, 400)
     buffered(first.union(first.limit(50)), 0)  # 50 repeats inside the batch
     buffered(events(spark, 300, 700), 1)  # 100 IDs seen in epoch 0
     buffered(first, 0)  # Spark re-runs a batch: at or below the head, skipped
     assert [r.skipped for r in buffered.reports] == [False, False, True]
+    messages = buffer_layout(bootstrap, buffer.topic)
+    assert sum(n for n, _, _ in messages) == 700, "each record once in the buffer"
+    if layout == "one-record-a-message":
+        assert all(not frame for _, _, frame in messages)
+    else:
+        assert all(frame for _, _, frame in messages)
+        assert max(n for n, _, _ in messages) <= buffer.frame_records
+        assert all(size <= buffer.frame_bytes for n, size, _ in messages if n > 1)
+        assert len(messages) < 700 / 2, "records travel several to a message"
     # The Spark batch wrote to Kafka only: nothing is in PostgreSQL before the drain.
     assert pg.execute(
         sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(unique_name))
@@ -146,7 +192,11 @@ def test_batches_reach_the_buffer_only_and_the_drainer_moves_them_once(
 
     # The consumed offsets live in the sink, next to the data: a new drainer resumes there.
     offsets = stored_offsets(pg, unique_name)
-    assert sum(offsets.values()) >= 700
+    frontier = drainer.commits.frontier(buffer.topic)
+    # A partition no frame went to may be at 0 on one side and absent from the other.
+    assert {p: o for p, o in offsets.items() if o} == {
+        p: o for p, o in frontier.items() if o
+    }, "drained up to the frontier"
     buffered(events(spark, 700, 750), 2)
     again = Drainer(target, buffer)
     try:
@@ -196,6 +246,7 @@ def inject(
     epoch: int,
     messages: list[tuple[bytes, str | None]],
     query: str | None = None,
+    frames: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     """Write ``(value, record_id)`` messages into the buffer topic as one CONFIRMED attempt
     of shard 99 (no real shard has that number), the way a buggy writer that follows the
@@ -213,6 +264,15 @@ def inject(
         ]
         if rid is not None:
             headers.append((H_RECORD_ID, rid.encode()))
+        producer.produce(buffered.topic, value, headers=headers)
+    for value, ids_blob in frames or []:  # (lines, the IDs header) as a writer could get wrong
+        headers = [
+            (H_QUERY, query.encode()),
+            (H_EPOCH, str(epoch).encode()),
+            (H_SHARD, b"99"),
+            (H_ATTEMPT, attempt.encode()),
+            (H_RECORD_IDS, ids_blob),
+        ]
         producer.produce(buffered.topic, value, headers=headers)
     producer.produce(
         buffered.control_topic,
@@ -270,6 +330,136 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_drain_goes_on(
     assert "not a JSON object" in reasons[b"[1, 2]"]
     assert "22P02" in reasons[b'{"event_id": "x3", "amount": "lots", "action": "a"}']
     assert "json" in reasons[b'{"event_id": "x5", "amount": 5, "action": '].lower()
+
+
+def test_a_bad_record_of_a_frame_is_a_dead_letter_of_its_own(
+    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """A frame is split only on the exact path: its good records are written, each bad one
+    goes to the dead-letter topic alone, with its own ID and its place in the frame. A frame
+    whose IDs and lines do not pair up is a dead letter whole: no line can be trusted."""
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name)
+    prepared(pg, buffered, spark, unique_name)
+    buffered(events(spark, 0, 50), 0)
+    good = [record_id([f"f-good{i}"]) for i in range(3)]
+    bad_type, bad_utf8 = record_id(["f-bad-type"]), record_id(["f-bad-utf8"])
+    lines = [
+        b'{"event_id": "f-good0", "amount": 1, "action": "a"}',
+        b'{"event_id": "f-bad-type", "amount": "lots", "action": "a"}',
+        b'{"event_id": "f-good1", "amount": 2, "action": "a"}',
+        b"\xff\xfe not utf-8",
+        b'{"event_id": "f-good2", "amount": 3, "action": "a"}',
+    ]
+    frame_ids = [good[0], bad_type, good[1], bad_utf8, good[2]]
+    mispaired = b'{"event_id": "f-x", "amount": 1, "action": "a"}'
+    inject(
+        bootstrap,
+        buffered,
+        1,
+        [],
+        frames=[
+            (b"\n".join(lines), "".join(frame_ids).encode()),
+            (mispaired + b"\n" + mispaired, record_id(["f-x"]).encode()),  # 2 lines, 1 ID
+            (mispaired, b"not hex" * 32),
+        ],
+    )
+    buffered(events(spark, 50, 100), 1)  # its head's frontier covers the injected frames
+
+    drainer = Drainer(target, buffer, batch_size=64)
+    try:
+        report = drainer.drain_available(timeout_s=60)
+    finally:
+        drainer.close()
+    assert (report.written, report.dead_letters) == (103, 4)
+    assert_exactly_once(pg, unique_name, ids(0, 100) | set(good))
+
+    letters = {}
+    for msg in read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_uncommitted"):
+        headers = dict(msg.headers or [])
+        letters[headers.get(H_RECORD_ID, headers["eo-source-offset"])] = (msg, headers)
+    assert len(letters) == 4, list(letters)
+    msg, headers = letters[bad_type.encode()]
+    assert msg.value == lines[1], "the record's own line, not the frame"
+    assert headers[H_FRAME_INDEX] == b"1" and "22P02" in headers["eo-error"].decode()
+    assert H_RECORD_IDS not in headers, "a record's dead letter names its own ID only"
+    msg, headers = letters[bad_utf8.encode()]
+    assert headers[H_FRAME_INDEX] == b"3" and "UTF-8" in headers["eo-error"].decode()
+    reasons = sorted(h["eo-error"].decode() for m, h in letters.values() if H_RECORD_ID not in h)
+    assert "1 record IDs" in reasons[0] and "2 lines" in reasons[0], reasons
+    assert "malformed record-IDs header" in reasons[1], reasons
+
+
+def test_a_record_too_large_for_the_buffer_is_a_dead_letter_and_frames_fit_the_topic(
+    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """Frames stay within half the topic's max.message.bytes; a record that cannot be a
+    message even alone goes to the buffer's dead-letter topic (the KafkaSink's), not into a
+    refused frame that would fail the batch."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+    from pyspark.sql import functions as F
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(unique_name, 2, -1, config={"max.message.bytes": "2000"})
+    admin.create_topics([topic])[unique_name].result()
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name)
+    assert buffered.max_message_bytes == 2000
+    prepared(pg, buffered, spark, unique_name)
+    df = events(spark, 0, 300).select(
+        "event_id",
+        "amount",
+        F.when(F.col("amount") == 150, F.lit("x" * 5000))
+        .otherwise(F.col("action"))
+        .alias("action"),
+    )
+    buffered(df, 0)
+    report = buffered.last_report
+    assert report is not None and (report.written, report.dead_letters) == (299, 1)
+    layout = buffer_layout(bootstrap, buffer.topic)
+    assert sum(n for n, _, _ in layout) == 299 and max(n for n, _, _ in layout) > 1
+    assert all(size + 1 + 32 * n <= 1000 for n, size, _ in layout), "half of max.message.bytes"
+
+    drainer = Drainer(target, buffer)
+    try:
+        drained = drainer.drain_available(timeout_s=60)
+    finally:
+        drainer.close()
+    assert drained.written == 299
+    assert_exactly_once(pg, unique_name, ids(0, 300) - {record_id(["e15"])})
+
+
+def test_a_lost_catalog_is_rebuilt_from_the_buffers_frames(
+    spark: SparkSession,
+    bootstrap: str,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    services: dict[str, str],
+) -> None:
+    """The buffer dedups with the Redis catalog like any KafkaSink; a lost catalog is rebuilt
+    from the record IDs of the frames of confirmed attempts."""
+    import redis
+
+    from exactlyonce.dedup.catalog import namespace
+
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name)
+    prepared(pg, buffered, spark, unique_name)
+    buffered(events(spark, 0, 200), 0)
+    client = redis.Redis.from_url(services["EXACTLYONCE_REDIS_URL"])
+    keys = list(client.scan_iter(match=namespace(unique_name, buffered.sink_name) + ":*"))
+    assert keys
+    client.delete(*keys)
+    client.close()
+    buffered(events(spark, 150, 300), 1)  # 50 IDs written in epoch 0
+    report = buffered.last_report
+    assert report is not None and report.catalog_rebuilds == 1
+    assert (report.duplicates, report.written) == (50, 100)
+    drainer = Drainer(target, buffer)
+    try:
+        drainer.drain_available(timeout_s=60)
+    finally:
+        drainer.close()
+    assert_exactly_once(pg, unique_name, ids(0, 300))
+    assert set(attempts(pg, unique_name).values()) == {1}, "the 50 repeats never left Spark"
 
 
 # ---------------------------------------------------------------------- refusals
