@@ -17,7 +17,7 @@ sink:
     topic: {name}
     bootstrap_servers: ${{KAFKA_BOOTSTRAP_SERVERS}}
     partitions: {partitions}
-{shards}    batch_size: {batch_size}
+{shards}{frames}    batch_size: {batch_size}
 """
 
 
@@ -29,9 +29,11 @@ def buffered_pipeline(
     partitions: int,
     batch_size: int,
     shards: int | None = None,
+    frame_records: int | None = None,
 ) -> str:
     """A JSON-files -> PostgreSQL pipeline with a Kafka buffer; table, query and topic are
-    ``name``, the input is ``<workdir>/input``."""
+    ``name``, the input is ``<workdir>/input``. ``frame_records``: records per buffer message
+    (the buffer's default when None)."""
     return BUFFERED_PIPELINE.format(
         name=name,
         workdir=workdir,
@@ -39,4 +41,5 @@ def buffered_pipeline(
         partitions=partitions,
         batch_size=batch_size,
         shards=f"    shards: {shards}\n" if shards is not None else "",
+        frames=f"    frame_records: {frame_records}\n" if frame_records is not None else "",
     )

@@ -50,7 +50,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from exactlyonce.buffer.kafka_buffer import KafkaBuffer, check_target
@@ -69,6 +69,7 @@ from exactlyonce.connectors.kafka_reader import (
     H_RECORD_ID,
     H_RECORD_IDS,
     RECORD_ID_BYTES,
+    START,
     Commits,
     RangeReader,
     consumer,
@@ -76,6 +77,7 @@ from exactlyonce.connectors.kafka_reader import (
     drain,
     exact_end_offsets,
     headers_of,
+    log_start_offset,
     offset_of,
     partitions_of,
     shared_config,
@@ -598,10 +600,9 @@ class Drainer:
                     "has no such partition: the topic was re-created. Run `exactlyonce "
                     "drain --reset-offsets` (or Drainer.reset_offsets()) if you mean to start over",
                 )
-            low, _ = client.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=self.kafka_timeout_s, cached=False
-            )
-            # Exact: some brokers' ListOffsets answer lies below the end (Tansu).
+            # Exact: some brokers' ListOffsets answers lie below the end and above the
+            # start (Tansu); a false "expired" would stop the drain for nothing.
+            low = log_start_offset(client, self.topic, p, self.kafka_timeout_s)
             end = exact_end_offsets(client, self.topic, [p], self.kafka_timeout_s)[p]
             end = max(end, self._frontier().get(p, 0))
             if offset > end:
@@ -665,7 +666,7 @@ class Drainer:
         control = self.buffer.control_topic
         if not self._control_pos:
             parts = partitions_of(client, control, self.kafka_timeout_s)
-            self._control_pos = {p: OFFSET_BEGINNING for p in parts}
+            self._control_pos = {p: START for p in parts}
         ranges: dict[tuple[str, int], tuple[int, int | None]] = {
             (control, p): (start, None) for p, start in self._control_pos.items()
         }

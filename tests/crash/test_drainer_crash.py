@@ -39,6 +39,9 @@ from tests.pipelines import buffered_pipeline
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 SCHEMA = "event_id STRING, amount BIGINT, action STRING"
+# Frames of several records (a kill mid-frame must not split one), yet enough messages for
+# every scheduled kill: ~1,300 records make ~220 frames, ~60 records per transaction.
+FRAME_RECORDS = 6
 
 
 class DrainProcess:
@@ -118,7 +121,13 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
     config = tmp_path / "pipeline.yaml"
     config.write_text(
         buffered_pipeline(
-            unique_name, tmp_path, schema=SCHEMA, partitions=2, shards=2, batch_size=60
+            unique_name,
+            tmp_path,
+            schema=SCHEMA,
+            partitions=2,
+            shards=2,
+            batch_size=60,
+            frame_records=FRAME_RECORDS,
         )
     )
     buffered = load_config(config).build_sink()
@@ -131,6 +140,11 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
         buffered(spark.read.schema(SCHEMA).json(str(path)), epoch)
     assert sum(r.written for r in buffered.reports) == len(data.expected_ids)
     assert len(data.expected_ids) > 16 * 60, "too few records for every scheduled kill"
+    layout = [
+        len(dict(m.headers or []).get("eo-record-ids", b"")) // 32
+        for m in read_topic(services["KAFKA_BOOTSTRAP_SERVERS"], unique_name, "read_uncommitted")
+    ]
+    assert max(layout) == FRAME_RECORDS and len(layout) > 16 * 2, "frames, and enough of them"
 
     # Kill it at every named point, mid-write three times, at seeded transaction numbers.
     # At most 16 transactions commit before the kills (3 + 3 + 3 + 3 + 4), 960 records at

@@ -194,9 +194,9 @@ def test_batches_reach_the_buffer_only_and_the_drainer_moves_them_once(
     offsets = stored_offsets(pg, unique_name)
     frontier = drainer.commits.frontier(buffer.topic)
     # A partition no frame went to may be at 0 on one side and absent from the other.
-    assert {p: o for p, o in offsets.items() if o} == {
-        p: o for p, o in frontier.items() if o
-    }, "drained up to the frontier"
+    assert {p: o for p, o in offsets.items() if o} == {p: o for p, o in frontier.items() if o}, (
+        "drained up to the frontier"
+    )
     buffered(events(spark, 700, 750), 2)
     again = Drainer(target, buffer)
     try:

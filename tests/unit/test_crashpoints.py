@@ -32,12 +32,15 @@ def test_a_hold_waits_for_its_release_and_fires_once(
     crash_point("before_write", 3)  # another point: goes on
     assert list(crash_dir.iterdir()) == []
 
-    held = threading.Thread(target=crash_point, args=("mid_write", 3))
+    # daemon: a failed assertion below must not leave pytest waiting 600 s for the hold
+    held = threading.Thread(target=crash_point, args=("mid_write", 3), daemon=True)
     held.start()
+    marker = crash_dir / "held-mid_write"
     deadline = time.monotonic() + 10
-    while not (crash_dir / "held-mid_write").exists() and time.monotonic() < deadline:
+    # The marker is created, then written: wait for its content, not only for the file.
+    while time.monotonic() < deadline and not (marker.exists() and marker.read_text()):
         time.sleep(0.01)
-    assert (crash_dir / "held-mid_write").read_text().split()[1] == "3"
+    assert marker.read_text().split()[1] == "3"
     time.sleep(0.2)
     assert held.is_alive(), "the hold must wait for its release"
     (crash_dir / "release-mid_write").touch()
