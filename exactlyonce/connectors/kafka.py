@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -102,6 +102,7 @@ from exactlyonce.connectors.kafka_reader import (
     exact_end_offsets,
     head_key,
     load_commits,
+    log_start_offset,
     marker_key,
     offset_of,
     partitions_of,
@@ -666,8 +667,8 @@ class KafkaSink(ExactlyOnceSink):
         return None
 
     def _scan_back(self, client: Any, partition: int, key: bytes) -> tuple[bool, HeadRecord | None]:
-        tp = TopicPartition(self.control_topic, partition)
-        low, _ = client.get_watermark_offsets(tp, timeout=self.connect_timeout, cached=False)
+        # Not the low watermark: some brokers put it above the first record (kafka_reader.START).
+        low = log_start_offset(client, self.control_topic, partition, self.connect_timeout)
         end = exact_end_offsets(client, self.control_topic, [partition], self.connect_timeout)[
             partition
         ]

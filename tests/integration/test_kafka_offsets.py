@@ -31,6 +31,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka_reader import (
     START,
     confirmation_key,
@@ -59,12 +60,15 @@ def broker_earliest(bootstrap: str, topic: str) -> int:
 
 
 def concurrent_transactions(
-    bootstrap: str, topic: str, records: Callable[[int], list[tuple[bytes, bytes]]]
+    bootstrap: str,
+    topic: str,
+    records: Callable[[int], list[tuple[bytes, bytes]]],
+    config: dict[str, str] | None = None,
 ) -> None:
     """WRITERS transactional producers, released together, each writes ``records(writer)``
     to partition 0 of a fresh ``topic`` in one transaction, and commits."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, -1)])[topic].result()
+    admin.create_topics([NewTopic(topic, 1, -1, config=config or {})])[topic].result()
     producers = [
         Producer(
             {"bootstrap.servers": bootstrap, "linger.ms": 5, "transactional.id": f"{topic}-{i}"}
@@ -95,14 +99,17 @@ def concurrent_transactions(
 
 
 def raced_partition(
-    bootstrap: str, name: str, records: Callable[[int], list[tuple[bytes, bytes]]]
+    bootstrap: str,
+    name: str,
+    records: Callable[[int], list[tuple[bytes, bytes]]],
+    config: dict[str, str] | None = None,
 ) -> tuple[str, int]:
     """A topic written by concurrent transactions whose broker-reported start is above 0,
     if the broker makes one within TRIES topics (Tansu does, about 1 in 8); else the last."""
     topic, earliest = "", 0
     for attempt in range(TRIES):
         topic = f"{name}-{attempt}"
-        concurrent_transactions(bootstrap, topic, records)
+        concurrent_transactions(bootstrap, topic, records, config)
         earliest = broker_earliest(bootstrap, topic)
         if earliest > 0:
             break
@@ -152,6 +159,32 @@ def test_the_recipe_sees_every_confirmation_of_a_raced_control_topic(
     expected = {(e, w, f"a{w}") for e in range(RECORDS_EACH) for w in range(WRITERS)}
     assert commits.confirmed == expected, f"broker's start: {earliest}"
     assert commits.head_epoch == RECORDS_EACH - 1
+
+
+def test_a_sink_finds_its_head_below_what_the_broker_calls_the_start(
+    bootstrap: str, unique_name: str
+) -> None:
+    """The sink scans the control topic back from its end for its head, down to the start. A
+    head below a broker's false start, missed, would make a restarted query take committed
+    epochs for new ones and write them again."""
+    data_topic = f"{unique_name}-data"
+    sink_name = f"kafka:{data_topic}"
+    head = {"epoch": 7, "num_shards": 1, "spark_query_id": None, "frontier": {}}
+
+    def control_records(writer: int) -> list[tuple[bytes, bytes]]:
+        if writer == 0:  # the head first, then another query's records
+            first = [(head_key(unique_name, sink_name).encode(), json.dumps(head).encode())]
+            return first + [(f"other|{i}".encode(), b"{}") for i in range(RECORDS_EACH - 1)]
+        return [(f"other-{writer}|{i}".encode(), b"{}") for i in range(RECORDS_EACH)]
+
+    control, earliest = raced_partition(
+        bootstrap, f"{unique_name}-control", control_records, {"cleanup.policy": "compact"}
+    )
+    sink = KafkaSink(
+        bootstrap, data_topic, ["event_id"], unique_name, control_topic=control, create_topic=True
+    )
+    found = sink.head()
+    assert found is not None and found.epoch == 7, f"broker's start: {earliest}"
 
 
 def test_log_start_offset_is_the_first_record_left(bootstrap: str, unique_name: str) -> None:
