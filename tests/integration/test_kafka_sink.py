@@ -186,6 +186,34 @@ def test_an_abandoned_transaction_on_the_control_topic_holds_no_reader_back(
         fence.init_transactions(30)  # aborts it: leave no open transaction behind
 
 
+def test_an_abandoned_transaction_on_the_control_topic_leaves_the_broker_probe_conclusive(
+    bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """The preflight probe (does a read_committed consumer skip aborted records?) reads
+    read_committed. On the control topic, an abandoned transaction (Tansu never times one
+    out) held it back: every query start waited 30 s, then fell back to "inconclusive",
+    which on a real Kafka also gives up what a plain read_committed consumer is promised.
+    The probe has a topic of its own, where only probes write."""
+    import logging
+
+    import exactlyonce.connectors.kafka as kafka_module
+
+    control = f"{unique_name}-control"
+    new_sink(bootstrap, unique_name, control_topic=control)  # creates the control topic
+    tid = f"{unique_name}-abandoned"
+    _abandon_transaction(bootstrap, control, tid)
+    monkeypatch.setattr(kafka_module, "_PROBES", {})  # probe again, not the cached answer
+    try:
+        with caplog.at_level(logging.INFO, "exactlyonce.kafka"):
+            sink = new_sink(bootstrap, f"{unique_name}-2", control_topic=control)
+        assert "inconclusive" not in caplog.text
+        assert "aborted records from read_committed consumers" in caplog.text
+        assert sink.hides_aborted is not None
+    finally:
+        fence = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+        fence.init_transactions(30)
+
+
 def test_committed_shards_are_skipped_when_the_head_did_not_advance(
     spark: SparkSession, bootstrap: str, unique_name: str
 ) -> None:
