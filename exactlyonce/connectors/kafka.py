@@ -234,6 +234,7 @@ class KafkaTarget:
     dedup: DedupPlan | None = None
     frame_records: int = 1  # records per message; > 1: frames (see _write_frames)
     frame_bytes: int = 0
+    topic_partitions: int = 0  # frames go round-robin over them (0: the client picks)
 
     def user_config(self) -> dict[str, Any]:
         return dict(json.loads(self.config.reveal()))
@@ -353,6 +354,7 @@ class KafkaSink(ExactlyOnceSink):
         self._ready = False
         self.hides_aborted: bool | None = None
         self._control_partitions: list[int] = []
+        self._topic_partitions = 0
         self._control_partition = 0
         self._scan_from = 0
         self._head_record: HeadRecord | None = None
@@ -483,6 +485,7 @@ class KafkaSink(ExactlyOnceSink):
             self._create(admin, self.probe_topic, 1, {"retention.ms": str(PROBE_RETENTION_MS)})
         self._check_timeout(admin, meta)
         self._control_partitions = partitions_of(admin, self.control_topic, self.connect_timeout)
+        self._topic_partitions = len(partitions_of(admin, self.topic, self.connect_timeout))
         self._control_partition = zlib.crc32(
             control_prefix(self.query_name, self.sink_name).encode()
         ) % len(self._control_partitions)
@@ -906,6 +909,7 @@ class KafkaSink(ExactlyOnceSink):
             dedup=self.dedup_plan,
             frame_records=self.frame_records,
             frame_bytes=min(self.frame_bytes, self.max_message_bytes // 2),
+            topic_partitions=self._topic_partitions,
         )
         return KafkaShardWriter(target, epoch)
 
@@ -959,6 +963,7 @@ class KafkaShardTask(ShardTask):
         self.producer: Producer | None = None
         self.in_transaction = False
         self.produced = 0
+        self.frames = 0  # frames produced by this attempt (where the next one goes)
         self.dead = 0
         self.chunks = 0
         self.headers: list[tuple[str, str | bytes | None]] = []
@@ -1041,7 +1046,8 @@ class KafkaShardTask(ShardTask):
         too_large: list[int] = []
         for start, end in frame_bounds(values, self.t.frame_records, self.t.frame_bytes):
             frame = b"\n".join(values[start:end])
-            if self._produce(frame, None, [*base, (H_RECORD_IDS, b"".join(ids[start:end]))]):
+            headers = [*base, (H_RECORD_IDS, b"".join(ids[start:end]))]
+            if self._produce(frame, None, headers, self._next_frame_partition()):
                 continue
             if end - start == 1:
                 too_large.append(start)
@@ -1058,12 +1064,27 @@ class KafkaShardTask(ShardTask):
             if not self._produce(value, None, [*base, (H_RECORD_IDS, rid)])
         ]
 
-    def _produce(self, value: bytes, key: bytes | None, headers: list[Any]) -> bool:
-        """Produce one message; False when it is too large to be one."""
+    def _next_frame_partition(self) -> int:
+        """Frames go round-robin over the topic's partitions, from one that depends on the
+        shard: a keyless message's partition is the client's sticky choice, which put a
+        task's frames all in one partition, and the drainer's writers (and processes) each
+        own some of the partitions."""
+        n = self.t.topic_partitions
+        if n <= 0:
+            return -1  # the client picks
+        assert self.shard is not None
+        self.frames += 1
+        return (self.shard + self.frames) % n
+
+    def _produce(
+        self, value: bytes, key: bytes | None, headers: list[Any], partition: int = -1
+    ) -> bool:
+        """Produce one message (``partition`` -1: the partitioner's choice); False when it
+        is too large to be one."""
         assert self.producer is not None
         while True:
             try:
-                self.producer.produce(self.t.topic, value, key, headers=headers)
+                self.producer.produce(self.t.topic, value, key, partition, headers=headers)
                 return True
             except BufferError:
                 self.producer.poll(0.05)  # local queue full: let deliveries drain

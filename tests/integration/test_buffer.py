@@ -332,6 +332,27 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_drain_goes_on(
     assert "json" in reasons[b'{"event_id": "x5", "amount": 5, "action": '].lower()
 
 
+def test_frames_go_round_robin_over_the_partitions(
+    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """A keyless message's partition is the client's sticky choice, which puts a task's frames
+    in one partition; the drainer's writers and processes each own some partitions, so
+    frames go round-robin: one shard's 100 frames, 50 in each of the 2 partitions."""
+    from collections import Counter
+
+    target, buffer, buffered = new_pipeline(
+        pg_dsn, bootstrap, unique_name, {"frame_records": 7, "shards": 1}
+    )
+    prepared(pg, buffered, spark, unique_name)
+    buffered(events(spark, 0, 700), 0)
+    frames = Counter(
+        m.partition
+        for m in read_topic(bootstrap, buffer.topic, "read_uncommitted")
+        if H_RECORD_IDS in dict(m.headers or [])
+    )
+    assert sum(frames.values()) == 100 and frames == {0: 50, 1: 50}, frames
+
+
 def test_a_bad_record_of_a_frame_is_a_dead_letter_of_its_own(
     spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
