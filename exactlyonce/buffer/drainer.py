@@ -463,7 +463,14 @@ class Drainer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def __enter__(self) -> Drainer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop the drain thread (if :meth:`start` ran one) and :meth:`close`."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)

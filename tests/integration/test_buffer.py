@@ -171,11 +171,8 @@ def test_batches_reach_the_buffer_only_and_the_drainer_moves_them_once(
         sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(unique_name))
     ).fetchone() == (0,)
 
-    drainer = Drainer(target, buffer, batch_size=300)
-    try:
+    with Drainer(target, buffer, batch_size=300) as drainer:
         report = drainer.drain_available(timeout_s=60)
-    finally:
-        drainer.close()
     assert report.written == 700 and report.dead_letters == 0
     assert report.batches >= 3, "batch_size bounds each write transaction"
     assert drainer.lag.records == 0 and drainer.lag.seconds == 0.0
@@ -307,11 +304,8 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_drain_goes_on(
     inject(bootstrap, buffered, 1, [(b"{}", record_id(["other"]))], query="someone-else")
     buffered(events(spark, 100, 200), 1)  # its head's frontier covers the injected records
 
-    drainer = Drainer(target, buffer, batch_size=64)
-    try:
+    with Drainer(target, buffer, batch_size=64) as drainer:
         report = drainer.drain_available(timeout_s=60)
-    finally:
-        drainer.close()
     assert report.dead_letters == 5
     assert report.written == 201
     assert_exactly_once(pg, unique_name, ids(0, 200) | {good})
@@ -386,11 +380,8 @@ def test_a_bad_record_of_a_frame_is_a_dead_letter_of_its_own(
     )
     buffered(events(spark, 50, 100), 1)  # its head's frontier covers the injected frames
 
-    drainer = Drainer(target, buffer, batch_size=64)
-    try:
+    with Drainer(target, buffer, batch_size=64) as drainer:
         report = drainer.drain_available(timeout_s=60)
-    finally:
-        drainer.close()
     assert (report.written, report.dead_letters) == (103, 4)
     assert_exactly_once(pg, unique_name, ids(0, 100) | set(good))
 
@@ -439,11 +430,8 @@ def test_a_record_too_large_for_the_buffer_is_a_dead_letter_and_frames_fit_the_t
     assert sum(n for n, _, _ in layout) == 299 and max(n for n, _, _ in layout) > 1
     assert all(size + 1 + 32 * n <= 1000 for n, size, _ in layout), "half of max.message.bytes"
 
-    drainer = Drainer(target, buffer)
-    try:
+    with Drainer(target, buffer) as drainer:
         drained = drainer.drain_available(timeout_s=60)
-    finally:
-        drainer.close()
     assert drained.written == 299
     assert_exactly_once(pg, unique_name, ids(0, 300) - {record_id(["e15"])})
 
@@ -474,11 +462,8 @@ def test_a_lost_catalog_is_rebuilt_from_the_buffers_frames(
     report = buffered.last_report
     assert report is not None and report.catalog_rebuilds == 1
     assert (report.duplicates, report.written) == (50, 100)
-    drainer = Drainer(target, buffer)
-    try:
+    with Drainer(target, buffer) as drainer:
         drainer.drain_available(timeout_s=60)
-    finally:
-        drainer.close()
     assert_exactly_once(pg, unique_name, ids(0, 300))
     assert set(attempts(pg, unique_name).values()) == {1}, "the 50 repeats never left Spark"
 
@@ -503,12 +488,11 @@ def test_offsets_past_the_end_of_the_topic_are_refused_not_skipped(
         ).format(sql.Identifier(OFFSETS)),
         [unique_name, target.sink_name, buffer.topic],
     )
-    drainer = Drainer(target, buffer)
-    try:
-        with pytest.raises(ConfigError, match="reset-offsets|re-created"):
-            drainer.drain_available(timeout_s=30)
-    finally:
-        drainer.close()
+    with (
+        Drainer(target, buffer) as drainer,
+        pytest.raises(ConfigError, match="reset-offsets|re-created"),
+    ):
+        drainer.drain_available(timeout_s=30)
     assert_exactly_once(pg, unique_name, set())
 
 
@@ -698,13 +682,12 @@ def test_unreachable_sink_is_retried_and_never_shows_the_password(
     bad_dsn = make_conninfo(**{**parts, "password": secret})
     sink = PostgresSink(bad_dsn, unique_name, ["event_id"], unique_name, dedup=False, check=False)
     buffer = KafkaBuffer(topic=unique_name, bootstrap_servers=bootstrap)
-    drainer = Drainer(sink, buffer, max_backoff_s=0.3)
     caplog.set_level("DEBUG", logger="exactlyonce")
-    try:
-        with pytest.raises(SinkUnavailableError) as failure:
-            drainer.drain_available(timeout_s=1.5)
-    finally:
-        drainer.close()
+    with (
+        Drainer(sink, buffer, max_backoff_s=0.3) as drainer,
+        pytest.raises(SinkUnavailableError) as failure,
+    ):
+        drainer.drain_available(timeout_s=1.5)
     assert drainer.total.retries >= 2, "an unreachable sink is retried, not given up at once"
     assert secret not in str(failure.value)
     assert secret not in caplog.text

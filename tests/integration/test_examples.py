@@ -21,6 +21,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
         ("redis_sink.py", "b'action': b'view'"),
         ("elasticsearch_sink.py", "2 documents"),
         ("kafka_sink.py", "b'a2' b'"),
+        (
+            "buffered_postgres.py",
+            "drained 2 rows; lag 0 records, 0.0s behind\n[('b1', 5), ('b2', 7)]\n",
+        ),
     ],
 )
 def test_example_runs(
