@@ -74,6 +74,12 @@ from exactlyonce.connectors.base import (
     TaskWriter,
     require_text,
 )
+from exactlyonce.connectors.connect_json import (
+    JSON_WITH_SCHEMA,
+    connect_schema,
+    envelope,
+    not_a_number_reason,
+)
 from exactlyonce.connectors.errors import (
     AmbiguousCommitError,
     ConfigError,
@@ -305,7 +311,9 @@ class KafkaSink(ExactlyOnceSink):
         if key_column is not None and (not isinstance(key_column, str) or not key_column):
             raise ConfigError("key_column", f"a column name or None, got {key_column!r}")
         if not isinstance(value, str) or not value:
-            raise ConfigError("value", f"'json' or a column name, got {value!r}")
+            raise ConfigError(
+                "value", f"'json', {JSON_WITH_SCHEMA!r} or a column name, got {value!r}"
+            )
         if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
             raise ConfigError("partitions", f"a positive integer or None, got {partitions!r}")
         config = dict(producer_config or {})
@@ -502,7 +510,9 @@ class KafkaSink(ExactlyOnceSink):
         self._check_id_columns(names)
         if self.key_column is not None and self.key_column not in names:
             raise ConfigError("key_column", f"{self.key_column!r} not in the stream's columns")
-        if self.value != "json":
+        if self.value == JSON_WITH_SCHEMA:
+            connect_schema(schema)  # refuses, naming the column, what Connect cannot hold
+        elif self.value != "json":
             if self.value not in names:
                 raise ConfigError(
                     "value", f"'json' or a column of the stream; {self.value!r} is neither"
@@ -512,7 +522,7 @@ class KafkaSink(ExactlyOnceSink):
                 raise ConfigError(
                     "value",
                     f"column {self.value!r} is {kind}; a value column must be string "
-                    "or binary (or use value='json')",
+                    f"or binary (or use value='json' or {JSON_WITH_SCHEMA!r})",
                 )
 
     def _create(
@@ -874,9 +884,17 @@ class KafkaSink(ExactlyOnceSink):
         from pyspark.sql import functions as F
 
         self._check_schema(schema)
+        user = [F.col(c) for c in schema.names]
+        error, payload = F.col(ERROR_COLUMN), F.col(PAYLOAD_COLUMN)
         if self.value == "json":
-            user = [F.col(c) for c in schema.names]
             value = F.to_json(F.struct(*user), {"ignoreNullFields": "false"})
+        elif self.value == JSON_WITH_SCHEMA:
+            value = envelope(schema, None)
+            reason = not_a_number_reason(schema)
+            if reason is not None:  # a dead letter, not a value Connect would misread
+                error = F.coalesce(error, reason)
+                whole = F.to_json(F.struct(*user), {"ignoreNullFields": "false"})
+                payload = F.coalesce(payload, F.when(reason.isNotNull(), whole))
         else:
             value = F.col(self.value)
         columns = [F.col(ID_COLUMN)]
@@ -886,7 +904,8 @@ class KafkaSink(ExactlyOnceSink):
                 key = key.cast("string")
             columns.append(key.cast("binary").alias(KEY_COLUMN))
         columns.append(value.cast("binary").alias(VALUE_COLUMN))
-        return [*columns, F.col(ERROR_COLUMN), F.col(PAYLOAD_COLUMN)]  # epoch rides in headers
+        columns += [error.alias(ERROR_COLUMN), payload.alias(PAYLOAD_COLUMN)]
+        return columns  # the epoch rides in headers
 
     def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
         assert self.hides_aborted is not None, "preflight runs before the first epoch"

@@ -307,3 +307,12 @@ def test_a_kafka_transaction_timeout_below_the_trigger_interval_is_refused() -> 
     with pytest.raises(ConfigError) as err:
         sink.check_trigger(30.0)
     assert err.value.field == "transaction_timeout_ms"
+
+
+def test_a_kafka_sink_can_write_kafka_connect_envelopes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXACTLYONCE_REDIS_URL", "redis://catalog.example:6379/0")
+    body = OTHER_SINKS["kafka"] + "  value: json-with-schema\n"
+    sink = load_config(write(tmp_path, _with_sink(body))).build_sink(check=False)
+    assert getattr(sink, "value", None) == "json-with-schema"
