@@ -78,13 +78,13 @@ def connect_schema(schema: StructType, name: str | None = None) -> dict[str, Any
     return document
 
 
-def envelope_prefix(schema: StructType, name: str | None) -> str:
+def envelope_prefix(schema: StructType, name: str | None = None) -> str:
     """The value's text before the payload; the value is this, the payload, then ``}``."""
     text = json.dumps(connect_schema(schema, name), separators=(",", ":"))
     return '{"schema":' + text + ',"payload":'
 
 
-def envelope(schema: StructType, name: str | None) -> Column:
+def envelope(schema: StructType, name: str | None = None) -> Column:
     """The message value of each row, as a Spark column (computed in the executors)."""
     from pyspark.sql import functions as F
 

@@ -884,17 +884,16 @@ class KafkaSink(ExactlyOnceSink):
         from pyspark.sql import functions as F
 
         self._check_schema(schema)
-        user = [F.col(c) for c in schema.names]
+        row_json = F.to_json(F.struct(*map(F.col, schema.names)), {"ignoreNullFields": "false"})
         error, payload = F.col(ERROR_COLUMN), F.col(PAYLOAD_COLUMN)
         if self.value == "json":
-            value = F.to_json(F.struct(*user), {"ignoreNullFields": "false"})
+            value = row_json
         elif self.value == JSON_WITH_SCHEMA:
-            value = envelope(schema, None)
+            value = envelope(schema)
             reason = not_a_number_reason(schema)
             if reason is not None:  # a dead letter, not a value Connect would misread
                 error = F.coalesce(error, reason)
-                whole = F.to_json(F.struct(*user), {"ignoreNullFields": "false"})
-                payload = F.coalesce(payload, F.when(reason.isNotNull(), whole))
+                payload = F.coalesce(payload, F.when(reason.isNotNull(), row_json))
         else:
             value = F.col(self.value)
         columns = [F.col(ID_COLUMN)]
