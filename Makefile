@@ -55,9 +55,11 @@ demo: services
 bench: services
 	$(BIN)/python -m bench postgres --rows 1000000
 
+# ruff (lint), mypy --strict on the package, and import-linter's layers contract (pyproject.toml).
 lint: install
-	$(BIN)/ruff check exactlyonce tests bench
+	$(BIN)/ruff check exactlyonce tests bench examples
 	$(BIN)/mypy exactlyonce
+	$(BIN)/lint-imports
 
 typecheck: lint
 

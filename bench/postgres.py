@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from exactlyonce.connectors.secrets import Secret
+    from exactlyonce.secrets import Secret
 
 NAME = "postgres"
 JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -247,7 +247,7 @@ class RawCopyWriter:
 
 
 def write_raw_copy(df: DataFrame, dsn: str, table: str) -> int:
-    from exactlyonce.connectors.secrets import Secret
+    from exactlyonce.secrets import Secret
 
     writer = RawCopyWriter(Secret(dsn), table, COLUMNS)
     return sum(int(r["n"]) for r in df.mapInArrow(writer, "n long").collect())
@@ -284,8 +284,8 @@ def new_sink(
 ) -> Any:
     """A fresh sink over a fresh table, under a query name never used before (so its head
     and its dedup catalog start empty). The sink creates the table, outside the timing."""
-    from exactlyonce.connectors.errors import ConfigError
     from exactlyonce.connectors.postgres import PostgresSink
+    from exactlyonce.errors import ConfigError
 
     drop_tables(dsn, table)
     query_name = f"{QUERY_PREFIX}{label}-{uuid.uuid4().hex[:8]}"
@@ -481,7 +481,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not Path(JDBC_JAR).is_file():
         raise BenchError(f"{JDBC_JAR} is missing: apt-get install -y libpostgresql-jdbc-java")
     dsn = resolve_dsn(args.dsn)
-    from exactlyonce.connectors.secrets import redact_dsn
+    from exactlyonce.secrets import redact_dsn
 
     load_start = common.load_average()
     pg_version = server_version(dsn)

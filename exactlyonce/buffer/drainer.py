@@ -57,12 +57,10 @@ from exactlyonce.buffer.kafka_buffer import KafkaBuffer, check_target
 from exactlyonce.buffer.postgres import (
     HEX_DIGITS,
     DrainRow,
-    OffsetsMovedError,
     PgDrainTarget,
     valid_record_id,
 )
 from exactlyonce.buffer.tuning import gc_paused, switch_interval
-from exactlyonce.connectors.errors import CheckpointResetError, ConfigError, SinkUnavailableError
 from exactlyonce.connectors.kafka_reader import (
     H_EPOCH,
     H_ERROR,
@@ -84,8 +82,14 @@ from exactlyonce.connectors.kafka_reader import (
     where_of,
 )
 from exactlyonce.connectors.postgres import PostgresSink
-from exactlyonce.connectors.secrets import dsn_password, scrub
-from exactlyonce.integration.crashpoints import crash_point
+from exactlyonce.errors import (
+    CheckpointResetError,
+    ConfigError,
+    OffsetsMovedError,
+    SinkUnavailableError,
+)
+from exactlyonce.faults import crash_point
+from exactlyonce.secrets import dsn_password, scrub
 
 log = logging.getLogger("exactlyonce.drainer")
 

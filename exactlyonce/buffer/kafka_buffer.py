@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka_reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.errors import ConfigError, SinkUnavailableError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

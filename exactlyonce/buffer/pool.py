@@ -27,7 +27,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
+from exactlyonce.errors import ConfigError, SinkUnavailableError
 
 Factory = Callable[[], tuple[Any, Any]]
 

@@ -48,12 +48,12 @@ import pyarrow.json as pajson
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.connectors.kafka_reader import RECORD_ID_BYTES
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres_schema import has_unique_index_on, regclass
 from exactlyonce.connectors.postgres_writer import to_csv
-from exactlyonce.connectors.secrets import dsn_password, scrub
+from exactlyonce.errors import ConfigError, OffsetsMovedError, SinkUnavailableError
+from exactlyonce.secrets import dsn_password, scrub
 
 log = logging.getLogger("exactlyonce.buffer")
 
@@ -102,10 +102,6 @@ def arrow_type(pg_type: str) -> pa.DataType | None:
             return pa.decimal128(int(precision), int(scale))
         return None
     return _ARROW_TYPES.get(_TYPE_MODIFIER.sub("", pg_type))  # varchar(40), timestamp(3) ...
-
-
-class OffsetsMovedError(Exception):
-    """The stored offsets are not what this drainer last read: re-read them and resume."""
 
 
 @dataclass(slots=True)

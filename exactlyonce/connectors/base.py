@@ -30,12 +30,12 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from exactlyonce.connectors.errors import CheckpointResetError, ConfigError
-from exactlyonce.dedup.catalog import CatalogLostError, DedupConfig
+from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
-from exactlyonce.integration.crashpoints import crash_point
+from exactlyonce.errors import CatalogLostError, CheckpointResetError, ConfigError
+from exactlyonce.faults import crash_point
 
 MemoT = TypeVar("MemoT")
 

@@ -43,7 +43,7 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
-from exactlyonce.connectors.errors import ConfigError
+from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

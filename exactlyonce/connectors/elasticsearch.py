@@ -56,12 +56,12 @@ from elasticsearch import (
 from elasticsearch import ConnectionError as EsConnectionError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, ShardWriter, TaskWriter
-from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
-from exactlyonce.connectors.secrets import Secret, dsn_password, redact_dsn, scrub
 from exactlyonce.connectors.task import DeadLetter, ShardTask
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.shard import DedupPlan
-from exactlyonce.integration.crashpoints import crash_point
+from exactlyonce.errors import ConfigError, SinkUnavailableError
+from exactlyonce.faults import crash_point
+from exactlyonce.secrets import Secret, dsn_password, redact_dsn, scrub
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -80,11 +80,6 @@ from exactlyonce.connectors.connect_json import (
     envelope,
     not_a_number_reason,
 )
-from exactlyonce.connectors.errors import (
-    AmbiguousCommitError,
-    ConfigError,
-    SinkUnavailableError,
-)
 from exactlyonce.connectors.kafka_reader import (
     DEFAULT_CONTROL_TOPIC,
     H_ATTEMPT,
@@ -115,12 +110,17 @@ from exactlyonce.connectors.kafka_reader import (
     shared_config,
     sync_key,
 )
-from exactlyonce.connectors.secrets import Secret, scrub
 from exactlyonce.connectors.task import DeadLetter, ShardTask
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
-from exactlyonce.integration.crashpoints import crash_point
+from exactlyonce.errors import (
+    AmbiguousCommitError,
+    ConfigError,
+    SinkUnavailableError,
+)
+from exactlyonce.faults import crash_point
+from exactlyonce.secrets import Secret, scrub
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

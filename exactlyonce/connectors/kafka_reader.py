@@ -77,7 +77,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from exactlyonce.connectors.errors import SinkUnavailableError
+from exactlyonce.errors import SinkUnavailableError
 
 DEFAULT_CONTROL_TOPIC = "exactlyonce-control"
 

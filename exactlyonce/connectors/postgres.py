@@ -38,7 +38,6 @@ from exactlyonce.connectors.base import (
     require_one_of,
     require_text,
 )
-from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.connectors.postgres_schema import (
     HEADS,
     SHARD_COMMITS,
@@ -51,9 +50,10 @@ from exactlyonce.connectors.postgres_schema import (
     table_columns,
 )
 from exactlyonce.connectors.postgres_writer import PgTarget, PostgresShardWriter
-from exactlyonce.connectors.secrets import Secret, dsn_password, redact_dsn, scrub
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
+from exactlyonce.errors import ConfigError, SinkUnavailableError
+from exactlyonce.secrets import Secret, dsn_password, redact_dsn, scrub
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

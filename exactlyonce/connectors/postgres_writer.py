@@ -32,10 +32,10 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from exactlyonce.connectors.postgres_schema import DEAD_LETTERS, SHARD_COMMITS, TableName
-from exactlyonce.connectors.secrets import Secret
 from exactlyonce.connectors.task import DeadLetter, ShardTask
 from exactlyonce.dedup.shard import DedupPlan
-from exactlyonce.integration.crashpoints import crash_point
+from exactlyonce.faults import crash_point
+from exactlyonce.secrets import Secret
 
 COPY_CHUNK_BYTES = 1 << 20
 _STAGING = sql.Identifier("_eo_staging")

@@ -85,13 +85,13 @@ from exactlyonce.connectors.base import (
     require_distinct,
     require_one_of,
 )
-from exactlyonce.connectors.errors import ConfigError, ExactlyOnceError, SinkUnavailableError
-from exactlyonce.connectors.secrets import Secret, dsn_password, redact_dsn, scrub
 from exactlyonce.connectors.task import DeadLetter, ShardTask
 from exactlyonce.dedup.catalog import DedupConfig, namespace
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
-from exactlyonce.integration.crashpoints import crash_point
+from exactlyonce.errors import ConfigError, ExactlyOnceError, SinkUnavailableError
+from exactlyonce.faults import crash_point
+from exactlyonce.secrets import Secret, dsn_password, redact_dsn, scrub
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

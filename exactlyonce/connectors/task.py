@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN, TaskResult
 from exactlyonce.dedup.bloom import ids_from_hex
 from exactlyonce.dedup.shard import DedupPlan, TaskDedup
-from exactlyonce.integration.crashpoints import crash_point
+from exactlyonce.faults import crash_point
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ without a lost update. Filters only ever answer "maybe" (a hint to confirm in th
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -21,10 +22,13 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from exactlyonce.connectors.errors import ConfigError
+from exactlyonce.errors import ConfigError
 
 Backend = Literal["numpy", "rbloom", "pybloom-live"]
 BACKENDS: tuple[Backend, ...] = ("numpy", "rbloom", "pybloom-live")
+# Optional backends come with the ``bloom`` extra; the default numpy filter needs nothing more.
+_BACKEND_MODULES = {"rbloom": "rbloom", "pybloom-live": "pybloom_live"}
+
 Ids = npt.NDArray[np.uint8]  # shape (n, 16)
 
 
@@ -43,6 +47,13 @@ class BloomSpec:
             raise ConfigError("fp_rate", f"must be between 0 and 0.5, got {self.fp_rate}")
         if self.backend not in BACKENDS:
             raise ConfigError("bloom_backend", f"must be one of {list(BACKENDS)}")
+        module = _BACKEND_MODULES.get(self.backend)
+        if module is not None and importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                "bloom_backend",
+                f"{self.backend!r} is not installed: pip install 'exactlyonce[bloom]' "
+                "(or use the default 'numpy' filter)",
+            )
 
     @property
     def bits(self) -> int:

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from exactlyonce.connectors.errors import ConfigError, ExactlyOnceError
 from exactlyonce.dedup.bloom import Backend, BloomFilter, BloomSpec, Ids
+from exactlyonce.errors import CatalogLostError, ConfigError
 
 # ARGV[4] packs the groups, three little-endian uint32 each: bucket, first and end index (into
 # the blob of IDs sorted by bucket). One packed argument instead of three per bucket: redis-py
@@ -107,10 +107,6 @@ return removed
 
 
 MAX_PER_CALL = 2000  # IDs of one bucket per script step
-
-
-class CatalogLostError(ExactlyOnceError):
-    """The catalog's Redis lost its data (restart without persistence, flush, failover)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from exactlyonce.connectors.errors import ConfigError
+from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -20,9 +20,10 @@ import numpy as np
 import numpy.typing as npt
 
 from exactlyonce.dedup.bloom import ids_from_hex
-from exactlyonce.dedup.catalog import CatalogLostError, DedupConfig, Layout, RedisCatalog
+from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
 from exactlyonce.dedup.murmur3 import spark_shard
 from exactlyonce.dedup.shard import DedupPlan
+from exactlyonce.errors import CatalogLostError
 
 log = logging.getLogger("exactlyonce.dedup")
 

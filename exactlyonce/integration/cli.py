@@ -27,9 +27,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
-from exactlyonce.connectors.secrets import scrub
+from exactlyonce.errors import ConfigError, SinkUnavailableError
 from exactlyonce.integration.config import load_config, sink_field_errors
+from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -319,7 +319,7 @@ def drop_catalog(sink: ExactlyOnceSink) -> int:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    from exactlyonce.buffer.command import drain_command
+    from exactlyonce.integration.drain_command import drain_command
 
     cfg = load_config(args.config)
     if args.reset_offsets and not args.yes:

@@ -20,7 +20,7 @@ A pipeline file (YAML) names a streaming query, its checkpoint, trigger, source 
 ``${VAR}`` and ``${VAR:-default}`` in any string value are replaced from the environment, so
 credentials never live in the file; ``$${`` stands for a literal ``${``. Relative paths are
 relative to the working directory. Every error, whatever its cause (missing file, YAML syntax,
-a missing variable, a bad field), is a :class:`~exactlyonce.connectors.errors.ConfigError`
+a missing variable, a bad field), is a :class:`~exactlyonce.errors.ConfigError`
 naming the field by its dotted path (``sink.id_columns``). No message and no ``repr`` ever
 shows a DSN: DSNs are :class:`pydantic.SecretStr`, and messages never echo input values.
 """
@@ -46,7 +46,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from exactlyonce.connectors.errors import ConfigError
+from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -312,7 +312,7 @@ class _SinkSettings(_Model):
 
     def secrets(self) -> list[str]:
         """Values that must never be printed (for scrubbing foreign error messages)."""
-        from exactlyonce.connectors.secrets import dsn_password
+        from exactlyonce.secrets import dsn_password
 
         urls = self._secret_urls()
         if self.redis_url is not None:

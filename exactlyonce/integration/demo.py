@@ -43,7 +43,6 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from exactlyonce.connectors.errors import ConfigError
 from exactlyonce.connectors.postgres_schema import (
     DEAD_LETTERS,
     HEADS,
@@ -52,6 +51,7 @@ from exactlyonce.connectors.postgres_schema import (
     regclass,
 )
 from exactlyonce.dedup.ids import record_id
+from exactlyonce.errors import ConfigError
 from exactlyonce.integration.cli import drop_catalog
 from exactlyonce.integration.config import (
     FilesSourceConfig,

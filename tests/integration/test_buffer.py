@@ -30,7 +30,6 @@ from pyspark.sql import SparkSession
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
 from exactlyonce.buffer.drainer import H_FRAME_INDEX
 from exactlyonce.buffer.postgres import OFFSETS, PgDrainTarget
-from exactlyonce.connectors.errors import ConfigError
 from exactlyonce.connectors.kafka_reader import (
     H_ATTEMPT,
     H_EPOCH,
@@ -42,6 +41,7 @@ from exactlyonce.connectors.kafka_reader import (
 )
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.dedup.ids import record_id
+from exactlyonce.errors import ConfigError
 from tests.audit import assert_exactly_once, install_audit
 from tests.events import events, ids
 from tests.kafka_audit import read_topic
@@ -675,7 +675,7 @@ def test_unreachable_sink_is_retried_and_never_shows_the_password(
 ) -> None:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from exactlyonce.connectors.errors import SinkUnavailableError
+    from exactlyonce.errors import SinkUnavailableError
 
     parts = conninfo_to_dict(pg_dsn)
     secret = "Wr0ng-s3cret-" + uuid.uuid4().hex[:6]

@@ -9,12 +9,12 @@ import pytest
 
 from exactlyonce.dedup.catalog import (
     MAX_PER_CALL,
-    CatalogLostError,
     DedupConfig,
     Layout,
     RedisCatalog,
 )
 from exactlyonce.dedup.murmur3 import spark_hash, spark_shard
+from exactlyonce.errors import CatalogLostError
 
 pytestmark = pytest.mark.integration
 

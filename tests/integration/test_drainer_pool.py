@@ -19,9 +19,9 @@ from pyspark.sql import SparkSession
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
 from exactlyonce.buffer.pool import DrainerPool
-from exactlyonce.connectors.errors import ConfigError
 from exactlyonce.connectors.kafka_reader import load_commits
 from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.errors import ConfigError
 from exactlyonce.integration.cli import parse_member
 from tests.audit import assert_exactly_once
 from tests.integration.test_buffer import attempts, events, ids, prepared, stored_offsets

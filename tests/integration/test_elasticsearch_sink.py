@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
-from exactlyonce.connectors.errors import ConfigError, SinkUnavailableError
 from exactlyonce.dedup.ids import record_id
+from exactlyonce.errors import ConfigError, SinkUnavailableError
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.es_server import EsTestServer
 from tests.events import events, ids

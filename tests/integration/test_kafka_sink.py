@@ -31,7 +31,6 @@ from exactlyonce.connectors.base import (
     SHARD_COLUMN,
     TaskResult,
 )
-from exactlyonce.connectors.errors import AmbiguousCommitError
 from exactlyonce.connectors.kafka import (
     ID_COLUMN,
     VALUE_COLUMN,
@@ -41,9 +40,10 @@ from exactlyonce.connectors.kafka import (
     transactional_id,
 )
 from exactlyonce.connectors.kafka_reader import headers_of, read_exactly_once
-from exactlyonce.connectors.secrets import Secret
 from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.ids import record_id
+from exactlyonce.errors import AmbiguousCommitError
+from exactlyonce.secrets import Secret
 from tests.events import events, ids
 from tests.kafka_audit import KafkaAudit, audit
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exactlyonce.connectors.errors import ConfigError
 from exactlyonce.dedup.bloom import BACKENDS, BloomSpec, ids_from_hex
 from exactlyonce.dedup.catalog import DedupConfig, Layout
+from exactlyonce.errors import ConfigError
 
 
 def ids(start: int, end: int) -> np.ndarray:

@@ -77,12 +77,12 @@ def test_failure_summary_keeps_the_python_error() -> None:
         "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function.\n"
         "org.apache.spark.SparkException: boom\n"
         '  File "x.py", line 1, in f\n'
-        "exactlyonce.connectors.errors.CheckpointResetError: postgres:public.t: use a new "
+        "exactlyonce.errors.CheckpointResetError: postgres:public.t: use a new "
         "query_name\n"
         "\tat org.apache.spark.Foo(Foo.scala:1)\n"
     )
     summary = cli._summarize(text)
     assert summary == (
-        "exactlyonce.connectors.errors.CheckpointResetError: postgres:public.t: use a new "
+        "exactlyonce.errors.CheckpointResetError: postgres:public.t: use a new "
         "query_name"
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from exactlyonce.connectors.errors import ConfigError
+from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import (
     FilesSourceConfig,
     PipelineConfig,

@@ -35,7 +35,7 @@ from exactlyonce.connectors.connect_json import (
     envelope_prefix,
     float_columns,
 )
-from exactlyonce.connectors.errors import ConfigError
+from exactlyonce.errors import ConfigError
 
 
 def field(name: str, kind: object, nullable: bool = True) -> StructField:

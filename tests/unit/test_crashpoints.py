@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exactlyonce.integration.crashpoints import crash_point
+from exactlyonce.faults import crash_point
 
 
 @pytest.fixture

@@ -4,6 +4,9 @@ Every error the library raises derives from :class:`ExactlyOnceError`. The subcl
 the caller should do: fix the configuration, retry later, or look in the dead-letter
 destination. All of them pickle cleanly, because Spark moves exceptions between processes.
 No message ever contains a credential: build messages from redacted values only.
+
+This module is the bottom of the package's layers: it imports nothing of ours, so every
+layer (``dedup``, ``connectors``, ``buffer``, ``integration``) can raise these.
 """
 
 from __future__ import annotations
@@ -43,3 +46,11 @@ class BadRecordError(ExactlyOnceError):
 
 class AmbiguousCommitError(ExactlyOnceError):
     """A commit whose outcome is unknown (the reply was lost). Verify against the head."""
+
+
+class CatalogLostError(ExactlyOnceError):
+    """The catalog's Redis lost its data (restart without persistence, flush, failover)."""
+
+
+class OffsetsMovedError(ExactlyOnceError):
+    """The stored drain offsets are not what this drainer last read: re-read them, resume."""

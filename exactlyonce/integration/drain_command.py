@@ -13,8 +13,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from exactlyonce.connectors.errors import ConfigError
-from exactlyonce.connectors.secrets import scrub
+from exactlyonce.errors import ConfigError
+from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
     from exactlyonce.buffer.drainer import DrainReport
