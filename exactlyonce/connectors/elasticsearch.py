@@ -55,8 +55,14 @@ from elasticsearch import (
 )
 from elasticsearch import ConnectionError as EsConnectionError
 
-from exactlyonce.connectors.base import ExactlyOnceSink, Head, ShardWriter, TaskWriter
-from exactlyonce.connectors.task import DeadLetter, ShardTask
+from exactlyonce.connectors.base import (
+    DeadLetter,
+    ExactlyOnceSink,
+    Head,
+    ShardTask,
+    ShardWriter,
+    TaskWriter,
+)
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import ConfigError, SinkUnavailableError

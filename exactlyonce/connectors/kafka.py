@@ -68,8 +68,10 @@ from exactlyonce.connectors.base import (
     ERROR_COLUMN,
     PAYLOAD_COLUMN,
     SHARD_COLUMN,
+    DeadLetter,
     ExactlyOnceSink,
     Head,
+    ShardTask,
     ShardWriter,
     TaskWriter,
     require_text,
@@ -110,7 +112,6 @@ from exactlyonce.connectors.kafka_reader import (
     shared_config,
     sync_key,
 )
-from exactlyonce.connectors.task import DeadLetter, ShardTask
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.dedup.shard import DedupPlan

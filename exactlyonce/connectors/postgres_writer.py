@@ -31,8 +31,8 @@ import pyarrow.csv as pacsv
 from psycopg import errors as pgerrors
 from psycopg import sql
 
+from exactlyonce.connectors.base import DeadLetter, ShardTask
 from exactlyonce.connectors.postgres_schema import DEAD_LETTERS, SHARD_COMMITS, TableName
-from exactlyonce.connectors.task import DeadLetter, ShardTask
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.faults import crash_point
 from exactlyonce.secrets import Secret

@@ -78,14 +78,15 @@ from redis.connection import parse_url
 from exactlyonce.connectors.base import (
     ERROR_COLUMN,
     PAYLOAD_COLUMN,
+    DeadLetter,
     ExactlyOnceSink,
     Head,
+    ShardTask,
     ShardWriter,
     TaskWriter,
     require_distinct,
     require_one_of,
 )
-from exactlyonce.connectors.task import DeadLetter, ShardTask
 from exactlyonce.dedup.catalog import DedupConfig, namespace
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.dedup.shard import DedupPlan

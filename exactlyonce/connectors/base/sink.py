@@ -23,13 +23,20 @@ shards, and anything written to the destination by other writers.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from exactlyonce.connectors.base.checks import check_shards, require_text, resolve_dedup
+from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.head import NO_EPOCH, Head
+from exactlyonce.connectors.base.report import (
+    TASK_RESULT_SCHEMA,
+    BatchReport,
+    TaskResult,
+    bloom_over_capacity,
+)
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
@@ -44,184 +51,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-    from exactlyonce.connectors.task import ShardTask
 
 log = logging.getLogger("exactlyonce")
 
-SHARD_COLUMN = "_eo_shard"
-ERROR_COLUMN = "_eo_error"
-PAYLOAD_COLUMN = "_eo_payload"
-NO_EPOCH = -1
-
-DEDUP_COUNTERS = (
-    "ids_checked",
-    "task_repeats",
-    "bloom_negatives",
-    "catalog_lookups",
-    "catalog_duplicates",
-    "bloom_false_positives",
-)
-# What each task counts and the driver sums over the tasks of an epoch, besides dedup's.
-TASK_COUNTERS = ("rows", "written", "duplicates", "dead_letters", "slow_batches")
-TASK_RESULT_SCHEMA = (
-    "shards array<int>, skipped_shards array<int>, "
-    + "".join(f"{name} long, " for name in TASK_COUNTERS)
-    + "writer string, "
-    + ", ".join(f"{name} long" for name in DEDUP_COUNTERS)
-)
-
 TaskWriter = Callable[["Iterator[pa.RecordBatch]"], "Iterator[pa.RecordBatch]"]
-
-
-@dataclass(frozen=True)
-class Head:
-    """What the destination durably says was committed for one (query, sink)."""
-
-    epoch: int
-    spark_query_id: str | None
-    num_shards: int
-
-
-@dataclass
-class TaskResult:
-    """What one executor task reports back; rows of data never travel to the driver."""
-
-    shards: list[int] = field(default_factory=list)
-    skipped_shards: list[int] = field(default_factory=list)
-    rows: int = 0
-    written: int = 0
-    duplicates: int = 0
-    dead_letters: int = 0
-    slow_batches: int = 0
-    writer: str = ""
-    ids_checked: int = 0
-    task_repeats: int = 0
-    bloom_negatives: int = 0
-    catalog_lookups: int = 0
-    catalog_duplicates: int = 0
-    bloom_false_positives: int = 0
-
-    def add_dedup_stats(self, stats: object) -> None:
-        for name in DEDUP_COUNTERS:
-            setattr(self, name, getattr(self, name) + int(getattr(stats, name)))
-
-    def to_arrow(self) -> pa.RecordBatch:
-        import pyarrow as pa
-
-        fields = [
-            ("shards", pa.list_(pa.int32())),
-            ("skipped_shards", pa.list_(pa.int32())),
-            *((name, pa.int64()) for name in TASK_COUNTERS),
-            ("writer", pa.string()),
-            *((name, pa.int64()) for name in DEDUP_COUNTERS),
-        ]
-        return pa.RecordBatch.from_pylist([self.__dict__], schema=pa.schema(fields))
-
-
-@dataclass
-class BatchReport:
-    """What one call of the sink did. ``skipped`` means the epoch was at or below the head."""
-
-    query_name: str
-    sink: str
-    epoch: int
-    skipped: bool
-    rows: int = 0
-    written: int = 0
-    duplicates: int = 0
-    dead_letters: int = 0
-    shards_committed: int = 0
-    shards_skipped: int = 0
-    slow_batches: int = 0
-    writers: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    ids_checked: int = 0
-    task_repeats: int = 0
-    bloom_negatives: int = 0
-    catalog_lookups: int = 0
-    catalog_duplicates: int = 0
-    bloom_false_positives: int = 0
-    catalog_rebuilds: int = 0
-
-    @property
-    def observed_fp_rate(self) -> float:
-        """Bloom 'maybe's the catalog denied, over the IDs that were new to the catalog."""
-        new = self.bloom_negatives + self.bloom_false_positives
-        return self.bloom_false_positives / new if new else 0.0
-
-    @classmethod
-    def from_tasks(
-        cls, query_name: str, sink: str, epoch: int, tasks: Sequence[TaskResult]
-    ) -> BatchReport:
-        report = cls(query_name, sink, epoch, skipped=False)
-        for t in tasks:
-            for name in (*TASK_COUNTERS, *DEDUP_COUNTERS):
-                setattr(report, name, getattr(report, name) + getattr(t, name))
-            report.shards_committed += len(t.shards) - len(t.skipped_shards)
-            report.shards_skipped += len(t.skipped_shards)
-            if t.writer:
-                report.writers.append(t.writer)
-        return report
-
-
-def bloom_over_capacity(report: BatchReport, config: DedupConfig | None) -> str | None:
-    """A warning when an epoch's Bloom filters answered "maybe" far more often than
-    ``fp_rate`` allows: they hold more IDs than ``expected_ids`` sized them for, and every
-    false "maybe" costs a catalog lookup (a 1M-row epoch with the defaults: 53% of the new IDs
-    looked up, about 1.4 s of Redis per shard). None when the rate is as configured."""
-    if config is None or report.catalog_lookups < 1000:
-        return None
-    rate = report.observed_fp_rate
-    if rate <= max(0.01, 10 * config.fp_rate):
-        return None
-    return (
-        f"epoch {report.epoch}: {rate:.1%} of the new IDs were Bloom false positives (fp_rate "
-        f"{config.fp_rate:g}), so they were looked up in the catalog: the filters are over "
-        f"capacity. Raise expected_ids (now {config.expected_ids:,}) to the distinct IDs the "
-        f"query writes in retention_epochs={config.retention_epochs} epochs; it takes effect "
-        "for a new catalog (a new query_name, or after a head reset)"
-    )
-
-
-def resolve_dedup(dedup: bool | DedupConfig, redis_url: str | None) -> DedupConfig | None:
-    """Dedup is on by default; it needs the catalog's Redis (argument or environment)."""
-    if isinstance(dedup, DedupConfig):
-        return dedup
-    if dedup is False:
-        return None
-    if dedup is not True:
-        raise ConfigError("dedup", f"must be True, False or a DedupConfig, got {dedup!r}")
-    url = redis_url or os.environ.get("EXACTLYONCE_REDIS_URL")
-    if not url:
-        raise ConfigError(
-            "redis_url",
-            "dedup is on by default and needs the catalog's Redis: pass redis_url=... or set "
-            "EXACTLYONCE_REDIS_URL, or turn dedup off with dedup=False",
-        )
-    return DedupConfig(redis_url=url)
-
-
-def require_text(field: str, value: object, message: str) -> None:
-    """Refuse anything but a string holding more than white space."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(field, message)
-
-
-def require_one_of(field: str, value: object, choices: Sequence[str]) -> None:
-    """Refuse a value that is not one of ``choices``."""
-    if value not in choices:
-        raise ConfigError(field, f"must be one of {list(choices)}, got {value!r}")
-
-
-def require_distinct(field: str, value: str, other_field: str, other: str) -> None:
-    """Refuse a column name equal to another one the sink writes."""
-    if value == other:
-        raise ConfigError(field, f"must differ from {other_field}")
-
-
-def _check_shards(shards: int | None) -> None:
-    if shards is not None and (not isinstance(shards, int) or not 1 <= shards <= 4096):
-        raise ConfigError("shards", f"must be an integer from 1 to 4096, got {shards!r}")
 
 
 def _catalog_unreachable(keeper: CatalogKeeper) -> bool:
@@ -264,7 +97,7 @@ class ExactlyOnceSink(ABC):
         write_retries: int = 3,
     ) -> None:
         require_text("query_name", query_name, "a stable, non-empty name for the streaming query")
-        _check_shards(shards)
+        check_shards(shards)
         self.query_name = query_name
         self.ids = RecordIdSpec.from_columns(id_columns)
         self.shards = shards
@@ -562,21 +395,3 @@ class ExactlyOnceSink(ABC):
             f"{type(self).__name__} runs in the driver as a foreachBatch callable and is not "
             "shipped to executors; its task writers are"
         )
-
-
-TargetT = TypeVar("TargetT")
-
-
-class ShardWriter(ABC, Generic[TargetT]):
-    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
-
-    def __init__(self, target: TargetT, epoch: int) -> None:
-        self.target = target
-        self.epoch = epoch
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield self._task().run(batches).to_arrow()
-
-    @abstractmethod
-    def _task(self) -> ShardTask:
-        """The task that writes this epoch's shard in this executor."""

@@ -25,12 +25,13 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN, TaskResult
+from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.report import TaskResult
 from exactlyonce.dedup.bloom import ids_from_hex
 from exactlyonce.dedup.shard import DedupPlan, TaskDedup
 from exactlyonce.faults import crash_point
@@ -172,3 +173,21 @@ class ShardTask(ABC):
 
 def shards_of(batch: pa.RecordBatch) -> Any:
     return batch.column(SHARD_COLUMN).to_numpy(zero_copy_only=False).astype("int64")
+
+
+TargetT = TypeVar("TargetT")
+
+
+class ShardWriter(ABC, Generic[TargetT]):
+    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
+
+    def __init__(self, target: TargetT, epoch: int) -> None:
+        self.target = target
+        self.epoch = epoch
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield self._task().run(batches).to_arrow()
+
+    @abstractmethod
+    def _task(self) -> ShardTask:
+        """The task that writes this epoch's shard in this executor."""

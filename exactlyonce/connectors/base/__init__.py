@@ -1,0 +1,60 @@
+"""The sink contract every connector implements.
+
+- :mod:`.sink`: :class:`ExactlyOnceSink`, the ``foreachBatch`` callable and its epoch runner
+  (``run_epoch``), in the driver;
+- :mod:`.head`: :class:`Head` and the :class:`HeadStore` protocol each sink implements, with
+  each method's obligations;
+- :mod:`.task`: :class:`ShardTask`, the executor task's atomic write of its shard, a small
+  state machine, and :class:`ShardWriter`, the function Spark pickles to the tasks;
+- :mod:`.report`: what tasks report and what a batch did;
+- :mod:`.checks`, :mod:`.columns`: shared setting checks and the protocol's column names.
+"""
+
+from __future__ import annotations
+
+from exactlyonce.connectors.base.checks import (
+    check_shards,
+    require_distinct,
+    require_one_of,
+    require_text,
+    resolve_dedup,
+)
+from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.head import NO_EPOCH, Head, HeadStore
+from exactlyonce.connectors.base.report import (
+    DEDUP_COUNTERS,
+    TASK_COUNTERS,
+    TASK_RESULT_SCHEMA,
+    BatchReport,
+    TaskResult,
+    bloom_over_capacity,
+)
+from exactlyonce.connectors.base.sink import ExactlyOnceSink, TaskWriter, spark_query_id
+from exactlyonce.connectors.base.task import DeadLetter, ShardTask, ShardWriter, writer_name
+
+__all__ = [
+    "DEDUP_COUNTERS",
+    "ERROR_COLUMN",
+    "NO_EPOCH",
+    "PAYLOAD_COLUMN",
+    "SHARD_COLUMN",
+    "TASK_COUNTERS",
+    "TASK_RESULT_SCHEMA",
+    "BatchReport",
+    "DeadLetter",
+    "ExactlyOnceSink",
+    "Head",
+    "HeadStore",
+    "ShardTask",
+    "ShardWriter",
+    "TaskResult",
+    "TaskWriter",
+    "bloom_over_capacity",
+    "check_shards",
+    "require_distinct",
+    "require_one_of",
+    "require_text",
+    "resolve_dedup",
+    "spark_query_id",
+    "writer_name",
+]
