@@ -308,7 +308,7 @@ def forget_sink(dsn: str, sink: Any) -> None:
 def forget_queries(dsn: str, query_name: str, like: bool = False) -> None:
     from psycopg import sql
 
-    from exactlyonce.connectors.postgres_schema import DEAD_LETTERS, HEADS, SHARD_COMMITS
+    from exactlyonce.connectors.postgres.schema import DEAD_LETTERS, HEADS, SHARD_COMMITS
 
     op = sql.SQL("LIKE" if like else "=")
     with _connect(dsn) as conn:

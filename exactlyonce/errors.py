@@ -54,3 +54,8 @@ class CatalogLostError(ExactlyOnceError):
 
 class OffsetsMovedError(ExactlyOnceError):
     """The stored drain offsets are not what this drainer last read: re-read them, resume."""
+
+
+class TaskStateError(ExactlyOnceError):
+    """A shard task's method was called in a status that does not allow it (a bug, never
+    a data problem): writing after a failure, or committing twice."""

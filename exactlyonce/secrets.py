@@ -66,3 +66,47 @@ def scrub(text: str, *secrets: str | None) -> str:
         if secret:
             text = text.replace(secret, MASK)
     return text
+
+
+# Settings keys whose values are credentials (librdkafka's sasl.password, ssl.key.password,
+# sasl.jaas.config, ssl.key.pem; anything named like a secret or token).
+_SECRET_KEY_WORDS = ("password", "secret", "sasl.jaas", "key.pem", "token", "api_key")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a setting's name says its value is a credential: THE rule, used everywhere."""
+    lowered = key.lower()
+    return any(word in lowered for word in _SECRET_KEY_WORDS)
+
+
+def secret_values(settings: object) -> list[str]:
+    """Every value in ``settings`` that must never be printed: the one function that decides.
+
+    ``settings`` is a config object (a pydantic model), a mapping, a list or a value. Secret
+    values are: pydantic ``SecretStr`` fields and :class:`Secret` values, with the password
+    inside a URL or key=value DSN as well; and anything under a key :func:`is_secret_key`
+    names. The result is what :func:`scrub` takes.
+    """
+    found: list[str] = []
+    _collect(settings, found, secret=False)
+    return [s for s in dict.fromkeys(found) if s]
+
+
+def _collect(value: object, found: list[str], secret: bool) -> None:
+    reveal = getattr(value, "get_secret_value", None) or getattr(value, "reveal", None)
+    if callable(reveal):
+        text = str(reveal())
+        found.extend([text, dsn_password(text) or ""])
+        return
+    fields = getattr(type(value), "model_fields", None)
+    if isinstance(fields, dict):
+        for name in fields:
+            _collect(getattr(value, name), found, secret or is_secret_key(name))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _collect(item, found, secret or is_secret_key(str(key)))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect(item, found, secret)
+    elif secret and value not in (None, "", False):
+        found.append(str(value))

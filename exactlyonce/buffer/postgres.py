@@ -50,8 +50,8 @@ from psycopg import sql
 
 from exactlyonce.connectors.kafka_reader import RECORD_ID_BYTES
 from exactlyonce.connectors.postgres import PostgresSink
-from exactlyonce.connectors.postgres_schema import has_unique_index_on, regclass
-from exactlyonce.connectors.postgres_writer import to_csv
+from exactlyonce.connectors.postgres.schema import has_unique_index_on, regclass
+from exactlyonce.connectors.postgres.writer import to_csv
 from exactlyonce.errors import ConfigError, OffsetsMovedError, SinkUnavailableError
 from exactlyonce.secrets import dsn_password, scrub
 

@@ -46,6 +46,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from exactlyonce.connectors.base.config import SinkConfig
+from exactlyonce.connectors.postgres.config import PostgresSinkConfig as PostgresSettings
 from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -240,15 +242,6 @@ SourceConfig = Annotated[FilesSourceConfig | RateSourceConfig, Field(discriminat
 # ---------------------------------------------------------------------- sinks
 
 
-class DedupSettings(_Model):
-    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`)."""
-
-    expected_ids: int | None = Field(default=None, ge=1)
-    fp_rate: float | None = Field(default=None, gt=0, lt=1)
-    retention_epochs: int | None = Field(default=None, ge=1)
-    on_catalog_loss: Literal["rebuild", "fail"] | None = None
-
-
 class KafkaBufferSettings(_Model):
     """A PostgreSQL sink's Kafka buffer (:class:`exactlyonce.buffer.KafkaBuffer`): ``run``
     writes the stream to this topic, ``exactlyonce drain`` moves it into the sink."""
@@ -285,114 +278,39 @@ class KafkaBufferSettings(_Model):
         )
 
 
-class _SinkSettings(_Model):
-    """What every sink takes: record identity, shards, and the dedup catalog."""
+class PostgresSinkConfig(PostgresSettings):
+    """A pipeline file's postgres ``sink:``: the sink's own config
+    (:class:`exactlyonce.connectors.postgres.PostgresSinkConfig`), plus its buffer."""
 
-    id_columns: tuple[str, ...] = Field(min_length=1)
-    shards: int | None = Field(default=None, ge=1, le=4096)
-    dedup: bool | DedupSettings = True
-    redis_url: SecretStr | None = None  # default: $EXACTLYONCE_REDIS_URL
-
-    @field_validator("id_columns", mode="before")
-    @classmethod
-    def _one_column(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    @field_validator("id_columns")
-    @classmethod
-    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if any(not c for c in value):
-            raise ValueError("column names must be non-empty")
-        if len(set(value)) != len(value):
-            raise ValueError(f"duplicate column in {list(value)}")
-        return value
-
-    def _secret_urls(self) -> list[str]:
-        return []
-
-    def secrets(self) -> list[str]:
-        """Values that must never be printed (for scrubbing foreign error messages)."""
-        from exactlyonce.secrets import dsn_password
-
-        urls = self._secret_urls()
-        if self.redis_url is not None:
-            urls.append(self.redis_url.get_secret_value())
-        return [s for url in urls for s in (url, dsn_password(url)) if s]
-
-    def _dedup_argument(self) -> Any:
-        """``dedup`` for the sink: a bool, or a DedupConfig built from the settings."""
-        if isinstance(self.dedup, bool):
-            return self.dedup
-        from exactlyonce.dedup.catalog import DedupConfig
-
-        url = self.redis_url.get_secret_value() if self.redis_url else None
-        url = url or os.environ.get("EXACTLYONCE_REDIS_URL")
-        if not url:
-            raise ConfigError("sink.redis_url", "dedup needs the catalog's Redis: set redis_url")
-        return DedupConfig(redis_url=url, **self.dedup.model_dump(exclude_none=True))
-
-    def _common(self, query_name: str, check: bool) -> dict[str, Any]:
-        return {
-            "id_columns": list(self.id_columns),
-            "query_name": query_name,
-            "shards": self.shards,
-            "check": check,
-            "dedup": self._dedup_argument(),
-            "redis_url": self.redis_url.get_secret_value() if self.redis_url else None,
-        }
-
-    def build(self, query_name: str, *, check: bool = True) -> ExactlyOnceSink:
-        """The sink; ``check`` preflights the destination now."""
-        raise NotImplementedError
-
-
-class PostgresSinkConfig(_SinkSettings):
-    """:class:`~exactlyonce.connectors.postgres.PostgresSink`'s arguments."""
-
-    type: Literal["postgres"]
-    dsn: SecretStr
-    table: str = Field(min_length=1)
-    mode: Literal["insert", "append"] = "insert"
-    create_table: bool = True
-    id_column: str = Field(default="record_id", min_length=1)
-    epoch_column: str = Field(default="epoch", min_length=1)
-    connect_timeout: int = Field(default=10, ge=1)
     buffer: KafkaBufferSettings | None = None  # a Kafka buffer ahead of the table
 
-    @field_validator("dsn")
-    @classmethod
-    def _dsn(cls, value: SecretStr) -> SecretStr:
-        if not value.get_secret_value().strip():
-            raise ValueError("a PostgreSQL connection string is required")
-        return value
+    def sink_config(self) -> PostgresSettings:
+        """The sink's config alone (what ``PostgresSink(...)`` builds from the same values)."""
+        fields = {name: getattr(self, name) for name in PostgresSettings.model_fields}
+        return PostgresSettings.model_validate(fields)
 
-    @model_validator(mode="after")
-    def _append_needs_dedup(self) -> PostgresSinkConfig:
-        if self.mode == "append" and self.dedup is False:
-            raise PydanticCustomError(
-                "append_needs_dedup",
-                "mode 'append' has no unique index: exactly-once needs the catalog (dedup)",
-                {"field": "sink.dedup"},
-            )
-        return self
-
-    def _secret_urls(self) -> list[str]:
-        return [self.dsn.get_secret_value()]
-
-    def build(self, query_name: str, *, check: bool = True) -> PostgresSink:
+    def build(self, *, check: bool = True) -> PostgresSink:
         from exactlyonce.connectors.postgres import PostgresSink
 
         with sink_field_errors():
-            return PostgresSink(
-                dsn=self.dsn.get_secret_value(),
-                table=self.table,
-                mode=self.mode,
-                create_table=self.create_table,
-                id_column=self.id_column,
-                epoch_column=self.epoch_column,
-                connect_timeout=self.connect_timeout,
-                **self._common(query_name, check),
-            )
+            return PostgresSink.from_config(self.sink_config(), check=check)
+
+
+class _SinkSettings(SinkConfig):
+    """A sink whose settings are still passed to its constructor as arguments."""
+
+    def _common(self, check: bool) -> dict[str, Any]:
+        return {
+            "id_columns": list(self.id_columns),
+            "query_name": self.query_name,
+            "shards": self.shards,
+            "check": check,
+            "dedup": self.dedup_config() or False,
+        }
+
+    def build(self, *, check: bool = True) -> ExactlyOnceSink:
+        """The sink; ``check`` preflights the destination now."""
+        raise NotImplementedError
 
 
 class RedisSinkConfig(_SinkSettings):
@@ -405,10 +323,7 @@ class RedisSinkConfig(_SinkSettings):
     ttl_seconds: float | None = Field(default=None, gt=0)
     pipeline_size: int = Field(default=10_000, ge=1)
 
-    def _secret_urls(self) -> list[str]:
-        return [self.url.get_secret_value()]
-
-    def build(self, query_name: str, *, check: bool = True) -> ExactlyOnceSink:
+    def build(self, *, check: bool = True) -> ExactlyOnceSink:
         from exactlyonce.connectors.redis import RedisSink
 
         with sink_field_errors():
@@ -418,7 +333,7 @@ class RedisSinkConfig(_SinkSettings):
                 write=self.write,
                 ttl_seconds=self.ttl_seconds,
                 pipeline_size=self.pipeline_size,
-                **self._common(query_name, check),
+                **self._common(check),
             )
 
 
@@ -450,18 +365,11 @@ class ElasticsearchSinkConfig(_SinkSettings):
             raise PydanticCustomError(
                 "auth_pair",
                 "username and password go together",
-                {"field": "sink.password" if self.username else "sink.username"},
+                {"field": "password" if self.username else "username"},
             )
         return self
 
-    def _secret_urls(self) -> list[str]:
-        values = [*self.hosts]
-        for secret in (self.api_key, self.password):
-            if secret is not None:
-                values.append(secret.get_secret_value())
-        return values
-
-    def build(self, query_name: str, *, check: bool = True) -> ExactlyOnceSink:
+    def build(self, *, check: bool = True) -> ExactlyOnceSink:
         from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 
         basic = None
@@ -480,7 +388,7 @@ class ElasticsearchSinkConfig(_SinkSettings):
                 max_retries=self.max_retries,
                 bulk_max_actions=self.bulk_max_actions,
                 bulk_max_bytes=self.bulk_max_bytes,
-                **self._common(query_name, check),
+                **self._common(check),
             )
 
 
@@ -499,11 +407,7 @@ class KafkaSinkConfig(_SinkSettings):
     # librdkafka settings (SASL, TLS...); may hold credentials, so never in repr.
     producer_config: dict[str, str | int | float | bool] = Field(default_factory=dict, repr=False)
 
-    def _secret_urls(self) -> list[str]:
-        keys = ("sasl.password", "ssl.key.password", "ssl.keystore.password")
-        return [str(self.producer_config[k]) for k in keys if k in self.producer_config]
-
-    def build(self, query_name: str, *, check: bool = True) -> ExactlyOnceSink:
+    def build(self, *, check: bool = True) -> ExactlyOnceSink:
         from exactlyonce.connectors.kafka import KafkaSink
 
         with sink_field_errors():
@@ -517,11 +421,11 @@ class KafkaSinkConfig(_SinkSettings):
                 partitions=self.partitions,
                 transaction_timeout_ms=self.transaction_timeout_ms,
                 producer_config=self.producer_config or None,
-                **self._common(query_name, check),
+                **self._common(check),
             )
 
 
-SinkConfig = Annotated[
+SinkEntry = Annotated[
     PostgresSinkConfig | RedisSinkConfig | ElasticsearchSinkConfig | KafkaSinkConfig,
     Field(discriminator="type"),
 ]
@@ -546,7 +450,7 @@ class PipelineConfig(_Model):
     checkpoint: str = Field(min_length=1)
     trigger: TriggerConfig | None = None
     source: SourceConfig
-    sink: SinkConfig
+    sink: SinkEntry
     spark: SparkConfig = Field(default_factory=SparkConfig)
 
     @field_validator("query_name")
@@ -581,8 +485,23 @@ class PipelineConfig(_Model):
                 )
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _query_name_to_sink(cls, data: Any) -> Any:
+        """The sink's config carries the query's name, set once at the top of the file."""
+        if isinstance(data, Mapping) and isinstance(data.get("sink"), Mapping):
+            if "query_name" in data["sink"]:
+                raise PydanticCustomError(
+                    "query_name_in_sink",
+                    "set query_name at the top level of the file, not in sink",
+                    {"field": "sink.query_name"},
+                )
+            if "query_name" in data:
+                data = {**data, "sink": {**data["sink"], "query_name": data["query_name"]}}
+        return data
+
     def build_sink(self, *, check: bool = True) -> ExactlyOnceSink:
-        sink = self.sink.build(self.query_name, check=check)
+        sink = self.sink.build(check=check)
         buffer = getattr(self.sink, "buffer", None)
         if buffer is None:
             return sink
@@ -633,9 +552,10 @@ def parse_config(
     try:
         return PipelineConfig.model_validate(substituted)
     except ValidationError as exc:
-        raise _config_error(
-            [(_error_path(e, substituted), _error_message(e)) for e in exc.errors()]
-        ) from None
+        problems = [(_error_path(e, substituted), _error_message(e)) for e in exc.errors()]
+        # The sink's query_name comes from the top level, which reports its own problems.
+        problems = [p for p in problems if p[0] != "sink.query_name"] or problems
+        raise _config_error(problems) from None
 
 
 def _substitute(
@@ -673,19 +593,24 @@ def _config_error(problems: Sequence[tuple[str, str]]) -> ConfigError:
 
 
 def _error_path(error: Any, data: Any) -> str:
-    """The dotted path of a pydantic error, without union tags (``sink.postgres.table``)."""
-    if "field" in error.get("ctx", {}):  # our cross-field checks name the field themselves
-        return str(error["ctx"]["field"])
+    """The dotted path of a pydantic error, without union tags (``sink.postgres.table``).
+
+    A cross-field check names its field itself, relative to the model that raised it."""
     parts: list[Any] = []
     loc = error["loc"]
     current = data
     for i, part in enumerate(loc):
-        if isinstance(current, dict) and part not in current and i < len(loc) - 1:
-            continue  # the discriminator's tag, e.g. 'postgres' in ('sink', 'postgres', 'table')
+        tag = isinstance(current, dict) and part not in current
+        if tag and (i < len(loc) - 1 or current.get("type") == part):
+            continue  # the discriminator's tag, e.g. 'postgres' in ('sink', 'postgres', ...)
         parts.append(part)
         current = current.get(part) if isinstance(current, dict) else _item(current, part)
     if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
         parts.append("type")
+    field = error.get("ctx", {}).get("field")
+    if field is not None:
+        prefix = _dotted(tuple(parts)) if parts else ""
+        return f"{prefix}.{field}" if prefix and not field.startswith(f"{prefix}.") else field
     return _dotted(tuple(parts))
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from exactlyonce.connectors.postgres_schema import (
+from exactlyonce.connectors.postgres.schema import (
     DEAD_LETTERS,
     HEADS,
     SHARD_COMMITS,

@@ -41,7 +41,7 @@ def drain_command(
         )
     secrets = settings.secrets()
     with sink_field_errors():
-        sink = settings.build(cfg.query_name, check=False)  # the drainer waits for the sink
+        sink = settings.build(check=False)  # the drainer waits for the sink
         drainer = Drainer(
             sink,
             settings.buffer.build(),

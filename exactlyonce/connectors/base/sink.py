@@ -28,8 +28,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from exactlyonce.connectors.base.checks import check_shards, require_text, resolve_dedup
 from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.config import SinkConfig, build_config
 from exactlyonce.connectors.base.head import NO_EPOCH, Head
 from exactlyonce.connectors.base.report import (
     TASK_RESULT_SCHEMA,
@@ -37,7 +37,6 @@ from exactlyonce.connectors.base.report import (
     TaskResult,
     bloom_over_capacity,
 )
-from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
@@ -85,28 +84,21 @@ class ExactlyOnceSink(ABC):
     # walk the tree in order (PostgreSQL). Sinks without an ordered index leave it off.
     sort_within_shard: bool = False
 
-    def __init__(
-        self,
-        *,
-        query_name: str,
-        id_columns: Sequence[str] | str,
-        shards: int | None = None,
-        sink_name: str | None = None,
-        dedup: bool | DedupConfig = True,
-        redis_url: str | None = None,
-        write_retries: int = 3,
-    ) -> None:
-        require_text("query_name", query_name, "a stable, non-empty name for the streaming query")
-        check_shards(shards)
-        self.query_name = query_name
-        self.ids = RecordIdSpec.from_columns(id_columns)
-        self.shards = shards
-        self._sink_name = sink_name
+    def __init__(self, config: SinkConfig | None = None, **settings: Any) -> None:
+        """From the sink's validated config (``settings`` build a plain :class:`SinkConfig`
+        instead, for sinks that have no config model of their own)."""
+        if config is None:
+            config = build_config(SinkConfig, settings)
+        self.config = config
+        self.query_name = config.query_name
+        self.ids = RecordIdSpec.from_columns(list(config.id_columns))
+        self.shards = config.shards
+        self._sink_name = config.sink_name
         self._head: Head | None = None
         self._started_for: str | None = None
         self.reports: list[BatchReport] = []
-        self.dedup_config = resolve_dedup(dedup, redis_url)
-        self.write_retries = write_retries
+        self.dedup_config = config.dedup_config()
+        self.write_retries = config.write_retries
         self._keeper: CatalogKeeper | None = None
 
     # -- checks the sinks share -------------------------------------------------------

@@ -20,10 +20,12 @@ worker is SIGKILLed; sinks rely on their server dropping an open transaction the
 
 from __future__ import annotations
 
+import enum
+import functools
 import os
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -34,6 +36,7 @@ from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SH
 from exactlyonce.connectors.base.report import TaskResult
 from exactlyonce.dedup.bloom import ids_from_hex
 from exactlyonce.dedup.shard import DedupPlan, TaskDedup
+from exactlyonce.errors import TaskStateError
 from exactlyonce.faults import crash_point
 
 
@@ -52,8 +55,47 @@ def writer_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+class TaskStatus(enum.Enum):
+    """Where a :class:`ShardTask` is. ``NEW -> OPEN -> COMMITTED``; any error -> ``FAILED``;
+    ``close()`` from any status -> ``CLOSED``. A task is used once."""
+
+    NEW = "new"  # no row seen yet: the sink was not touched
+    OPEN = "open"  # connected, inside the atomic step, rows being written
+    COMMITTED = "committed"  # rows and shard markers are durable; IDs marked in the catalog
+    FAILED = "failed"  # an error escaped: nothing more may be written or committed
+    CLOSED = "closed"
+
+
+TaskMethod = TypeVar("TaskMethod", bound=Callable[..., Any])
+
+
+def allowed_in(*statuses: TaskStatus) -> Callable[[TaskMethod], TaskMethod]:
+    """Refuse the call unless the task is in one of ``statuses``; on any error the task
+    becomes FAILED and the error is re-raised (quix-streams' transaction guard)."""
+
+    def decorate(method: TaskMethod) -> TaskMethod:
+        @functools.wraps(method)
+        def guarded(self: ShardTask, *args: Any, **kwargs: Any) -> Any:
+            if self.state not in statuses:
+                raise TaskStateError(
+                    f"{type(self).__name__}.{method.__name__}() in status "
+                    f"{self.state.value}; allowed: {[s.value for s in statuses]}"
+                )
+            try:
+                return method(self, *args, **kwargs)
+            except BaseException:
+                self.state = TaskStatus.FAILED
+                raise
+
+        return guarded  # type: ignore[return-value]
+
+    return decorate
+
+
 class ShardTask(ABC):
-    """One task's atomic write of its shard(s) for one epoch."""
+    """One task's atomic write of its shard(s) for one epoch: a small state machine
+    (:class:`TaskStatus`). Called by :class:`ShardWriter` in the executor, in this order:
+    :meth:`write` per Arrow batch, :meth:`commit` once, :meth:`close` always."""
 
     def __init__(
         self, epoch: int, id_column: str, columns: Sequence[str], dedup: DedupPlan | None
@@ -63,30 +105,45 @@ class ShardTask(ABC):
         self.columns = list(columns)
         self.result = TaskResult(writer=writer_name())
         self.dedup = TaskDedup(dedup, epoch) if dedup is not None else None
-        self.opened = False
+        self.state = TaskStatus.NEW
         self.committed_before: set[int] = set()
         self.shards: set[int] = set()
+
+    @property
+    def opened(self) -> bool:
+        """True once the sink was touched (the first row arrived)."""
+        return self.state is not TaskStatus.NEW
 
     # -- what a sink provides ------------------------------------------------------------
 
     @abstractmethod
     def _open(self) -> set[int]:
-        """Connect, begin the atomic step, and return the shards of this epoch committed."""
+        """Connect, begin the atomic step, and return the shards of this epoch that an
+        earlier attempt already committed (read from the sink itself, never a cache).
+        Called once, when the first row arrives: an empty partition never touches the sink."""
 
     @abstractmethod
     def _write_rows(self, rows: pa.RecordBatch) -> None:
-        """Write new records (only ``columns``); update ``result.written``/``duplicates``."""
+        """Write new records (only ``columns``) inside the open atomic step; update
+        ``result.written``/``duplicates``. Nothing written here may become visible before
+        :meth:`_commit` (or, for Elasticsearch, it must be idempotent by ``_id``)."""
 
     @abstractmethod
-    def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None: ...
+    def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        """Send records that cannot be written to the dead-letter destination, with their
+        epoch, ID, error and payload, in the same atomic step as the rows where the sink
+        allows it. Must not stall the batch: the rest of the shard proceeds (invariant 7)."""
 
     @abstractmethod
     def _commit(self, new_shards: Sequence[int]) -> None:
-        """Make the written rows and the shard-commit markers durable, atomically."""
+        """Make the written rows and one "(query, epoch, shard) committed" marker per shard
+        in ``new_shards`` durable in ONE atomic step. A lost reply must be verifiable (a
+        re-run reads the markers), never assumed failed (invariant 6)."""
 
     @abstractmethod
     def _close(self) -> None:
-        """Release connections; an uncommitted step must not become visible."""
+        """Release connections; an uncommitted step must not become visible. Safe to call
+        in any status, and twice."""
 
     # -- the shared protocol -----------------------------------------------------------
 
@@ -99,12 +156,13 @@ class ShardTask(ABC):
             self.close()
         return self.result
 
+    @allowed_in(TaskStatus.NEW, TaskStatus.OPEN)
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        if not self.opened:
+        if self.state is TaskStatus.NEW:
             self.committed_before = self._open()
-            self.opened = True
+            self.state = TaskStatus.OPEN
         self.shards.update(int(s) for s in pc.unique(batch.column(SHARD_COLUMN)).to_pylist())
         batch = self._drop_committed_shards(batch)
         if batch.num_rows == 0:
@@ -119,20 +177,29 @@ class ShardTask(ABC):
         if batch.num_rows:
             self._write_rows(batch.select(self.columns))
 
+    @allowed_in(TaskStatus.NEW, TaskStatus.OPEN)
     def commit(self) -> None:
-        if not self.opened:
+        """Commit the open step, then mark its IDs in the catalog (never before: invariant
+        1). A task that saw no row has nothing to commit and stays NEW."""
+        if self.state is TaskStatus.NEW:
             return
         self.result.shards = sorted(self.shards)
         self._commit(sorted(self.shards - self.committed_before))
+        self.state = TaskStatus.COMMITTED
         crash_point("after_shard_commit", self.epoch)
         if self.dedup is not None:
             self.dedup.after_commit()  # mark only what is durably in the sink
             self.result.add_dedup_stats(self.dedup.stats)
 
     def close(self) -> None:
+        """Release everything; safe in any status and twice. Not called when the Python
+        worker is SIGKILLed: the sink's server drops the open step then."""
+        if self.state is TaskStatus.CLOSED:
+            return
         try:
             self._close()
         finally:
+            self.state = TaskStatus.CLOSED
             if self.dedup is not None:
                 self.dedup.close()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +31,8 @@ import pyarrow.csv as pacsv
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from exactlyonce.connectors.base import DeadLetter, ShardTask
-from exactlyonce.connectors.postgres_schema import DEAD_LETTERS, SHARD_COMMITS, TableName
+from exactlyonce.connectors.base import DeadLetter, ShardTask, ShardWriter
+from exactlyonce.connectors.postgres.schema import DEAD_LETTERS, SHARD_COMMITS, TableName
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.faults import crash_point
 from exactlyonce.secrets import Secret
@@ -70,15 +70,11 @@ def to_csv(batch: pa.RecordBatch | pa.Table) -> bytes:
     return out.getvalue()
 
 
-class PostgresShardWriter:
+class PostgresShardWriter(ShardWriter[PgTarget]):
     """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
 
-    def __init__(self, target: PgTarget, epoch: int) -> None:
-        self.target = target
-        self.epoch = epoch
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield PgShardTask(self.target, self.epoch).run(batches).to_arrow()
+    def _task(self) -> PgShardTask:
+        return PgShardTask(self.target, self.epoch)
 
 
 class PgShardTask(ShardTask):

@@ -10,7 +10,7 @@ Mechanism:
 - ``mode="insert"`` (default) keeps a unique index on ``record_id``: a re-written ID is a
   no-op (``ON CONFLICT DO NOTHING``), so the first version of a record wins;
 - executor tasks COPY their shard straight into the table and commit it together with a
-  shard-commit row, in one transaction (see :mod:`.postgres_writer`);
+  shard-commit row, in one transaction (see :mod:`.writer`);
 - the driver advances the head row in ``exactlyonce_heads`` after every task committed, and
   skips whole epochs at or below it after a restart.
 
@@ -25,20 +25,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
-from exactlyonce.connectors.base import (
-    ExactlyOnceSink,
-    Head,
-    TaskWriter,
-    require_distinct,
-    require_one_of,
-    require_text,
-)
-from exactlyonce.connectors.postgres_schema import (
+from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.base.config import build_config
+from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
+from exactlyonce.connectors.postgres.schema import (
     HEADS,
     SHARD_COMMITS,
     TableName,
@@ -49,8 +44,7 @@ from exactlyonce.connectors.postgres_schema import (
     schema_exists,
     table_columns,
 )
-from exactlyonce.connectors.postgres_writer import PgTarget, PostgresShardWriter
-from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.connectors.postgres.writer import PgTarget, PostgresShardWriter
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 from exactlyonce.secrets import Secret, dsn_password, redact_dsn, scrub
@@ -61,8 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exactlyonce.postgres")
 
-Mode = Literal["insert", "append"]
-MODES = ("insert", "append")
 
 
 class PostgresSink(ExactlyOnceSink):
@@ -78,42 +70,33 @@ class PostgresSink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
-        mode: Mode = "insert",
-        shards: int | None = None,
-        create_table: bool = True,
-        id_column: str = "record_id",
-        epoch_column: str = "epoch",
-        sink_name: str | None = None,
-        connect_timeout: int = 10,
         check: bool = True,
-        dedup: bool | DedupConfig = True,
-        redis_url: str | None = None,
+        **settings: Any,
     ) -> None:
-        super().__init__(
-            query_name=query_name,
-            id_columns=id_columns,
-            shards=shards,
-            sink_name=sink_name,
-            dedup=dedup,
-            redis_url=redis_url,
-        )
-        if mode == "append":
-            self._require_catalog(
-                "mode='append' has no unique index: exactly-once needs the catalog"
-            )
-        require_text("dsn", dsn, "a PostgreSQL connection string is required")
-        require_one_of("mode", mode, MODES)
-        if not isinstance(table, str) or not table.strip() or "\x00" in table:
-            raise ConfigError("table", "a table name, optionally schema-qualified, is required")
-        require_distinct("epoch_column", epoch_column, "id_column", id_column)
+        """``settings`` are :class:`PostgresSinkConfig`'s (``mode``, ``shards``, ``dedup``,
+        ``redis_url``...), with its defaults. ``check`` preflights the database now."""
+        values = {"dsn": dsn, "table": table, "id_columns": id_columns, "query_name": query_name}
+        self._configure(build_config(PostgresSinkConfig, {**values, **settings}), check)
+
+    @classmethod
+    def from_config(cls, config: PostgresSinkConfig, *, check: bool = True) -> PostgresSink:
+        """The sink of an already validated config (a pipeline file's ``sink:``)."""
+        sink = cls.__new__(cls)
+        sink._configure(config, check)
+        return sink
+
+    def _configure(self, config: PostgresSinkConfig, check: bool) -> None:
+        super().__init__(config)
+        self.config: PostgresSinkConfig = config
+        dsn = config.dsn.get_secret_value()
         self._dsn = Secret(dsn)
         self._where = redact_dsn(dsn)
-        self.table = TableName.parse(table)
-        self.mode: Mode = mode
-        self.create_table = create_table
-        self._id_column = id_column
-        self.epoch_column = epoch_column
-        self.connect_timeout = connect_timeout
+        self.table = TableName.parse(config.table)
+        self.mode: Mode = config.mode
+        self.create_table = config.create_table
+        self._id_column = config.id_column
+        self.epoch_column = config.epoch_column
+        self.connect_timeout = config.connect_timeout
         self._checked_schema: StructType | None = None
         self._table_ready = False
         if check:

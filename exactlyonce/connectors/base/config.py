@@ -1,0 +1,173 @@
+"""One frozen, validated config per sink: the only place a setting's rule and default live.
+
+Both doors build the same object: a sink's Python constructor (``PostgresSink(dsn, table,
+id_columns, query_name, mode="append")``) and the YAML loader (``exactlyonce.integration.
+config``), whose ``sink:`` section is parsed by the very same model. Validation happens when
+the object is built; connecting to anything (preflight) is a separate step.
+
+Every secret is a :class:`pydantic.SecretStr`: it never shows in ``repr``, errors or logs;
+:meth:`SinkConfig.secrets` (through :func:`exactlyonce.secrets.secret_values`, the one rule)
+lists what to scrub from foreign messages.
+
+A problem is a :class:`~exactlyonce.errors.ConfigError` naming the field (``table``; in a
+pipeline file ``sink.table``). Messages never echo a value that could be a secret.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+
+from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.errors import ConfigError
+from exactlyonce.secrets import secret_values
+
+REDIS_URL_ENV = "EXACTLYONCE_REDIS_URL"
+
+
+class Settings(BaseModel):
+    """Frozen, refuses unknown settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DedupSettings(Settings):
+    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`)."""
+
+    expected_ids: int | None = Field(default=None, ge=1)
+    fp_rate: float | None = Field(default=None, gt=0, lt=1)
+    retention_epochs: int | None = Field(default=None, ge=1)
+    on_catalog_loss: Literal["rebuild", "fail"] | None = None
+
+
+class SinkConfig(Settings):
+    """What every sink takes: the query, record identity, shards and the dedup catalog."""
+
+    query_name: str
+    id_columns: tuple[str, ...] = Field(min_length=1)
+    shards: int | None = Field(default=None, ge=1, le=4096)
+    sink_name: str | None = None
+    # True: the catalog in redis_url (or $EXACTLYONCE_REDIS_URL); False: off.
+    dedup: bool | DedupSettings | InstanceOf[DedupConfig] = True
+    redis_url: SecretStr | None = None
+    write_retries: int = Field(default=3, ge=0)
+
+    @field_validator("query_name")
+    @classmethod
+    def _query_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a stable, non-empty name for the streaming query")
+        return value
+
+    @field_validator("id_columns", mode="before")
+    @classmethod
+    def _one_column(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("id_columns")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not c for c in value):
+            raise ValueError("column names must be non-empty")
+        if len(set(value)) != len(value):
+            raise ValueError(f"duplicate column in {list(value)}")
+        return value
+
+    def _catalog_url(self) -> str | None:
+        if self.redis_url is not None:
+            return self.redis_url.get_secret_value() or None
+        return os.environ.get(REDIS_URL_ENV) or None
+
+    def dedup_config(self) -> DedupConfig | None:
+        """The catalog's settings; None when dedup is off. Reads ``$EXACTLYONCE_REDIS_URL``
+        when no ``redis_url`` is set."""
+        if self.dedup is False:
+            return None
+        if isinstance(self.dedup, DedupConfig):
+            return self.dedup
+        url = self._catalog_url()
+        if url is None:  # resolved when the sink is built: the environment may set it later
+            raise ConfigError(
+                "redis_url",
+                f"dedup is on by default and needs the catalog's Redis: set redis_url (or "
+                f"{REDIS_URL_ENV}), or turn dedup off with dedup=False",
+            )
+        sizing = {} if self.dedup is True else self.dedup.model_dump(exclude_none=True)
+        return DedupConfig(redis_url=url, **sizing)
+
+    def secrets(self) -> list[str]:
+        """Values that must never be printed (to scrub foreign error messages)."""
+        return secret_values(self)
+
+
+def field_error(field: str, message: str) -> ValueError:
+    """A cross-field error that names its field (``ConfigError.field``) itself."""
+    from pydantic_core import PydanticCustomError
+
+    return PydanticCustomError("field_error", message, {"field": field})
+
+
+ConfigT = TypeVar("ConfigT", bound=Settings)
+
+
+def build_config(model: type[ConfigT], values: Mapping[str, Any]) -> ConfigT:
+    """``model(**values)``; every problem becomes one ConfigError naming the field(s)."""
+    try:
+        return model.model_validate(dict(values))
+    except ValidationError as exc:
+        raise config_error(exc) from None
+
+
+def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
+    """A pydantic error as a ConfigError: field paths dotted (``sink.table``), never values."""
+    problems = [(prefix + error_path(e), error_message(e)) for e in exc.errors()]
+    if len(problems) == 1:
+        return ConfigError(*problems[0])
+    lines = "\n".join(f"  {field}: {reason}" for field, reason in problems)
+    return ConfigError(problems[0][0], f"{len(problems)} problems:\n{lines}")
+
+
+def error_path(error: Any) -> str:
+    """The dotted path of a pydantic error (its own ``field`` for cross-field checks)."""
+    if "field" in error.get("ctx", {}):
+        return str(error["ctx"]["field"])
+    return dotted(tuple(p for p in error["loc"] if not _is_union_member(p)))
+
+
+def _is_union_member(part: Any) -> bool:
+    """Union branches pydantic adds to a location (``bool``, ``DedupSettings``...)."""
+    return isinstance(part, str) and (part[:1].isupper() or part in ("bool", "str", "int"))
+
+
+def error_message(error: Any) -> str:
+    """Pydantic's message, never the input value (it may be a secret)."""
+    ctx = error.get("ctx", {})
+    if error["type"] == "union_tag_invalid":
+        return f"unknown type {ctx['tag']!r}; expected one of {ctx['expected_tags']}"
+    if error["type"] == "union_tag_not_found":
+        return "required: the kind of source or sink"
+    if error["type"] == "extra_forbidden":
+        return "unknown setting (not allowed here)"
+    message = str(error["msg"]).replace("Tuple should", "List should")
+    return message.removeprefix("Value error, ")
+
+
+def dotted(path: tuple[Any, ...]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "<top level>"

@@ -1,0 +1,54 @@
+"""The PostgreSQL sink's settings: every rule and default, once (see ``base/config.py``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from exactlyonce.connectors.base.config import SinkConfig, field_error
+
+Mode = Literal["insert", "append"]
+MODES: tuple[Mode, ...] = ("insert", "append")
+
+
+class PostgresSinkConfig(SinkConfig):
+    """:class:`~exactlyonce.connectors.postgres.PostgresSink`'s settings.
+
+    ``mode="insert"`` keeps a unique index on ``id_column`` (a re-written ID is a no-op);
+    ``"append"`` has none, so exactly-once rests on the catalog, which it then requires.
+    """
+
+    type: Literal["postgres"] = "postgres"
+    dsn: SecretStr
+    table: str = Field(min_length=1)
+    mode: Mode = "insert"
+    create_table: bool = True
+    id_column: str = Field(default="record_id", min_length=1)
+    epoch_column: str = Field(default="epoch", min_length=1)
+    connect_timeout: int = Field(default=10, ge=1)
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value().strip():
+            raise ValueError("a PostgreSQL connection string is required")
+        return value
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        if not value.strip() or "\x00" in value:
+            raise ValueError("a table name, optionally schema-qualified, is required")
+        return value
+
+    @model_validator(mode="after")
+    def _columns_and_mode(self) -> PostgresSinkConfig:
+        if self.epoch_column == self.id_column:
+            raise field_error("epoch_column", "must differ from id_column")
+        if self.mode == "append" and self.dedup is False:
+            raise field_error(
+                "dedup",
+                "mode 'append' has no unique index: exactly-once needs the catalog (dedup)",
+            )
+        return self

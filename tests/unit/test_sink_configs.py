@@ -1,0 +1,95 @@
+"""Each sink has ONE config model: the Python constructor and the pipeline file build the same
+object from the same values, so a rule or a default cannot differ between the two doors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exactlyonce.connectors import PostgresSink
+from exactlyonce.connectors.base.config import SinkConfig
+from exactlyonce.errors import ConfigError
+from exactlyonce.integration.config import load_config
+
+PASSWORD = "s3cr3t-Pa55"
+CATALOG = f"redis://:{PASSWORD}@catalog.example:6379/0"
+
+PIPELINE = """\
+query_name: q-{kind}
+checkpoint: .exactlyonce/x/checkpoint
+source:
+  type: rate
+sink:
+{sink}
+"""
+
+# kind -> (the sink section of a pipeline file, the Python constructor call's arguments)
+SINKS: dict[str, tuple[str, Any]] = {
+    "postgres": (
+        f"""\
+  type: postgres
+  dsn: postgresql://app:{PASSWORD}@db.example/app
+  table: events
+  id_columns: [value]
+  mode: append
+  shards: 3
+  epoch_column: ep
+  redis_url: {CATALOG}
+  dedup: {{retention_epochs: 50, on_catalog_loss: fail}}
+""",
+        lambda: PostgresSink(
+            f"postgresql://app:{PASSWORD}@db.example/app",
+            "events",
+            ["value"],
+            "q-postgres",
+            mode="append",
+            shards=3,
+            epoch_column="ep",
+            redis_url=CATALOG,
+            dedup={"retention_epochs": 50, "on_catalog_loss": "fail"},
+            check=False,
+        ),
+    ),
+}
+
+
+def from_file(tmp_path: Path, kind: str) -> Any:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(PIPELINE.format(kind=kind, sink=SINKS[kind][0].rstrip()))
+    return load_config(path).build_sink(check=False)
+
+
+@pytest.mark.parametrize("kind", sorted(SINKS))
+def test_both_doors_build_the_same_config(tmp_path: Path, kind: str) -> None:
+    from_yaml, from_python = from_file(tmp_path, kind), SINKS[kind][1]()
+    assert isinstance(from_python.config, SinkConfig)
+    assert type(from_yaml.config) is type(from_python.config)
+    assert from_yaml.config == from_python.config
+    assert from_yaml.config.model_dump() == from_python.config.model_dump()
+    assert from_yaml.dedup_config == from_python.dedup_config
+    assert PASSWORD not in repr(from_python.config) and PASSWORD not in repr(from_yaml)
+    assert PASSWORD in from_python.config.secrets()
+
+
+def test_configs_are_frozen() -> None:
+    sink = SINKS["postgres"][1]()
+    with pytest.raises(Exception, match="frozen"):
+        sink.config.table = "other"
+
+
+def test_one_rule_in_both_doors(tmp_path: Path) -> None:
+    """The same bad value is refused by the same rule, named by its field in each door."""
+    with pytest.raises(ConfigError) as python_error:
+        PostgresSink("postgresql://db/app", "t", ["value"], "q", shards=0, check=False)
+    path = tmp_path / "pipeline.yaml"
+    sink = SINKS["postgres"][0].replace("shards: 3", "shards: 0").rstrip()
+    path.write_text(PIPELINE.format(kind="postgres", sink=sink))
+    with pytest.raises(ConfigError) as yaml_error:
+        load_config(path)
+    assert python_error.value.field == "shards" and yaml_error.value.field == "sink.shards"
+    assert python_error.value.reason == yaml_error.value.reason
+    with pytest.raises(ConfigError) as no_catalog:
+        PostgresSink("postgresql://db/app", "t", ["v"], "q", mode="append", dedup=False)
+    assert no_catalog.value.field == "dedup"
