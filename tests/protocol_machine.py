@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -171,3 +172,14 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert got == self.expected, f"missing {missing}, extra {extra}"
         else:
             assert self.expected <= got <= self.expected | set(self.pending[1])
+
+
+def run_machine(machine: type[ProtocolMachine], max_examples: int, steps: int) -> None:
+    """Run the machine's rules: ``max_examples`` runs of up to ``steps`` steps each."""
+    machine.TestCase.settings = settings(
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    machine.TestCase().runTest()

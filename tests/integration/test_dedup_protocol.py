@@ -13,11 +13,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, settings
 
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.dedup.catalog import DedupConfig
-from tests.protocol_machine import ProtocolMachine
+from tests.protocol_machine import ProtocolMachine, run_machine
 
 pytestmark = pytest.mark.integration
 
@@ -54,10 +53,4 @@ class PostgresProtocolMachine(ProtocolMachine):
 def test_protocol_state_machine(pg_dsn: str, services: dict[str, str]) -> None:
     PostgresProtocolMachine.dsn = pg_dsn
     PostgresProtocolMachine.redis_url = services["EXACTLYONCE_REDIS_URL"]
-    PostgresProtocolMachine.TestCase.settings = settings(
-        max_examples=25,
-        stateful_step_count=14,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
-    PostgresProtocolMachine.TestCase().runTest()
+    run_machine(PostgresProtocolMachine, max_examples=25, steps=14)

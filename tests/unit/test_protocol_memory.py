@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.testing import MemoryRedis, MemorySink, MemoryStore
-from tests.protocol_machine import ProtocolMachine
+from tests.protocol_machine import ProtocolMachine, run_machine
 
 
 class MemoryProtocolMachine(ProtocolMachine):
@@ -45,10 +43,4 @@ class MemoryProtocolMachine(ProtocolMachine):
 
 
 def test_protocol_state_machine_in_memory() -> None:
-    MemoryProtocolMachine.TestCase.settings = settings(
-        max_examples=40,
-        stateful_step_count=16,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
-    MemoryProtocolMachine.TestCase().runTest()
+    run_machine(MemoryProtocolMachine, max_examples=40, steps=16)
