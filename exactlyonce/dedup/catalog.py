@@ -28,8 +28,8 @@ import hashlib
 import math
 import re
 import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -111,7 +111,13 @@ MAX_PER_CALL = 2000  # IDs of one bucket per script step
 
 @dataclass(frozen=True)
 class DedupConfig:
-    """Dedup settings. ``expected_ids`` is per retention window, over all shards."""
+    """Dedup settings. ``expected_ids`` is per retention window, over all shards.
+
+    ``connect`` is the one seam to the catalog's Redis: it gets ``redis_url`` and returns a
+    redis-py-like client. None (the default) is ``redis.Redis.from_url(url,
+    socket_timeout=30)``. :mod:`exactlyonce.testing` passes an in-memory stand-in here; a
+    real deployment leaves it alone (it must be picklable to reach Spark's executors).
+    """
 
     redis_url: str
     expected_ids: int = 1_000_000
@@ -120,6 +126,7 @@ class DedupConfig:
     bloom_backend: Backend = "numpy"
     on_catalog_loss: str = "rebuild"  # or "fail"
     chunk_ids: int = 200_000
+    connect: Callable[[str], Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
@@ -199,6 +206,13 @@ def buckets(ids: Ids, bits: int) -> npt.NDArray[np.int64]:
     return first >> (16 - bits)
 
 
+def _connect_redis(url: str) -> Any:
+    """The catalog's client unless ``DedupConfig.connect`` says otherwise: redis-py."""
+    import redis
+
+    return redis.Redis.from_url(url, socket_timeout=30)
+
+
 class RedisCatalog:
     """One (query, sink)'s catalog. Cheap to build; opens its Redis connection lazily."""
 
@@ -211,9 +225,7 @@ class RedisCatalog:
     @property
     def redis(self) -> Any:
         if self._redis is None:
-            import redis
-
-            self._redis = redis.Redis.from_url(self.config.redis_url, socket_timeout=30)
+            self._redis = (self.config.connect or _connect_redis)(self.config.redis_url)
         return self._redis
 
     def _script(self, source: str) -> Any:

@@ -1,83 +1,32 @@
-"""A Hypothesis state machine drives the whole protocol against real PostgreSQL and Redis.
+"""The dedup protocol's state machine (:mod:`tests.protocol_machine`) against real PostgreSQL
+and Redis.
 
-The sink runs in ``mode="append"`` (no unique index), so exactly-once rests on the head, the
-shard commits and the catalog alone, and a double write would show up as a duplicate row.
-Tasks run in-process on the real task writers (the same code Spark ships to executors), with
-records sharded exactly as Spark shards them (``spark_shard``). Crashes are exceptions that
-abandon the driver object at named points; a restart is a new sink object.
-
-After every step the table is compared with the model: no duplicate, no loss.
+The sink is a :class:`PostgresSink` in ``mode="append"`` (no unique index), so exactly-once
+rests on the head, the shard commits and the catalog alone, and a double write would show up
+as a duplicate row. ``tests/unit/test_protocol_memory.py`` runs the same machine on the
+in-memory fakes of :mod:`exactlyonce.testing`, in a second and without services.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import psycopg
-import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors import PostgresSink
-from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN, TaskResult
-from exactlyonce.dedup import shard as shard_module
 from exactlyonce.dedup.catalog import DedupConfig
-from exactlyonce.dedup.ids import record_id
-from exactlyonce.dedup.murmur3 import spark_shard
+from tests.protocol_machine import ProtocolMachine, run_machine
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = StructType([StructField("event_id", StringType()), StructField("amount", LongType())])
-COLUMNS = ("event_id", "amount", "record_id", "epoch")
-CRASHES = ("none", "before_write", "mid_shards", "after_commit_before_marks", "after_head")
-_counter = itertools.count()
 
-
-class Crash(Exception):
-    """Stands for the driver or a task dying at a named point."""
-
-
-def shard_batches(keys: list[str], epoch: int, shards: int) -> dict[int, pa.RecordBatch]:
-    ids = [record_id([k]) for k in keys]
-    owner = spark_shard(ids, shards) if ids else []
-    out = {}
-    for s in range(shards):
-        rows = [i for i in range(len(keys)) if owner[i] == s]
-        out[s] = pa.RecordBatch.from_pydict(
-            {
-                "event_id": [keys[i] for i in rows],
-                "amount": [len(keys[i]) for i in rows],
-                "record_id": [ids[i] for i in rows],
-                "epoch": [epoch] * len(rows),
-                SHARD_COLUMN: pa.array([s] * len(rows), pa.int32()),
-                ERROR_COLUMN: pa.array([None] * len(rows), pa.string()),
-                PAYLOAD_COLUMN: pa.array([None] * len(rows), pa.string()),
-            }
-        )
-    return out
-
-
-class ProtocolMachine(RuleBasedStateMachine):
+class PostgresProtocolMachine(ProtocolMachine):
     dsn: str
     redis_url: str
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.table = f"proto_{next(_counter)}_{id(self) % 100000}"
-        self.config = DedupConfig(
-            self.redis_url, expected_ids=40, fp_rate=0.3, retention_epochs=1000
-        )  # a tiny filter: many false positives
-        self.sink: PostgresSink | None = self._new_sink()
-        self.sink.preflight(SCHEMA)
-        self.next_epoch = 0
-        self.history: list[list[str]] = []  # input of each completed epoch
-        self.expected: set[str] = set()
-        self.pending: tuple[int, list[str]] | None = None
-        self.fresh_keys = itertools.count()
+    def _dedup_config(self, **options: Any) -> DedupConfig:
+        return DedupConfig(self.redis_url, **options)
 
     def _new_sink(self) -> PostgresSink:
         return PostgresSink(
@@ -91,124 +40,17 @@ class ProtocolMachine(RuleBasedStateMachine):
             check=False,
         )
 
-    def _run(self, epoch: int, keys: list[str], crash: str) -> Any:
-        sink = self.sink
-        assert sink is not None
+    def _event_ids(self) -> list[str]:
+        with psycopg.connect(self.dsn) as conn:
+            return [r[0] for r in conn.execute(f'SELECT event_id FROM "{self.table}"').fetchall()]
 
-        def write(e: int, shards: int) -> list[TaskResult]:
-            if crash == "before_write":
-                raise Crash(crash)
-            results = []
-            for n, (_, batch) in enumerate(shard_batches(keys, e, shards).items()):
-                if crash == "mid_shards" and n == 1:
-                    raise Crash(crash)
-                writer = sink._task_writer(e, COLUMNS)
-                out = list(writer(iter([batch])))
-                results.append(TaskResult(**out[0].to_pylist()[0]))
-            return results
-
-        original = shard_module.TaskDedup.after_commit
-        if crash == "after_commit_before_marks":
-
-            def die(self: Any) -> None:
-                raise Crash(crash)
-
-            shard_module.TaskDedup.after_commit = die  # type: ignore[method-assign]
-        try:
-            report = sink.run_epoch(epoch, "query-1", SCHEMA, lambda: 3, write)
-        finally:
-            shard_module.TaskDedup.after_commit = original  # type: ignore[method-assign]
-        if crash == "after_head":
-            raise Crash(crash)
-        return report
-
-    # -- rules -------------------------------------------------------------------------
-
-    @precondition(lambda self: self.sink is not None and self.pending is None)
-    @rule(
-        new=st.integers(0, 25),
-        old=st.integers(0, 15),
-        repeats=st.integers(0, 5),
-        crash=st.sampled_from(CRASHES),
-    )
-    def write_batch(self, new: int, old: int, repeats: int, crash: str) -> None:
-        seen = sorted(self.expected)
-        keys = [f"k{next(self.fresh_keys)}" for _ in range(new)]
-        keys += [seen[(i * 7919) % len(seen)] for i in range(old)] if seen else []
-        keys += keys[:repeats]  # the same ID twice inside the batch
-        epoch = self.next_epoch
-        try:
-            self._run(epoch, keys, crash)
-        except Crash:
-            if crash == "after_head":
-                self._completed(keys)
-            else:
-                self.pending = (epoch, keys)
-            self.sink = None
-            return
-        self._completed(keys)
-
-    def _completed(self, keys: list[str]) -> None:
-        self.history.append(keys)
-        self.expected.update(keys)
-        self.next_epoch += 1
-
-    @precondition(lambda self: self.sink is None)
-    @rule(fresh_worker=st.booleans())
-    def restart(self, fresh_worker: bool) -> None:
-        if fresh_worker:
-            shard_module._FILTER_CACHE.clear()  # a new Python worker: no filter in memory
-        self.sink = self._new_sink()
-
-    @precondition(lambda self: self.sink is not None and self.pending is not None)
-    @rule()
-    def rerun_crashed_epoch(self) -> None:
-        assert self.pending is not None
-        epoch, keys = self.pending
-        self._run(epoch, keys, "none")  # Spark replays the same input under the same batchId
-        self.pending = None
-        self._completed(keys)
-
-    @precondition(lambda self: self.sink is not None and self.pending is None and self.history)
-    @rule(data=st.data())
-    def replay_committed_epoch(self, data: st.DataObject) -> None:
-        epoch = data.draw(st.integers(0, len(self.history) - 1))
-        report = self._run(epoch, self.history[epoch], "none")
-        assert report.skipped, f"epoch {epoch} at or below the head must be skipped whole"
-
-    @rule()
-    def lose_catalog(self) -> None:
+    def _catalog_client(self) -> Any:
         import redis
 
-        r = redis.Redis.from_url(self.redis_url)
-        prefix = self._new_sink().dedup_config and f"eo:{{{self.table}:"
-        keys = list(r.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            r.delete(*keys)
-        r.close()
-
-    # -- invariants --------------------------------------------------------------------
-
-    @invariant()
-    def sink_matches_model(self) -> None:
-        with psycopg.connect(self.dsn) as conn:
-            rows = [r[0] for r in conn.execute(f'SELECT event_id FROM "{self.table}"').fetchall()]
-        assert len(rows) == len(set(rows)), f"duplicates: {len(rows) - len(set(rows))}"
-        got = set(rows)
-        if self.pending is None:
-            missing, extra = sorted(self.expected - got)[:5], sorted(got - self.expected)[:5]
-            assert got == self.expected, f"missing {missing}, extra {extra}"
-        else:
-            assert self.expected <= got <= self.expected | set(self.pending[1])
+        return redis.Redis.from_url(self.redis_url)
 
 
 def test_protocol_state_machine(pg_dsn: str, services: dict[str, str]) -> None:
-    ProtocolMachine.dsn = pg_dsn
-    ProtocolMachine.redis_url = services["EXACTLYONCE_REDIS_URL"]
-    ProtocolMachine.TestCase.settings = settings(
-        max_examples=25,
-        stateful_step_count=14,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
-    ProtocolMachine.TestCase().runTest()
+    PostgresProtocolMachine.dsn = pg_dsn
+    PostgresProtocolMachine.redis_url = services["EXACTLYONCE_REDIS_URL"]
+    run_machine(PostgresProtocolMachine, max_examples=25, steps=14)

@@ -1,0 +1,136 @@
+"""Run a sink's epochs in this process, without Spark: the tasks Spark would run, in a loop.
+
+:func:`shard_batches` builds the Arrow batches Spark hands each task: the stream's columns,
+the record ID (:func:`~exactlyonce.dedup.ids.record_id`, the same MD5 Spark computes), the
+epoch, the shard (:func:`~exactlyonce.dedup.murmur3.spark_shard`, Spark's ``pmod(hash)``),
+and for a null key the dead-letter reason and payload. :func:`in_process_write` runs one task
+per shard on the sink's real task writer; :func:`run_in_process` runs the whole protocol
+(:meth:`ExactlyOnceSink.run_epoch`) with it. Works for any sink whose task writer can reach
+its destination from this process (a :class:`~exactlyonce.testing.MemorySink`, or a real
+sink against real services).
+
+Limits: string and integer key values hash exactly as in Spark; other types follow Python's
+``str``, which Spark's cast to string need not match.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from exactlyonce.connectors.base import (
+    ERROR_COLUMN,
+    PAYLOAD_COLUMN,
+    SHARD_COLUMN,
+    BatchReport,
+    ExactlyOnceSink,
+    TaskResult,
+)
+from exactlyonce.dedup.ids import record_id
+from exactlyonce.dedup.murmur3 import spark_shard
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+Record = Mapping[str, Any]
+Write = Callable[[int, int], list[TaskResult]]
+
+
+def _id_of(record: Record, id_columns: Sequence[str]) -> str | None:
+    values = [record.get(c) for c in id_columns]
+    return None if any(v is None for v in values) else record_id(values)
+
+
+def shard_batches(
+    records: Sequence[Record],
+    sink: ExactlyOnceSink,
+    epoch: int,
+    shards: int,
+    epoch_column: str = "epoch",
+) -> dict[int, pa.RecordBatch]:
+    """One Arrow batch per shard, with the columns Spark gives ``sink``'s task writer."""
+    columns = list(records[0]) if records else []
+    ids = [_id_of(r, sink.ids.columns) for r in records]
+    known = [i for i in ids if i is not None]
+    owners = iter(spark_shard(known, shards).tolist() if known else [])
+    # A null key has no ID; Spark's hash of a null is its seed (42), so pmod(42, shards).
+    owner = [next(owners) if i is not None else 42 % shards for i in ids]
+    out = {}
+    for s in range(shards):
+        rows = [n for n in range(len(records)) if owner[n] == s]
+        data: dict[str, Any] = {c: [records[n].get(c) for n in rows] for c in columns}
+        data[sink.id_column] = pa.array([ids[n] for n in rows], pa.string())
+        data[epoch_column] = pa.array([epoch] * len(rows), pa.int64())
+        data[SHARD_COLUMN] = pa.array([s] * len(rows), pa.int32())
+        data[ERROR_COLUMN] = pa.array([_error(records[n], ids[n], sink) for n in rows], pa.string())
+        data[PAYLOAD_COLUMN] = pa.array(
+            [None if ids[n] else json.dumps(dict(records[n]), default=str) for n in rows],
+            pa.string(),
+        )
+        out[s] = pa.RecordBatch.from_pydict(data)
+    return out
+
+
+def _error(record: Record, rid: str | None, sink: ExactlyOnceSink) -> str | None:
+    if rid is not None:
+        return None
+    nulls = [c for c in sink.ids.columns if record.get(c) is None]
+    return "null key column(s): " + ", ".join(nulls)
+
+
+def in_process_write(
+    sink: ExactlyOnceSink,
+    records: Sequence[Record],
+    *,
+    epoch_column: str = "epoch",
+    before_task: Callable[[int], None] | None = None,
+) -> Write:
+    """A ``write(epoch, shards)`` for :meth:`ExactlyOnceSink.run_epoch`: one task per shard,
+    on the sink's task writer, in shard order. ``before_task(n)`` runs before the n-th task
+    (a test raises there to stand for a crash between tasks)."""
+
+    def write(epoch: int, shards: int) -> list[TaskResult]:
+        batches = shard_batches(records, sink, epoch, shards, epoch_column)
+        columns = [c for c in next(iter(batches.values())).schema.names if not c.startswith("_eo_")]
+        results = []
+        for n, batch in enumerate(batches.values()):
+            if before_task is not None:
+                before_task(n)
+            writer = sink._task_writer(epoch, columns)
+            out = list(writer(iter([batch])))
+            results.append(TaskResult(**out[0].to_pylist()[0]))
+        return results
+
+    return write
+
+
+def schema_of(records: Sequence[Record]) -> StructType:
+    """A Spark schema for the records' columns: long, double, boolean or string."""
+    from pyspark.sql import types as T
+
+    kinds = {bool: T.BooleanType(), int: T.LongType(), float: T.DoubleType()}
+    first = records[0] if records else {}
+    return T.StructType(
+        [T.StructField(c, kinds.get(type(v), T.StringType())) for c, v in first.items()]
+    )
+
+
+def run_in_process(
+    sink: ExactlyOnceSink,
+    epoch: int,
+    records: Sequence[Record],
+    *,
+    query_id: str | None = "in-process",
+    schema: StructType | None = None,
+    shards: int = 2,
+) -> BatchReport:
+    """The whole protocol for one epoch of ``records``, its tasks run in this process.
+
+    ``query_id`` stands for Spark's query id (the same across restarts of one checkpoint);
+    ``shards`` is the default shard count when neither the sink nor its head has one.
+    """
+    write = in_process_write(sink, records, epoch_column=getattr(sink, "epoch_column", "epoch"))
+    return sink.run_epoch(epoch, query_id, schema or schema_of(records), lambda: shards, write)

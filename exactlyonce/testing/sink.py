@@ -1,0 +1,228 @@
+"""An exactly-once sink whose destination is a :class:`~exactlyonce.testing.store.MemoryStore`.
+
+Guarantee: the same as :class:`~exactlyonce.connectors.postgres.PostgresSink`, by the same
+mechanism, minus the database: the real protocol (:class:`ExactlyOnceSink`,
+:class:`ShardTask`, the dedup catalog) runs unchanged; only the destination is a dict.
+
+- ``mode="insert"`` (default) gives the table a unique index on ``record_id``: a re-written ID
+  is skipped. ``mode="append"`` has none, so exactly-once rests on the head, the shard commits
+  and the catalog alone, and a double write shows up as a duplicate row;
+- a task keeps its rows and dead letters to itself until :meth:`MemoryShardTask._commit`
+  adds them to the table together with its shard-commit markers, in one step;
+- the head lives in the store (:class:`~exactlyonce.testing.store.MemoryHeadStore`).
+
+Tasks run in the process that holds the store: run epochs with
+:func:`exactlyonce.testing.run_in_process` (or ``sink.run_epoch`` with your own ``write``).
+Spark's executors cannot reach the store; shipping a task writer there fails on pickling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+
+from exactlyonce.connectors.base import (
+    DeadLetter,
+    ExactlyOnceSink,
+    Head,
+    HeadStore,
+    ShardTask,
+    ShardWriter,
+    TaskWriter,
+    require_distinct,
+    require_one_of,
+)
+from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.dedup.keeper import RebuildSource
+from exactlyonce.dedup.shard import DedupPlan
+from exactlyonce.errors import ConfigError
+from exactlyonce.testing.store import MemoryHeadStore, MemoryStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+Mode = Literal["insert", "append"]
+
+
+@dataclass(frozen=True)
+class MemoryTarget:
+    """What a task needs to write: the store, the table, and the dedup plan."""
+
+    store: MemoryStore
+    table: str
+    columns: tuple[str, ...]
+    id_column: str
+    query_name: str
+    sink_name: str
+    dedup: DedupPlan | None = None
+
+
+class MemoryShardTask(ShardTask):
+    """One task's atomic write: rows wait in the task until :meth:`_commit`."""
+
+    def __init__(self, target: MemoryTarget, epoch: int) -> None:
+        super().__init__(epoch, target.id_column, target.columns, target.dedup)
+        self.t = target
+        self.pending: list[dict[str, Any]] = []
+        self.letters: list[DeadLetter] = []
+
+    def _open(self) -> set[int]:
+        return self.t.store.committed_shards((self.t.query_name, self.t.sink_name), self.epoch)
+
+    def _write_rows(self, rows: pa.RecordBatch) -> None:
+        records = rows.to_pylist()
+        self.t.store.count_attempts(r.get(self.t.id_column) for r in records)
+        self.pending.extend(records)
+        self.result.written += len(records)
+
+    def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        self.letters.extend(letters)
+
+    def _commit(self, new_shards: Sequence[int]) -> None:
+        """Rows, dead letters and shard markers in one step; refused whole if a shard of
+        ``new_shards`` was committed meanwhile. Rows a unique index skips are duplicates."""
+        key = (self.t.query_name, self.t.sink_name)
+        inserted = self.t.store.commit(
+            key, self.epoch, self.t.table, self.pending, self.letters, new_shards
+        )
+        skipped = len(self.pending) - inserted
+        self.result.written -= skipped
+        self.result.duplicates += skipped
+        self.pending, self.letters = [], []
+
+    def _close(self) -> None:
+        self.pending, self.letters = [], []  # an uncommitted step never becomes visible
+
+
+class MemoryShardWriter(ShardWriter[MemoryTarget]):
+    """The task function of one epoch; it runs in the process that holds the store."""
+
+    def _task(self) -> ShardTask:
+        return MemoryShardTask(self.target, self.epoch)
+
+
+class MemorySink(ExactlyOnceSink):
+    """Writes records into a :class:`MemoryStore` table exactly once; see the module docs."""
+
+    kind = "memory"
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        table: str,
+        id_columns: Sequence[str] | str,
+        query_name: str,
+        *,
+        mode: Mode = "insert",
+        shards: int | None = None,
+        id_column: str = "record_id",
+        epoch_column: str = "epoch",
+        sink_name: str | None = None,
+        dedup: bool | DedupConfig = True,
+        redis_url: str | None = None,
+    ) -> None:
+        super().__init__(
+            query_name=query_name,
+            id_columns=id_columns,
+            shards=shards,
+            sink_name=sink_name,
+            dedup=dedup,
+            redis_url=redis_url,
+        )
+        if mode == "append":
+            self._require_catalog(
+                "mode='append' has no unique index: exactly-once needs the catalog"
+            )
+        require_one_of("mode", mode, ("insert", "append"))
+        require_distinct("epoch_column", epoch_column, "id_column", id_column)
+        self.store = store
+        self.table = table
+        self.mode: Mode = mode
+        self._id_column = id_column
+        self.epoch_column = epoch_column
+        self.heads: HeadStore = MemoryHeadStore(store, query_name, self.sink_name)
+
+    @property
+    def sink_name(self) -> str:
+        return self._sink_name or f"memory:{self.table}"
+
+    @property
+    def id_column(self) -> str:
+        return self._id_column
+
+    @property
+    def unique_sink(self) -> bool:
+        return self.mode == "insert"
+
+    def preflight(self, schema: StructType | None = None) -> None:
+        """Create the table if missing; refuse ``mode="insert"`` on a table without a
+        unique index, and a stream that lacks an ID column or reuses a column we add."""
+        table = self.store.create_table(
+            self.table, self.id_column if self.mode == "insert" else None
+        )
+        if self.mode == "insert" and table.unique_on != self.id_column:
+            raise ConfigError("table", f"{self.table} has no unique index on {self.id_column!r}")
+        if schema is not None:
+            reserved = [(self.id_column, "id_column"), (self.epoch_column, "epoch_column")]
+            self._refuse_reserved_columns(schema.names, reserved, "; choose another name")
+            self._check_id_columns(schema.names)
+
+    # -- the head: kept by ``self.heads`` (a HeadStore), called by the protocol ---------
+
+    def head(self) -> Head | None:
+        return self.heads.read_head()
+
+    def _read_head(self) -> Head | None:
+        return self.heads.read_head()
+
+    def _create_head(self, head: Head) -> None:
+        self.heads.create_head(head)
+
+    def _bind_query_id(self, spark_query_id: str) -> None:
+        self.heads.bind_query_id(spark_query_id)
+
+    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
+        self.heads.advance_head(epoch, spark_query_id)
+
+    def reset_head(self) -> None:
+        """Forget what this query committed (not the rows): a deliberate fresh start."""
+        self.heads.reset_head()
+        self._head = None
+
+    # -- the write ---------------------------------------------------------------------
+
+    def _project(self, df: DataFrame, epoch: int) -> DataFrame:
+        return self._with_ids(df, self.epoch_column, epoch)
+
+    def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
+        target = MemoryTarget(
+            self.store,
+            self.table,
+            tuple(columns),
+            self.id_column,
+            self.query_name,
+            self.sink_name,
+            self.dedup_plan,
+        )
+        return MemoryShardWriter(target, epoch)
+
+    def _rebuild_source(self) -> RebuildSource | None:
+        """In append mode, the table's own IDs from an epoch on rebuild a lost catalog."""
+        if self.mode != "append":
+            return None
+
+        def read(from_epoch: int) -> Iterator[tuple[Any, Any]]:
+            import numpy as np
+
+            rows = [r for r in self.store.rows(self.table) if r[self.epoch_column] >= from_epoch]
+            if rows:
+                yield (
+                    np.array([r[self.id_column] for r in rows], dtype="S32"),
+                    np.array([r[self.epoch_column] for r in rows], dtype=np.int64),
+                )
+
+        return read
