@@ -87,6 +87,19 @@ class CatalogKeeper:
         if current is None or current.decode() != self.instance:
             self._recover(head_epoch, "the catalog's Redis lost its data")
 
+    def reachable(self) -> bool:
+        """Whether the catalog's Redis answers now."""
+        try:
+            self.catalog.redis.ping()
+        except Exception:
+            return False
+        return True
+
+    def recoverable(self) -> bool:
+        """After a failed write: was it the catalog (lost or unreachable), so that a retry
+        after :meth:`ensure` may succeed? Anything else is the caller's to raise."""
+        return self.lost() or not self.reachable()
+
     def lost(self) -> bool:
         try:
             current = self.catalog.redis.hget(self.catalog.meta_key, "instance")

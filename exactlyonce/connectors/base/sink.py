@@ -42,6 +42,7 @@ from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CatalogLostError, CheckpointResetError, ConfigError
 from exactlyonce.faults import crash_point
+from exactlyonce.retry import RetryPolicy
 
 MemoT = TypeVar("MemoT")
 
@@ -53,15 +54,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exactlyonce")
 
+# After a failed epoch write whose cause was the catalog: 0.5 s doubling up to 10 s.
+CATALOG_RETRY = RetryPolicy(initial_s=0.5, max_s=10.0)
+
 TaskWriter = Callable[["Iterator[pa.RecordBatch]"], "Iterator[pa.RecordBatch]"]
-
-
-def _catalog_unreachable(keeper: CatalogKeeper) -> bool:
-    try:
-        keeper.catalog.redis.ping()
-    except Exception:
-        return True
-    return False
 
 
 def spark_query_id(df: DataFrame) -> str | None:
@@ -235,26 +231,29 @@ class ExactlyOnceSink(ABC):
         Shards that committed in a failed attempt are skipped by the next one, so a retry
         never writes twice. Anything but a lost or unreachable catalog is raised at once.
         """
-        for attempt in range(self.write_retries + 1):
-            try:
-                if self._keeper is not None:
-                    self._keeper.ensure(head.epoch)
-                return write(epoch, head.num_shards)
-            except CatalogLostError:
-                raise  # on_catalog_loss="fail", or a sink that cannot rebuild
-            except Exception:
-                if self._keeper is None or attempt == self.write_retries:
-                    raise
-                if not self._keeper.lost() and not _catalog_unreachable(self._keeper):
-                    raise
-                log.warning(
-                    "%s epoch %d: catalog lost or unreachable; recovering, retry %d",
-                    self,
-                    epoch,
-                    attempt + 1,
-                )
-                time.sleep(min(10.0, 0.5 * 2**attempt))
-        raise AssertionError("unreachable")
+        keeper = self._keeper
+
+        def write_once() -> list[TaskResult]:
+            if keeper is not None:
+                keeper.ensure(head.epoch)
+            return write(epoch, head.num_shards)
+
+        def catalog_trouble(exc: BaseException) -> bool:
+            if keeper is None or isinstance(exc, CatalogLostError):
+                return False  # on_catalog_loss="fail", or a sink that cannot rebuild
+            return keeper.recoverable()
+
+        def on_retry(exc: BaseException, retry: int, wait_s: float) -> None:
+            log.warning(
+                "%s epoch %d: catalog lost or unreachable; recovering, retry %d in %.1fs",
+                self,
+                epoch,
+                retry,
+                wait_s,
+            )
+
+        policy = CATALOG_RETRY.replace(attempts=self.write_retries + 1)
+        return policy.call(write_once, on_retry=on_retry, transient=catalog_trouble)
 
     def _start(
         self, schema: StructType, default_shards: Callable[[], int], query_id: str | None
