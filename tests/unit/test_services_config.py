@@ -173,3 +173,25 @@ def _check_pg_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert pg_service.paths(open_dir / ".exactlyonce")[0] == open_dir / ".exactlyonce/pg/data"
     monkeypatch.setattr(pg_service, "is_root", lambda: False)
     assert pg_service.paths(home)[0] == home / "pg" / "data", "non-root runs initdb itself"
+
+
+def test_poll_until_waits_for_the_condition_up_to_the_deadline() -> None:
+    from exactlyonce.integration.services.processes import START_POLL, poll_until
+
+    calls = iter([False, False, True])
+    assert poll_until(lambda: next(calls), START_POLL.replace(initial_s=0.01, max_s=0.01))
+    assert not poll_until(lambda: False, START_POLL.replace(initial_s=0.01, deadline_s=0.1))
+
+
+def test_wait_until_names_the_service_and_fails_fast_when_its_process_died(
+    tmp_path: Path,
+) -> None:
+    from exactlyonce.integration.services.processes import wait_until
+
+    log = tmp_path / "x.log"
+    log.write_text("last words\n")
+    with pytest.raises(RuntimeError, match="did not answer within 0 s") as timeout:
+        wait_until("x", lambda: False, log, timeout=0.2)
+    assert "last words" in str(timeout.value)
+    with pytest.raises(RuntimeError, match="x exited while starting"):
+        wait_until("x", lambda: False, log, timeout=30, pid=lambda: None)

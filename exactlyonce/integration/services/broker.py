@@ -10,7 +10,7 @@ from pathlib import Path
 
 from exactlyonce.integration.services.env import HOST, port, port_taken
 from exactlyonce.integration.services.processes import (
-    pid_alive,
+    adopt_running,
     read_pid,
     signal_and_wait,
     spawn_detached,
@@ -62,11 +62,8 @@ def answers() -> bool:
 def start(home: Path) -> None:
     """Start Tansu unless it runs, detached from this process; return once it answers."""
     base, pidfile, log = paths(home)
-    running = read_pid(pidfile)
-    if running is not None and pid_alive(running, PROCESS_NAME):
-        wait_until("kafka (tansu)", answers, log)
+    if adopt_running("kafka (tansu)", pidfile, PROCESS_NAME, answers, log):
         return
-    pidfile.unlink(missing_ok=True)
     if tcp_open(port("kafka")):
         port_taken("kafka", home)
     binary = tansu_binary()

@@ -146,6 +146,19 @@ def wait_until(
         )
 
 
+def adopt_running(
+    label: str, pidfile: Path, process_name: str, probe: Callable[[], bool], log: Path
+) -> bool:
+    """True once the process ``pidfile`` names is alive (and ours) and answers ``probe``:
+    nothing to start. False if it is not running; a stale pid file is then removed."""
+    running = read_pid(pidfile)
+    if running is not None and pid_alive(running, process_name):
+        wait_until(label, probe, log)
+        return True
+    pidfile.unlink(missing_ok=True)
+    return False
+
+
 def signal_and_wait(pid: int, name: str, timeout: float = 15.0) -> None:
     """SIGTERM ``pid``, then SIGKILL if it is still alive after ``timeout`` seconds."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):

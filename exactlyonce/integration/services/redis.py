@@ -13,6 +13,7 @@ from pathlib import Path
 
 from exactlyonce.integration.services.env import HOST, port, port_taken
 from exactlyonce.integration.services.processes import (
+    adopt_running,
     log_tail,
     pid_alive,
     read_pid,
@@ -69,11 +70,8 @@ def start(home: Path) -> None:
     """Start Redis unless it runs; return once it answers."""
     binary = require_binary()
     base, pidfile, log = paths(home)
-    running = read_pid(pidfile)
-    if running is not None and pid_alive(running, PROCESS_NAME):
-        wait_until("redis", answers, log)
+    if adopt_running("redis", pidfile, PROCESS_NAME, answers, log):
         return
-    pidfile.unlink(missing_ok=True)
     if tcp_open(port("redis")):
         port_taken("redis", home)
     base.mkdir(parents=True, exist_ok=True)
