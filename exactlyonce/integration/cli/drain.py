@@ -1,0 +1,218 @@
+"""``exactlyonce drain pipeline.yaml``: the drainer of a buffered pipeline, as a process.
+
+Runs until interrupted (SIGINT/SIGTERM), or with ``--until-idle S`` until it has drained
+everything the buffer committed and nothing new came for S seconds. Prints one line per
+write transaction and a lag line every few seconds. Sink and broker outages are waited out
+(backoff, retries, logged); a configuration problem exits with code 2. ``--processes N``
+runs N members of this command, member i draining the partitions p with p % N == i.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from exactlyonce.errors import ConfigError
+from exactlyonce.integration.cli.common import EXIT_CONFIG, err
+from exactlyonce.integration.config import load_config
+from exactlyonce.secrets import scrub
+
+if TYPE_CHECKING:
+    from exactlyonce.buffer.drainer import Drainer, DrainReport
+    from exactlyonce.connectors.base import ExactlyOnceSink
+    from exactlyonce.integration.config import PipelineConfig
+
+LAG_EVERY_S = 5.0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    drain = sub.add_parser(
+        "drain", help="move a buffered pipeline's records from its Kafka buffer into its sink"
+    )
+    drain.add_argument("config")
+    drain.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop once everything committed is drained and nothing new came for this long",
+    )
+    drain.add_argument("--batch-size", type=int, metavar="N", help="rows per sink transaction")
+    drain.add_argument(
+        "--reset-offsets",
+        action="store_true",
+        help="forget the drain offsets stored in the sink first (needs --yes)",
+    )
+    drain.add_argument("--yes", action="store_true", help="really reset the offsets")
+    drain.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N drainer processes, member i draining partitions p %% N == i (default 1)",
+    )
+    drain.add_argument(
+        "--member",
+        metavar="I/N",
+        help="run only member I of N (what --processes starts; for running members yourself)",
+    )
+    drain.set_defaults(func=cmd_drain)
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    if args.reset_offsets and not args.yes:
+        err(
+            "refusing to reset the drain offsets without --yes: the drainer then starts at the "
+            "beginning of the buffer topic (record IDs already in the sink stay no-ops)"
+        )
+        return EXIT_CONFIG
+    if args.processes != 1 and args.member:
+        raise ConfigError("--member", "give --processes or --member, not both")
+    if args.processes != 1:
+        if args.reset_offsets:
+            raise ConfigError("--reset-offsets", "reset the offsets in a run without --processes")
+        return drain_processes(args.config, args.processes, args.until_idle, args.batch_size)
+    return drain_command(
+        cfg,
+        until_idle_s=args.until_idle,
+        batch_size=args.batch_size,
+        reset_offsets=args.reset_offsets,
+        member=parse_member(args.member) if args.member else (0, 1),
+    )
+
+
+def parse_member(text: str) -> tuple[int, int]:
+    """``"I/N"`` -> ``(I, N)``, with 0 <= I < N."""
+    try:
+        index, members = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ConfigError("--member", f"I/N, for example 0/2, got {text!r}") from None
+    if not 0 <= index < members:
+        raise ConfigError("--member", f"I/N with 0 <= I < N, got {text!r}")
+    return index, members
+
+
+def drain_processes(
+    config: str, processes: int, until_idle_s: float | None, batch_size: int | None
+) -> int:
+    """Run ``processes`` members of this command (``--member i/N``) and wait for them all;
+    SIGINT/SIGTERM are passed on. The exit code is the worst of theirs."""
+    if not 2 <= processes <= 256:
+        raise ConfigError("--processes", f"an integer from 1 to 256, got {processes}")
+    base = [sys.executable, "-m", "exactlyonce", "drain", config]
+    if until_idle_s is not None:
+        base += ["--until-idle", str(until_idle_s)]
+    if batch_size is not None:
+        base += ["--batch-size", str(batch_size)]
+    children = [subprocess.Popen([*base, "--member", f"{i}/{processes}"]) for i in range(processes)]
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        codes = []
+        for child in children:
+            while True:
+                try:
+                    codes.append(child.wait())
+                    break
+                except KeyboardInterrupt:
+                    forward(signal.SIGINT, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return max(codes)
+
+
+def _build_drainer(
+    cfg: PipelineConfig, batch_size: int | None, member: tuple[int, int]
+) -> tuple[ExactlyOnceSink, Drainer, list[str]]:
+    """The sink, its drainer and the secrets to scrub from messages; ConfigError if the
+    pipeline has no buffer."""
+    from exactlyonce.buffer.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
+    from exactlyonce.integration.config import PostgresSinkConfig, sink_field_errors
+
+    settings = cfg.sink
+    if not isinstance(settings, PostgresSinkConfig) or settings.buffer is None:
+        raise ConfigError(
+            "sink.buffer", "this pipeline has no Kafka buffer: there is nothing to drain"
+        )
+    secrets = settings.secrets()
+    with sink_field_errors():
+        sink = settings.build(check=False)  # the drainer waits for the sink
+        drainer = Drainer(
+            sink,
+            settings.buffer.build(),
+            batch_size=batch_size or settings.buffer.batch_size,
+            member=member,
+            name=f"drainer:{member[0]}/{member[1]}" if member[1] > 1 else None,
+            switch_interval_s=DRAIN_PROCESS_SWITCH_INTERVAL_S,  # this process only drains
+        )
+    return sink, drainer, secrets
+
+
+def _progress_printer(drainer: Drainer) -> Callable[[DrainReport], None]:
+    """A step callback printing each write transaction, and the lag every LAG_EVERY_S."""
+    last_lag = [time.monotonic()]
+
+    def progress(step: DrainReport) -> None:
+        now = time.monotonic()
+        if step.batches:
+            print(
+                f"drained {step.written} rows ({step.duplicates} duplicates, "
+                f"{step.dead_letters} dead letters, {step.skipped} skipped) in "
+                f"{step.seconds:.2f} s; lag {drainer.lag}",
+                flush=True,
+            )
+        elif now - last_lag[0] >= LAG_EVERY_S:
+            print(f"lag {drainer.lag}", flush=True)
+        else:
+            return
+        last_lag[0] = now
+
+    return progress
+
+
+def drain_command(
+    cfg: PipelineConfig,
+    *,
+    until_idle_s: float | None = None,
+    batch_size: int | None = None,
+    reset_offsets: bool = False,
+    member: tuple[int, int] = (0, 1),
+) -> int:
+    """Drain ``cfg``'s buffer (member ``I/N`` of a pool) until SIGTERM/SIGINT or idle."""
+    sink, drainer, secrets = _build_drainer(cfg, batch_size, member)
+    if reset_offsets:
+        dropped = drainer.reset_offsets()
+        print(f"drain offsets of {cfg.query_name!r} reset ({dropped} partitions)", flush=True)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    mine = f", partitions p % {member[1]} == {member[0]}" if member[1] > 1 else ""
+    print(f"draining {drainer.topic} -> {sink.sink_name} ({cfg.query_name}{mine})", flush=True)
+    try:
+        total = drainer.run(stop, until_idle_s=until_idle_s, on_step=_progress_printer(drainer))
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    except ConfigError as exc:
+        raise ConfigError(exc.field, scrub(exc.reason, *secrets)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        drainer.close()
+    t = drainer.total
+    print(
+        f"stopped: {t.written} written, {t.duplicates} duplicates, {t.dead_letters} dead "
+        f"letters, {t.skipped} skipped, {t.retries} retries in {total.seconds:.1f} s; lag "
+        f"{drainer.lag}",
+        flush=True,
+    )
+    return 0

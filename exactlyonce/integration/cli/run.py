@@ -1,0 +1,132 @@
+"""``exactlyonce run pipeline.yaml``: run a pipeline file's streaming query, printing each
+batch's report, until it fails, is interrupted, goes idle or ran ``--max-batches``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import time
+from typing import TYPE_CHECKING
+
+from exactlyonce.integration.cli.common import EXIT_FAILED, EXIT_OK, err
+from exactlyonce.integration.config import load_config, sink_field_errors
+from exactlyonce.secrets import scrub
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink
+
+POLL_SECONDS = 0.5
+log = logging.getLogger("exactlyonce.cli")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser("run", help="run a pipeline file's streaming query")
+    run.add_argument("config", help="pipeline YAML file")
+    run.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop after this long without a micro-batch",
+    )
+    run.add_argument(
+        "--max-batches",
+        type=int,
+        metavar="N",
+        help="stop after N micro-batches (re-runs skipped as committed count too)",
+    )
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)  # before Spark starts: a bad file costs no JVM
+    secrets = cfg.sink.secrets()
+    sink = cfg.build_sink()  # connects and checks the database, still before Spark
+    from exactlyonce.integration.spark import session, start_stream
+
+    spark = session(
+        app_name=cfg.spark.app_name or cfg.query_name,
+        master=cfg.spark.master,
+        extra={"spark.ui.showConsoleProgress": "false", **cfg.spark.conf},
+    )
+    try:
+        df = cfg.source.build(spark)
+        with sink_field_errors():
+            query = start_stream(df, sink, cfg.checkpoint, **cfg.trigger_kwargs())
+        print(f"started {cfg.query_name}: {cfg.source.type} -> {sink.sink_name}", flush=True)
+        try:
+            _watch(query, sink, args.until_idle, args.max_batches)
+        except KeyboardInterrupt:
+            query.stop()
+            raise
+        failure = query.exception()
+        if failure is not None:
+            err(f"query failed: {scrub(_summarize(str(failure)), *secrets)}")
+            return EXIT_FAILED
+        done = len(sink.reports)
+        print(f"stopped {cfg.query_name} after {done} batch(es)", flush=True)
+        return EXIT_OK
+    finally:
+        spark.stop()
+
+
+def _watch(
+    query: StreamingQuery,
+    sink: ExactlyOnceSink,
+    until_idle: float | None,
+    max_batches: int | None,
+) -> None:
+    """Print each batch's report until the query ends, goes idle, or ran ``max_batches``."""
+    shown = 0
+    last_activity = time.monotonic()
+    while query.isActive:
+        while shown < len(sink.reports):
+            print(_progress(sink.reports[shown]), flush=True)
+            shown += 1
+            last_activity = time.monotonic()
+        if max_batches is not None and shown >= max_batches:
+            log.info("ran %d batch(es), stopping", shown)
+            query.stop()
+            break
+        status = query.status
+        if status.get("isTriggerActive") and status.get("isDataAvailable"):
+            last_activity = time.monotonic()  # a batch is in progress: not idle
+        idle = time.monotonic() - last_activity
+        if until_idle is not None and idle >= until_idle:
+            log.info("no new batch for %.0f s, stopping", idle)
+            query.stop()
+            break
+        time.sleep(POLL_SECONDS)
+    for report in sink.reports[shown:]:
+        print(_progress(report), flush=True)
+
+
+def _progress(report: BatchReport) -> str:
+    if report.skipped:
+        return f"epoch {report.epoch}: already committed (at or below the head), skipped"
+    return (
+        f"epoch {report.epoch}: {report.rows} rows, {report.written} written, "
+        f"{report.duplicates} duplicates, {report.dead_letters} dead letters, "
+        f"{report.seconds:.2f} s | dedup: {report.ids_checked} checked, "
+        f"{report.bloom_negatives} bloom negatives, {report.catalog_lookups} catalog lookups, "
+        f"{report.catalog_duplicates} catalog duplicates, "
+        f"{report.bloom_false_positives} false positives"
+    )
+
+
+_ERROR_LINE = re.compile(r"^\s*((?:[\w.]+\.)?\w+(?:Error|Exception)): (.+)$")
+
+
+def _summarize(text: str) -> str:
+    """Spark's failure text is a JVM trace around a Python one; keep the Python error line."""
+    lines = text.strip().splitlines()
+    python_errors = [
+        m.group(0).strip()
+        for m in map(_ERROR_LINE.match, lines)
+        if m and not m.group(1).startswith(("org.apache", "java.", "py4j", "scala."))
+    ]
+    if python_errors:
+        return python_errors[-1]
+    return lines[0] if lines else "unknown error"

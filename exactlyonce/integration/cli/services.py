@@ -1,0 +1,25 @@
+"""``exactlyonce services up|status|down|env``: the local services, as
+``python -m exactlyonce.integration.services`` runs them."""
+
+from __future__ import annotations
+
+import argparse
+
+from exactlyonce.integration.cli.common import EXIT_FAILED, err
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    services = sub.add_parser("services", help="local PostgreSQL, Redis and Kafka broker")
+    services.add_argument("action", choices=["up", "status", "down", "env"])
+    services.add_argument("--only", help="comma-separated subset of pg,redis,kafka")
+    services.set_defaults(func=cmd_services)
+
+
+def cmd_services(args: argparse.Namespace) -> int:
+    try:
+        from exactlyonce.integration import services
+    except ImportError as exc:
+        err(f"the services module is not available: {exc}")
+        return EXIT_FAILED
+    argv = [args.action] + (["--only", args.only] if args.only else [])
+    return int(services.main(argv))

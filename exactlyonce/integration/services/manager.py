@@ -1,0 +1,126 @@
+"""Start, stop and check the local services as a set: the public API of this package.
+
+Starts and stops are serialized between processes sharing one home dir (a file lock), so
+tests and ``make services`` can run side by side. Each service module (``postgres``,
+``redis``, ``broker``) has ``start``, ``stop``, ``pid`` and ``answers``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from exactlyonce.integration.services import broker, postgres, redis
+from exactlyonce.integration.services.docker import docker_down, docker_up, use_docker
+from exactlyonce.integration.services.env import (
+    SERVICES,
+    home_dir,
+    local_env,
+    service_env,
+    write_env_file,
+)
+from exactlyonce.integration.services.processes import pid_alive
+
+
+class _Service(Protocol):
+    """What each service module offers (``postgres``, ``redis``, ``broker``)."""
+
+    PROCESS_NAME: str  # expected in /proc/<pid>/cmdline, so a recycled pid is not ours
+
+    def start(self, home: Path) -> None: ...
+    def stop(self, home: Path) -> None: ...
+    def pid(self, home: Path) -> int | None: ...
+    def answers(self) -> bool: ...
+
+
+_MODULES: dict[str, _Service] = {"pg": postgres, "redis": redis, "kafka": broker}
+
+
+def _validate(names: Sequence[str]) -> list[str]:
+    unknown = [n for n in names if n not in SERVICES]
+    if unknown:
+        raise ValueError(f"unknown service(s) {unknown}; known: {', '.join(SERVICES)}")
+    return list(dict.fromkeys(names))
+
+
+@contextlib.contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    """Serialize start/stop between processes sharing one home dir."""
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / "services.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def start_service(name: str, home: Path | None = None) -> None:
+    """Start one service if it is not running, and return once it answers. PostgreSQL keeps
+    its data across stop/start; Redis and Tansu start empty. Also (re)writes the env file."""
+    (name,) = _validate([name])
+    root = home_dir(home)
+    with _locked(root):
+        _MODULES[name].start(root)
+        write_env_file(local_env(), root)
+
+
+def stop_service(name: str, home: Path | None = None) -> None:
+    """Stop one service and return once its process is gone; data on disk is kept. A
+    service that is not running is left as is (its stale pid file removed)."""
+    (name,) = _validate([name])
+    root = home_dir(home)
+    with _locked(root):
+        _MODULES[name].stop(root)
+
+
+def up(names: Sequence[str] = SERVICES, home: Path | None = None) -> dict[str, str]:
+    """Start the named services (those running and answering are left alone), wait until
+    each answers, write ``<home>/services.env`` and return :func:`service_env`. Raises
+    ``RuntimeError`` naming the service and its log if one does not come up."""
+    wanted = _validate(names)
+    root = home_dir(home)
+    if use_docker():
+        return docker_up(wanted, root)
+    if os.environ.get("EXACTLYONCE_USE_DOCKER") == "1":
+        print("note: no Docker engine answers; starting local processes", file=sys.stderr)
+    with _locked(root):
+        for name in wanted:
+            _MODULES[name].start(root)
+        write_env_file(local_env(), root)
+    return service_env(root)
+
+
+def down(names: Sequence[str] = SERVICES, home: Path | None = None) -> None:
+    """Stop the named services; returns once their processes are gone."""
+    wanted = _validate(names)
+    root = home_dir(home)
+    if use_docker():
+        docker_down(wanted)
+        return
+    with _locked(root):
+        for name in reversed(wanted):
+            _MODULES[name].stop(root)
+
+
+def service_pid(name: str, home: Path | None = None) -> int | None:
+    """The pid of the running local process of ``name``, or None if it is not running."""
+    module = _MODULES[name]
+    pid = module.pid(home_dir(home))
+    return pid if pid is not None and pid_alive(pid, module.PROCESS_NAME) else None
+
+
+def status(names: Sequence[str] = SERVICES, home: Path | None = None) -> dict[str, bool]:
+    """For each named service: True if its local process is alive and answers on its
+    port (with Docker in use: if it answers)."""
+    wanted = _validate(names)
+    docker = use_docker()
+    return {
+        name: (docker or service_pid(name, home) is not None) and _MODULES[name].answers()
+        for name in wanted
+    }
