@@ -1,0 +1,34 @@
+"""Every error has one root and survives pickling (Spark moves them from workers to the driver)."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+
+import exactlyonce.errors as errors
+from exactlyonce.errors import ConfigError, ExactlyOnceError
+
+
+def all_errors() -> list[type[BaseException]]:
+    return [
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, BaseException) and cls.__module__ == errors.__name__
+    ]
+
+
+def test_every_error_is_under_one_root() -> None:
+    found = all_errors()
+    assert {"CatalogLostError", "OffsetsMovedError", "TaskStateError"} <= {
+        c.__name__ for c in found
+    }
+    assert all(issubclass(cls, ExactlyOnceError) for cls in found)
+
+
+def test_every_error_pickles_with_its_data() -> None:
+    for cls in all_errors():
+        error = ConfigError("sink.table", "bad") if cls is ConfigError else cls("what happened")
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is cls and str(copy) == str(error)
+    copy = pickle.loads(pickle.dumps(ConfigError("sink.table", "bad")))
+    assert (copy.field, copy.reason) == ("sink.table", "bad")
