@@ -138,7 +138,7 @@ def create_topic(bootstrap: str, topic: str) -> None:
 
 def topic_messages(bootstrap: str, topic: str) -> int:
     """Messages in the topic (every offset that is not a transaction marker)."""
-    from exactlyonce.connectors.kafka_reader import consumer, drain, partitions_of
+    from exactlyonce.connectors.kafka.reader import consumer, drain, partitions_of
 
     client = consumer(bootstrap, isolation="read_uncommitted")
     try:
@@ -153,7 +153,7 @@ def run(
     rows: int, shards: int, repeat: int, buffer_args: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     from exactlyonce.connectors.kafka import KafkaSink
-    from exactlyonce.connectors.kafka_reader import read_exactly_once
+    from exactlyonce.connectors.kafka.reader import read_exactly_once
     from exactlyonce.dedup.catalog import DedupConfig
     from exactlyonce.integration.spark import session
 

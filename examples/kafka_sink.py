@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from exactlyonce.connectors import KafkaSink
-from exactlyonce.connectors.kafka_reader import read_exactly_once
+from exactlyonce.connectors.kafka.reader import read_exactly_once
 from exactlyonce.integration.services import service_env
 from exactlyonce.integration.spark import session, start_stream
 

@@ -1,6 +1,6 @@
 """Audit a KafkaSink's output with kafka-python: a client independent of librdkafka.
 
-The consumption recipe of :mod:`exactlyonce.connectors.kafka_reader` is implemented here a
+The consumption recipe of :mod:`exactlyonce.connectors.kafka.reader` is implemented here a
 second time, from its documentation, so the tests do not check the sink with its own code:
 read the control topic (heads and confirmations), read the data topic, count per record ID
 the records of confirmed attempts. The naive count (every record of the query that a plain

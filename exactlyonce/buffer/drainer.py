@@ -61,7 +61,7 @@ from exactlyonce.buffer.postgres import (
     valid_record_id,
 )
 from exactlyonce.buffer.tuning import gc_paused, switch_interval
-from exactlyonce.connectors.kafka_reader import (
+from exactlyonce.connectors.kafka.reader import (
     H_EPOCH,
     H_ERROR,
     H_RECORD_ID,

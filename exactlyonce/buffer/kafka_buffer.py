@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.kafka import KafkaSink
-from exactlyonce.connectors.kafka_reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
+from exactlyonce.connectors.kafka.reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.errors import ConfigError, SinkUnavailableError

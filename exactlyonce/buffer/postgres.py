@@ -48,7 +48,7 @@ import pyarrow.json as pajson
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from exactlyonce.connectors.kafka_reader import RECORD_ID_BYTES
+from exactlyonce.connectors.kafka.reader import RECORD_ID_BYTES
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres.schema import has_unique_index_on, regclass
 from exactlyonce.connectors.postgres.writer import to_csv

@@ -28,7 +28,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from exactlyonce.buffer.kafka_buffer import Buffered
-from exactlyonce.connectors.kafka_reader import load_commits
+from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.integration.config import load_config
 from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import ROOT, crash_seed, make_input, session_members

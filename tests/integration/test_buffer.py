@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
 from exactlyonce.buffer.drainer import H_FRAME_INDEX
 from exactlyonce.buffer.postgres import OFFSETS, PgDrainTarget
-from exactlyonce.connectors.kafka_reader import (
+from exactlyonce.connectors.kafka.reader import (
     H_ATTEMPT,
     H_EPOCH,
     H_QUERY,

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from psycopg import sql
 
 from exactlyonce.buffer.postgres import DrainRow, PgDrainTarget, arrow_type
-from exactlyonce.connectors.kafka_reader import RangeReader, consumer
+from exactlyonce.connectors.kafka.reader import RangeReader, consumer
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.dedup.ids import record_id
 

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
 from exactlyonce.buffer.pool import DrainerPool
-from exactlyonce.connectors.kafka_reader import load_commits
+from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.cli import parse_member

@@ -19,8 +19,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from exactlyonce.connectors import ConfigError, KafkaSink
-from exactlyonce.connectors.connect_json import DATE, DECIMAL, TIMESTAMP, connect_schema
-from exactlyonce.connectors.kafka_reader import headers_of, read_exactly_once
+from exactlyonce.connectors.kafka.connect_json import DATE, DECIMAL, TIMESTAMP, connect_schema
+from exactlyonce.connectors.kafka.reader import headers_of, read_exactly_once
 
 pytestmark = pytest.mark.integration
 

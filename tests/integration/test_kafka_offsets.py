@@ -32,7 +32,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from exactlyonce.connectors.kafka import KafkaSink
-from exactlyonce.connectors.kafka_reader import (
+from exactlyonce.connectors.kafka.reader import (
     START,
     confirmation_key,
     consumer,

@@ -39,7 +39,7 @@ from exactlyonce.connectors.kafka import (
     KafkaTarget,
     transactional_id,
 )
-from exactlyonce.connectors.kafka_reader import headers_of, read_exactly_once
+from exactlyonce.connectors.kafka.reader import headers_of, read_exactly_once
 from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import AmbiguousCommitError
@@ -196,7 +196,7 @@ def test_an_abandoned_transaction_on_the_control_topic_leaves_the_broker_probe_c
     The probe has a topic of its own, where only probes write."""
     import logging
 
-    import exactlyonce.connectors.kafka as kafka_module
+    import exactlyonce.connectors.kafka.preflight as kafka_module
 
     control = f"{unique_name}-control"
     new_sink(bootstrap, unique_name, control_topic=control)  # creates the control topic

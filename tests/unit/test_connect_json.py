@@ -27,7 +27,7 @@ from pyspark.sql.types import (
     VarcharType,
 )
 
-from exactlyonce.connectors.connect_json import (
+from exactlyonce.connectors.kafka.connect_json import (
     DATE,
     DECIMAL,
     TIMESTAMP,

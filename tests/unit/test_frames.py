@@ -10,7 +10,7 @@ import pytest
 from exactlyonce.buffer.drainer import H_FRAME_INDEX, FrameRecord, _ids_problem
 from exactlyonce.buffer.kafka_buffer import KafkaBuffer
 from exactlyonce.connectors.kafka import frame_bounds
-from exactlyonce.connectors.kafka_reader import H_RECORD_ID, H_RECORD_IDS, record_ids_of
+from exactlyonce.connectors.kafka.reader import H_RECORD_ID, H_RECORD_IDS, record_ids_of
 from exactlyonce.errors import ConfigError
 
 RID = [(f"{i:x}" * 32)[:32].encode() for i in range(16)]

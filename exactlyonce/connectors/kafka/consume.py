@@ -1,0 +1,241 @@
+"""Low-level reads of Kafka partitions by offset: the consumer the sink's readers use, reading
+``[start, end)`` ranges to their end, and exact start and end offsets.
+
+These reads never trust a broker's EARLIEST answer (they start at offset 0, :data:`START`) nor
+its ListOffsets end (:func:`exact_end_offsets` reads to the end-of-partition event).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Generator, Iterable, Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from exactlyonce.connectors.kafka.protocol import (
+    H_RECORD_ID,
+    H_RECORD_IDS,
+    RECORD_ID_BYTES,
+    shared_config,
+)
+from exactlyonce.errors import SinkUnavailableError
+
+
+def consumer(
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None = None,
+    *,
+    isolation: str = "read_committed",
+) -> Consumer:
+    """A consumer for assign()-and-seek reads: no group membership, no offset commits."""
+    return Consumer(
+        {
+            "reconnect.backoff.ms": 10,  # a short-lived client: connect without the 50 ms wait
+            **shared_config(config or {}),
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"exactlyonce-reader-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
+            # Reads here end at the partition's end: do not let the broker hold an empty
+            # fetch for the default 500 ms before the end-of-partition event.
+            "fetch.wait.max.ms": 10,
+            # librdkafka stops fetching a partition for fetch.queue.backoff.ms (1000 by default)
+            # once queued.min.messages are queued locally: a reader faster than Kafka then
+            # sat idle for a second. 0.25 s -> 1.2-1.3 s for 200k records in 2 of 6 reads
+            # here; 0 of 6 with 10 ms.
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+
+
+# Where a read "from the beginning" starts: offset 0, never OFFSET_BEGINNING. The latter asks
+# the broker (ListOffsets EARLIEST), and Tansu 0.6 can answer above the first record: when
+# transactional producers write a fresh partition at once (two shard tasks of an epoch), about
+# one partition in 8 here, for good. Reading from it skipped that first batch: data records,
+# and on the control topic, confirmations and heads (tests/integration/test_kafka_offsets.py).
+# A log whose start really moved on (retention) answers offset 0 with OFFSET_OUT_OF_RANGE,
+# and auto.offset.reset=earliest then starts the read at the broker's start.
+START = 0
+
+
+def log_start_offset(client: Consumer, topic: str, partition: int, timeout_s: float) -> int:
+    """The first offset the partition still holds, exactly: the broker's low watermark when it
+    is 0, else the first record that a read from offset 0 gets (the low watermark can lie
+    above the first record; see :data:`START`). An empty partition starts at its end."""
+    tp = TopicPartition(topic, partition)
+    low, high = client.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+    if low <= 0 or high <= 0:
+        return max(0, int(low))
+    reader = drain(client, {(topic, partition): (START, high)}, timeout_s, f"topic {topic!r}")
+    try:
+        first = next(reader, None)  # only the first record matters
+    finally:
+        reader.close()
+    return int(low) if first is None else min(int(low), offset_of(first))
+
+
+def partitions_of(client: Any, topic: str, timeout_s: float) -> list[int]:
+    """The topic's partitions. Lists ALL topics: asking for one by name makes some brokers
+    (Tansu) create it."""
+    try:
+        meta = client.list_topics(timeout=timeout_s)
+    except Exception as exc:
+        raise SinkUnavailableError(f"Kafka metadata unavailable: {exc}") from None
+    found = meta.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise SinkUnavailableError(f"topic {topic!r} does not exist")
+    return sorted(found.partitions)
+
+
+def drain(
+    client: Consumer,
+    ranges: Mapping[tuple[str, int], tuple[int, int | None]],
+    timeout_s: float,
+    what: str = "",
+) -> Generator[Message, None, None]:
+    """Yield every record of ``(topic, partition) -> [start, end)`` in offset order per
+    partition; ``end=None`` reads to the end the broker reports (end-of-partition event).
+
+    ``start`` is an offset (:data:`START` for the first record). Raises SinkUnavailableError
+    when no record arrives for ``timeout_s`` before the range is read (for example a
+    read_committed read held back by an open transaction); a long range that keeps arriving is
+    read to its end.
+    """
+    todo = {tp: r for tp, r in ranges.items() if r[1] is None or r[0] < 0 or r[0] < r[1]}
+    if not todo:
+        return
+    assigned = [TopicPartition(t, p, start) for (t, p), (start, _) in todo.items()]
+    client.assign(assigned)
+    try:
+        yield from _drain_assigned(client, todo, timeout_s, what)
+    finally:  # leave the consumer reusable: nothing assigned, nothing paused
+        client.resume([TopicPartition(t.topic, t.partition) for t in assigned])
+        client.unassign()
+
+
+def _drain_assigned(
+    client: Consumer,
+    todo: dict[tuple[str, int], tuple[int, int | None]],
+    timeout_s: float,
+    what: str,
+) -> Iterator[Message]:
+    deadline = time.monotonic() + timeout_s
+    while todo:
+        if time.monotonic() > deadline:
+            left = ", ".join(f"{t}[{p}]" for t, p in sorted(todo))
+            raise SinkUnavailableError(
+                f"reading {what or 'Kafka'} made no progress towards the end of {left} for "
+                f"{timeout_s:.0f}s (an open transaction may hold back read_committed reads)"
+            )
+        for msg in client.consume(num_messages=1000, timeout=0.02):
+            deadline = time.monotonic() + timeout_s  # a deadline for progress, not in total
+            tp = where_of(msg)
+            if tp not in todo:
+                continue
+            end = todo[tp][1]
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    if end is None or offset_of(msg) >= end:
+                        _done(client, todo, tp)
+                    continue
+                if (
+                    err.code()
+                    in (
+                        KafkaError.UNKNOWN_TOPIC_OR_PART,
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                    )
+                    or err.fatal()
+                ):
+                    raise SinkUnavailableError(f"reading {what or 'Kafka'}: {err.str()}")
+                continue  # transient (transport, leader change): the client retries
+            offset = offset_of(msg)
+            if end is not None and offset >= end:
+                _done(client, todo, tp)
+                continue
+            yield msg
+            if end is not None and offset >= end - 1:
+                _done(client, todo, tp)
+
+
+def _done(
+    client: Consumer, todo: dict[tuple[str, int], tuple[int, int | None]], tp: tuple[str, int]
+) -> None:
+    del todo[tp]
+    client.pause([TopicPartition(tp[0], tp[1])])
+
+
+def headers_of(msg: Message) -> dict[str, bytes]:
+    """A record's headers by name (text values as UTF-8 bytes)."""
+    out: dict[str, bytes] = {}
+    raw = msg.headers() or []
+    for name, value in raw.items() if isinstance(raw, dict) else raw:
+        if value is not None:
+            out[name] = value.encode() if isinstance(value, str) else bytes(value)
+    return out
+
+
+def record_ids_of(headers: Mapping[str, bytes]) -> list[bytes]:
+    """The record IDs a message carries: one (``eo-record-id``), or a frame's
+    (``eo-record-ids``); none when it has neither."""
+    if H_RECORD_ID in headers:
+        return [headers[H_RECORD_ID]]
+    blob = headers.get(H_RECORD_IDS) or b""
+    return [blob[i : i + RECORD_ID_BYTES] for i in range(0, len(blob), RECORD_ID_BYTES)]
+
+
+def offset_of(msg: Message) -> int:
+    offset = msg.offset()
+    return -1 if offset is None else int(offset)
+
+
+def where_of(msg: Message) -> tuple[str, int]:
+    return str(msg.topic()), int(msg.partition() or 0)
+
+
+def exact_end_offsets(
+    client: Consumer, topic: str, partitions: Iterable[int], timeout_s: float
+) -> dict[int, int]:
+    """Each partition's end offset, exactly, from a read_uncommitted consumer.
+
+    The end-of-partition event of a fetch is exact on every broker we met; the ListOffsets
+    answer is not everywhere (Tansu reports the last batch's base offset + 1). So: ask
+    ListOffsets for a lower bound, then read from just before it to the end event.
+    """
+    ends: dict[int, int] = {}
+    ranges: dict[tuple[str, int], tuple[int, int | None]] = {}
+    for p in partitions:
+        low, high = client.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=timeout_s, cached=False
+        )
+        if high <= low:
+            ends[p] = high
+        else:
+            ranges[(topic, p)] = (high - 1, None)
+            ends[p] = high
+    if ranges:
+        client.assign([TopicPartition(t, p, s) for (t, p), (s, _) in ranges.items()])
+        deadline = time.monotonic() + timeout_s
+        todo = set(ranges)
+        while todo:
+            if time.monotonic() > deadline:
+                raise SinkUnavailableError(f"could not read the end offsets of {topic!r}")
+            for msg in client.consume(num_messages=1000, timeout=0.02):
+                tp = where_of(msg)
+                if tp not in todo:
+                    continue
+                err = msg.error()
+                if err is None:
+                    ends[tp[1]] = max(ends[tp[1]], offset_of(msg) + 1)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    ends[tp[1]] = max(ends[tp[1]], offset_of(msg))
+                    todo.discard(tp)
+                elif err.fatal() or err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise SinkUnavailableError(f"reading the end of {topic!r}: {err.str()}")
+        client.unassign()
+    return ends

@@ -1,0 +1,86 @@
+"""The Kafka sink's Spark projection: a stream's rows as record ID, key and value bytes.
+
+``value`` is ``"json"`` (the row as JSON), ``"json-with-schema"`` (Kafka Connect's envelope,
+:mod:`.connect_json`) or the name of a string or binary column; ``key_column`` is an optional
+column, cast to its string form unless binary. Built once per schema on the driver; Spark
+evaluates it in the executors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN
+from exactlyonce.connectors.kafka.connect_json import (
+    JSON_WITH_SCHEMA,
+    connect_schema,
+    envelope,
+    not_a_number_reason,
+)
+from exactlyonce.connectors.kafka.protocol import (
+    ID_COLUMN,
+    KEY_COLUMN,
+    RESERVED_COLUMNS,
+    VALUE_COLUMN,
+)
+from exactlyonce.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql.types import StructType
+
+
+def check_reserved(names: list[str]) -> None:
+    """Refuse a stream with a column named like one the projection adds."""
+    for reserved in RESERVED_COLUMNS:
+        if reserved in names:
+            raise ConfigError(
+                "id_columns", f"the stream has a column named {reserved!r}; the sink uses it"
+            )
+
+
+def check_key_and_value(schema: StructType, key_column: str | None, value: str) -> None:
+    """Refuse a key or value setting the stream's schema cannot serve, naming the column."""
+    names = list(schema.names)
+    if key_column is not None and key_column not in names:
+        raise ConfigError("key_column", f"{key_column!r} not in the stream's columns")
+    if value == JSON_WITH_SCHEMA:
+        connect_schema(schema)  # refuses, naming the column, what Connect cannot hold
+    elif value != "json":
+        if value not in names:
+            raise ConfigError("value", f"'json' or a column of the stream; {value!r} is neither")
+        kind = schema[value].dataType.typeName()
+        if kind not in ("string", "binary"):
+            raise ConfigError(
+                "value",
+                f"column {value!r} is {kind}; a value column must be string "
+                f"or binary (or use value='json' or {JSON_WITH_SCHEMA!r})",
+            )
+
+
+def projection(schema: StructType, key_column: str | None, value: str) -> list[Column]:
+    """Record ID, key (if any) and value as binary, then the dead-letter columns. A
+    json-with-schema row holding NaN or an infinite float becomes a dead letter."""
+    from pyspark.sql import functions as F
+
+    row_json = F.to_json(F.struct(*map(F.col, schema.names)), {"ignoreNullFields": "false"})
+    error, payload = F.col(ERROR_COLUMN), F.col(PAYLOAD_COLUMN)
+    if value == "json":
+        value_column = row_json
+    elif value == JSON_WITH_SCHEMA:
+        value_column = envelope(schema)
+        reason = not_a_number_reason(schema)
+        if reason is not None:  # a dead letter, not a value Connect would misread
+            error = F.coalesce(error, reason)
+            payload = F.coalesce(payload, F.when(reason.isNotNull(), row_json))
+    else:
+        value_column = F.col(value)
+    columns = [F.col(ID_COLUMN)]
+    if key_column is not None:
+        key = F.col(key_column)
+        if schema[key_column].dataType.typeName() != "binary":
+            key = key.cast("string")
+        columns.append(key.cast("binary").alias(KEY_COLUMN))
+    columns.append(value_column.cast("binary").alias(VALUE_COLUMN))
+    columns += [error.alias(ERROR_COLUMN), payload.alias(PAYLOAD_COLUMN)]
+    return columns  # the epoch rides in headers

@@ -1,0 +1,132 @@
+"""The Kafka sink's wire protocol: header names, control-topic keys and the head record.
+
+What a writer puts on the data topic (headers) and on the compacted control topic (keys and
+JSON values), and the names both sides derive from a query and a sink. The reading recipe
+that gives these their meaning is in :mod:`exactlyonce.connectors.kafka.reader`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_CONTROL_TOPIC = "exactlyonce-control"
+
+H_QUERY = "eo-query"
+H_EPOCH = "eo-epoch"
+H_SHARD = "eo-shard"
+H_RECORD_ID = "eo-record-id"
+H_RECORD_IDS = "eo-record-ids"  # frames (a buffer's messages): every record's ID, 32 bytes each
+RECORD_ID_BYTES = 32
+H_ATTEMPT = "eo-attempt"
+H_ERROR = "eo-error"  # dead letters only
+
+HEAD = "head"
+CONFIRMED = "confirmed"
+SYNC = "sync"
+PROBE_KEY = "__exactlyonce_probe__"
+
+# The columns the sink's projection hands to its tasks.
+ID_COLUMN = "eo_record_id"
+KEY_COLUMN = "eo_key"
+VALUE_COLUMN = "eo_value"
+EPOCH_COLUMN = "_eo_epoch"
+RESERVED_COLUMNS = (ID_COLUMN, KEY_COLUMN, VALUE_COLUMN)
+
+MIN_TRANSACTION_TIMEOUT_MS = 10_000  # a task's whole write runs inside one transaction
+KAFKA_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # broker transaction.max.timeout.ms
+DEAD_LETTER_PAYLOAD_LIMIT = 64 * 1024
+
+# Only connection and security settings are shared between the sink's producers, consumers
+# and admin clients; producer tuning would be noise (and a warning) in a consumer.
+SHARED_CONFIG_PREFIXES = (
+    "security.",
+    "sasl.",
+    "ssl.",
+    "socket.",
+    "broker.",
+    "client.",
+    "reconnect.",
+    "metadata.",
+    "api.version",
+    "connections.",
+    "enable.ssl",
+    "topic.metadata.",
+)
+
+
+def default_sink_name(topic: str) -> str:
+    return f"kafka:{topic}"
+
+
+def dead_letter_topic_for(topic: str) -> str:
+    return f"{topic}.dead-letters"
+
+
+def transactional_id(query_name: str, sink_name: str, shard: int) -> str:
+    """The ``transactional.id`` of one shard's producer (``-1``: the preflight probe's).
+    Stable across re-runs and restarts, so a new attempt fences the older one."""
+    return f"eo-{query_name}-{hashlib.sha1(sink_name.encode()).hexdigest()[:8]}-{shard}"
+
+
+def _part(name: str) -> str:
+    return name.replace("%", "%25").replace("|", "%7C")
+
+
+def control_prefix(query_name: str, sink_name: str) -> str:
+    return f"{_part(query_name)}|{_part(sink_name)}|"
+
+
+def head_key(query_name: str, sink_name: str) -> str:
+    return control_prefix(query_name, sink_name) + HEAD
+
+
+def marker_key(query_name: str, sink_name: str, epoch: int, shard: int) -> str:
+    return f"{control_prefix(query_name, sink_name)}{epoch}|{shard}"
+
+
+def confirmation_key(query_name: str, sink_name: str, epoch: int, shard: int, attempt: str) -> str:
+    return f"{control_prefix(query_name, sink_name)}{epoch}|{shard}|{CONFIRMED}|{attempt}"
+
+
+def sync_key(query_name: str, sink_name: str, shard: int) -> str:
+    return f"{control_prefix(query_name, sink_name)}{SYNC}|{shard}"
+
+
+def shared_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection and security part of a client configuration."""
+    return {k: v for k, v in config.items() if k.startswith(SHARED_CONFIG_PREFIXES)}
+
+
+@dataclass(frozen=True)
+class HeadRecord:
+    """The head as the control topic holds it, with where it was found."""
+
+    epoch: int
+    spark_query_id: str | None
+    num_shards: int
+    frontier: dict[str, dict[int, int]]
+    scan_from: int
+    partition: int
+    offset: int
+
+    @classmethod
+    def parse(cls, value: bytes, partition: int, offset: int) -> HeadRecord:
+        data = json.loads(value)
+        frontier = {
+            topic: {int(p): int(o) for p, o in parts.items()}
+            for topic, parts in (data.get("frontier") or {}).items()
+        }
+        scan_from = data.get("scan_from")
+        return cls(
+            epoch=int(data["epoch"]),
+            spark_query_id=data.get("spark_query_id"),
+            num_shards=int(data["num_shards"]),
+            frontier=frontier,
+            scan_from=offset if scan_from is None else int(scan_from),
+            partition=partition,
+            offset=offset,
+        )

@@ -1,0 +1,386 @@
+"""Exactly-once Kafka sink.
+
+Guarantee: every record of the stream is in the topic exactly once for a reader that follows
+the recipe of :mod:`exactlyonce.connectors.kafka.reader`, through driver crashes, executor
+loss, re-run micro-batches and duplicate input, provided the source replays and the catalog
+(Redis) keeps IDs for ``retention_epochs``. On a broker that hides aborted records from
+``read_committed`` consumers (Apache Kafka), a plain ``read_committed`` consumer sees each
+record exactly once too.
+
+Mechanism, per epoch:
+
+- each record gets a deterministic ID (hashed ``id_columns``) and a shard (ID hash);
+- each executor task writes its shard in ONE Kafka transaction, from an idempotent producer
+  whose ``transactional.id`` is ``eo-<query>-<sha1(sink)[:8]>-<shard>``: stable across
+  re-runs, so a new attempt's ``init_transactions()`` fences the zombie of an older one and
+  aborts its open transaction;
+- every data record carries the headers ``eo-query``, ``eo-epoch``, ``eo-shard``,
+  ``eo-record-id`` and ``eo-attempt`` (a nonce per task attempt);
+- inside the same transaction, a commit marker goes to the compacted control topic; after
+  ``commit_transaction()`` succeeded, a second small transaction writes a CONFIRMATION of the
+  attempt. On a broker that delivers aborted records (Tansu), the marker may belong to an
+  aborted transaction, so only the confirmation says "this attempt committed". A crash
+  between commit and confirmation makes the next attempt write the shard again, under a new
+  nonce; readers count only confirmed attempts. On Apache Kafka, the marker is trusted
+  (read_committed hides aborted ones): the next attempt confirms the committed attempt
+  instead of writing again, so plain consumers see no duplicate;
+- the driver writes the head (epoch, Spark query id, and the topic's end offsets: the
+  "frontier") to the control topic after every shard was confirmed, and skips epochs at or
+  below it after a restart.
+
+Which of the two kinds of broker it talks to, the sink measures once at preflight: it aborts
+a transaction and checks whether a ``read_committed`` consumer still sees its record.
+
+The package's modules: :mod:`.protocol` (headers, control-topic keys), :mod:`.preflight`
+(topics and the broker probe), :mod:`.head` (the head store), :mod:`.projection` (the Spark
+columns), :mod:`.task` and :mod:`.transaction` (the executor side), :mod:`.frames` (a
+buffer's packing), :mod:`.reader` (the consumption recipe).
+
+Example::
+
+    sink = KafkaSink("broker:9092", "events-out", ["event_id"], "clicks-to-kafka")
+    df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from exactlyonce.connectors.base import (
+    ExactlyOnceSink,
+    Head,
+    TaskWriter,
+    require_text,
+)
+from exactlyonce.connectors.kafka import preflight as _preflight
+from exactlyonce.connectors.kafka.clients import KafkaClients, secrets_of
+from exactlyonce.connectors.kafka.connect_json import JSON_WITH_SCHEMA
+from exactlyonce.connectors.kafka.head import ControlTopicHeads
+from exactlyonce.connectors.kafka.preflight import check_topic_name
+from exactlyonce.connectors.kafka.projection import (
+    check_key_and_value,
+    check_reserved,
+    projection,
+)
+from exactlyonce.connectors.kafka.protocol import (
+    DEFAULT_CONTROL_TOPIC,
+    EPOCH_COLUMN,
+    ID_COLUMN,
+    MIN_TRANSACTION_TIMEOUT_MS,
+    dead_letter_topic_for,
+    default_sink_name,
+)
+from exactlyonce.connectors.kafka.reader import Commits, confirmed_ids, load_commits
+from exactlyonce.connectors.kafka.target import KafkaTarget
+from exactlyonce.connectors.kafka.task import KafkaShardWriter
+from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.dedup.keeper import RebuildSource
+from exactlyonce.errors import ConfigError
+from exactlyonce.secrets import Secret
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("exactlyonce.kafka")
+
+# Settings the protocol depends on; a user's producer_config may not change them.
+_RESERVED_CONFIG = {
+    "bootstrap.servers": "pass bootstrap_servers=... instead",
+    "transactional.id": "the sink derives it per (query, sink, shard) so re-runs fence zombies",
+    "isolation.level": "the sink chooses it per read",
+}
+_REQUIRED_CONFIG = {"enable.idempotence": (True, "true"), "acks": ("all", "-1", -1)}
+
+
+class KafkaSink(ExactlyOnceSink):
+    """Writes a stream into a Kafka topic exactly once. See the module docstring."""
+
+    kind = "kafka"
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        id_columns: Sequence[str] | str,
+        query_name: str,
+        *,
+        key_column: str | None = None,
+        value: str = "json",
+        control_topic: str = DEFAULT_CONTROL_TOPIC,
+        dead_letter_topic: str | None = None,
+        create_topic: bool = False,
+        partitions: int | None = None,
+        producer_config: Mapping[str, Any] | None = None,
+        transaction_timeout_ms: int = 60_000,
+        shards: int | None = None,
+        sink_name: str | None = None,
+        connect_timeout: float = 10.0,
+        dedup: bool | DedupConfig = True,
+        redis_url: str | None = None,
+        check: bool = True,
+    ) -> None:
+        super().__init__(
+            query_name=query_name,
+            id_columns=id_columns,
+            shards=shards,
+            sink_name=sink_name,
+            dedup=dedup,
+            redis_url=redis_url,
+        )
+        require_text(
+            "bootstrap_servers", bootstrap_servers, "a comma-separated host:port list is required"
+        )
+        self.bootstrap_servers = bootstrap_servers.strip()
+        self.topic = check_topic_name("topic", topic)
+        self.control_topic = check_topic_name("control_topic", control_topic)
+        # Only the preflight probes write here: its read_committed read cannot be held back
+        # by the open transactions of crashed shard tasks, as it was on the control topic.
+        self.probe_topic = f"{self.control_topic}.probe"
+        self.dead_letter_topic = check_topic_name(
+            "dead_letter_topic", dead_letter_topic or dead_letter_topic_for(topic)
+        )
+        if len({self.topic, self.control_topic, self.dead_letter_topic}) != 3:
+            raise ConfigError("control_topic", "topic, control and dead-letter topics must differ")
+        if key_column is not None and (not isinstance(key_column, str) or not key_column):
+            raise ConfigError("key_column", f"a column name or None, got {key_column!r}")
+        if not isinstance(value, str) or not value:
+            raise ConfigError(
+                "value", f"'json', {JSON_WITH_SCHEMA!r} or a column name, got {value!r}"
+            )
+        if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
+            raise ConfigError("partitions", f"a positive integer or None, got {partitions!r}")
+        config = dict(producer_config or {})
+        for name, why in _RESERVED_CONFIG.items():
+            if name in config:
+                raise ConfigError("producer_config", f"{name!r} cannot be set: {why}")
+        for name, allowed in _REQUIRED_CONFIG.items():
+            if name in config and config[name] not in allowed:
+                raise ConfigError(
+                    "producer_config", f"{name!r} must stay {allowed[0]!r} for exactly-once"
+                )
+        if "transaction.timeout.ms" in config:
+            self._timeout_field = "producer_config['transaction.timeout.ms']"
+            timeout_ms = config.pop("transaction.timeout.ms")
+        else:
+            self._timeout_field = "transaction_timeout_ms"
+            timeout_ms = transaction_timeout_ms
+        if isinstance(timeout_ms, str) and timeout_ms.isdigit():
+            timeout_ms = int(timeout_ms)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
+            raise ConfigError(
+                self._timeout_field,
+                f"transaction.timeout.ms must be an integer, got {timeout_ms!r}",
+            )
+        if timeout_ms < MIN_TRANSACTION_TIMEOUT_MS:
+            raise ConfigError(
+                self._timeout_field,
+                f"transaction.timeout.ms={timeout_ms} is below {MIN_TRANSACTION_TIMEOUT_MS}: "
+                "each task writes its whole shard inside one transaction, and the broker "
+                "aborts transactions older than this",
+            )
+        self.transaction_timeout_ms = timeout_ms
+        try:
+            config_json = json.dumps(config)
+        except TypeError:
+            raise ConfigError(
+                "producer_config", "values must be strings, numbers or booleans"
+            ) from None
+        self._config = Secret(config_json)
+        self._secrets = secrets_of(config)
+        self.key_column = key_column
+        self.value = value
+        self.create_topic = create_topic
+        self.partitions = partitions
+        self.connect_timeout = connect_timeout
+        self._ready = False
+        self.hides_aborted: bool | None = None
+        self._topic_partitions = 0
+        self._clients = KafkaClients(self.bootstrap_servers, self._config, self._secrets)
+        self._heads = ControlTopicHeads(
+            self._clients,
+            control_topic=self.control_topic,
+            query_name=self.query_name,
+            sink_name=self.sink_name,
+            frontier_topics=(self.topic, self.dead_letter_topic),
+            connect_timeout=self.connect_timeout,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            owner=self,
+        )
+        self.max_message_bytes = int(config.get("message.max.bytes", 1_000_000))
+        # One record per message (the layout of the recipe); the buffer packs frames.
+        self.frame_records = 1
+        self.frame_bytes = 0
+        if check:
+            self.preflight()
+
+    @property
+    def sink_name(self) -> str:
+        return self._sink_name or default_sink_name(self.topic)
+
+    @property
+    def id_column(self) -> str:
+        return ID_COLUMN
+
+    @property
+    def unique_sink(self) -> bool:
+        return False  # Kafka appends: a second write of an ID is a second record
+
+    @property
+    def where(self) -> str:
+        return f"Kafka at {self.bootstrap_servers}"
+
+    @property
+    def _control_partition(self) -> int:
+        """The control-topic partition of this (query, sink)."""
+        return self._heads.partition
+
+    @property
+    def _scan_from(self) -> int:
+        return self._heads.scan_from
+
+    def _user_config(self) -> dict[str, Any]:
+        return self._clients.user_config()
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def check_trigger(self, interval_s: float | None) -> None:
+        """A shard's transaction must be able to stay open as long as a batch may take.
+
+        Spark starts the next batch one trigger interval after the last; a batch that runs
+        that long is normal, so a transaction timeout below the interval would make the broker
+        abort (and fence) healthy writers mid-batch.
+        """
+        if interval_s is not None and self.transaction_timeout_ms < interval_s * 1000:
+            raise ConfigError(
+                "transaction_timeout_ms",
+                f"{self.transaction_timeout_ms} ms is shorter than the trigger interval "
+                f"({interval_s:g} s): raise it to at least {int(interval_s * 1000)}, or trigger "
+                "more often",
+            )
+
+    def preflight(self, schema: StructType | None = None) -> None:
+        """Check the broker, the topics and the transaction timeout before any write
+        (:mod:`.preflight`), once per sink object.
+
+        Creates the compacted control topic and the dead-letter topic when missing, and the
+        data topic when ``create_topic`` is on. With ``schema``, also checks the columns.
+        """
+        if schema is not None:
+            self._check_schema(schema)
+        if self._ready:
+            return
+        layout = _preflight.run(self)
+        self._topic_partitions = layout.topic_partitions
+        self._heads.place(layout.control_partitions)
+        self.hides_aborted = layout.hides_aborted
+        self._ready = True
+
+    def _check_schema(self, schema: StructType) -> None:
+        names = list(schema.names)
+        check_reserved(names)
+        self._check_id_columns(names)
+        check_key_and_value(schema, self.key_column, self.value)
+
+    # -- the head (HeadStore, on the control topic: .head) -----------------------------
+
+    def _read_head(self) -> Head | None:
+        return self._heads.read_head()
+
+    def _create_head(self, head: Head) -> None:
+        self._heads.create_head(head)
+
+    def _bind_query_id(self, spark_query_id: str) -> None:
+        self._heads.bind_query_id(spark_query_id)
+
+    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
+        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones."""
+        self._heads.advance_head(epoch, spark_query_id)
+
+    def head(self) -> Head | None:
+        """The committed head as the control topic has it now."""
+        self.preflight()
+        record = self._heads.find()
+        return (
+            None if record is None else Head(record.epoch, record.spark_query_id, record.num_shards)
+        )
+
+    def reset_head(self) -> None:
+        """Forget what this query committed (not the data): for a deliberate fresh start."""
+        self.preflight()
+        self._heads.reset_head()
+        self._head = None
+        log.warning("%s: head reset", self)
+
+    def commits(self) -> Commits:
+        """Step 1 of the consumption recipe for this sink: head and confirmed attempts."""
+        return load_commits(
+            self.bootstrap_servers,
+            self.query_name,
+            sink_name=self.sink_name,
+            control_topic=self.control_topic,
+            consumer_config=self._user_config(),
+            timeout_s=max(60.0, self.connect_timeout),
+        )
+
+    # -- the write ---------------------------------------------------------------------
+
+    def _project(self, df: DataFrame, epoch: int) -> DataFrame:
+        """Record ID, key and value (bytes), plus the protocol's internal columns."""
+        schema = df.schema
+        columns = self._memo(("project", schema.json()), lambda: self._projection(schema))
+        return self._with_ids(df, EPOCH_COLUMN, epoch).select(*columns)
+
+    def _projection(self, schema: StructType) -> list[Column]:
+        self._check_schema(schema)
+        return projection(schema, self.key_column, self.value)
+
+    def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
+        assert self.hides_aborted is not None, "preflight runs before the first epoch"
+        target = KafkaTarget(
+            bootstrap_servers=self.bootstrap_servers,
+            config=self._config,
+            topic=self.topic,
+            dead_letter_topic=self.dead_letter_topic,
+            control_topic=self.control_topic,
+            control_partition=self._control_partition,
+            query_name=self.query_name,
+            sink_name=self.sink_name,
+            columns=tuple(columns),
+            has_key=self.key_column is not None,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            hides_aborted=self.hides_aborted,
+            scan_from=self._scan_from,
+            max_message_bytes=self.max_message_bytes,
+            timeout_s=max(60.0, self.transaction_timeout_ms / 1000 + 30),
+            dedup=self.dedup_plan,
+            frame_records=self.frame_records,
+            frame_bytes=min(self.frame_bytes, self.max_message_bytes // 2),
+            topic_partitions=self._topic_partitions,
+        )
+        return KafkaShardWriter(target, epoch)
+
+    def _rebuild_source(self) -> RebuildSource | None:
+        """Kafka appends, so a lost catalog is rebuilt from the topic itself: the record-ID
+        headers of confirmed attempts, over what the topic still retains."""
+
+        def read(from_epoch: int) -> Iterator[tuple[Any, Any]]:
+            import numpy as np
+
+            commits = self.commits()
+            for ids, epochs in confirmed_ids(
+                self.bootstrap_servers,
+                self.topic,
+                commits,
+                from_epoch,
+                consumer_config=self._user_config(),
+            ):
+                yield np.array(ids, dtype="S32"), np.array(epochs, dtype=np.int64)
+
+        return read
+
+    def __repr__(self) -> str:
+        return f"KafkaSink(query_name={self.query_name!r}, topic={self.topic!r})"
