@@ -17,7 +17,7 @@ from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
-    from exactlyonce.buffer.drainer import DrainReport
+    from exactlyonce.buffer.drain.drainer import DrainReport
     from exactlyonce.integration.config import PipelineConfig
 
 LAG_EVERY_S = 5.0
@@ -31,7 +31,7 @@ def drain_command(
     reset_offsets: bool = False,
     member: tuple[int, int] = (0, 1),
 ) -> int:
-    from exactlyonce.buffer.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
+    from exactlyonce.buffer.drain.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
     from exactlyonce.integration.config import PostgresSinkConfig, sink_field_errors
 
     settings = cfg.sink
