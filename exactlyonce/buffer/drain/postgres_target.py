@@ -9,20 +9,11 @@ first offset not yet written. Every drain transaction:
    and checks they are still what the drainer read (another drainer, or a commit whose reply
    was lost, moved them: the drainer then re-reads them and starts over from there, it never
    writes over them);
-2. writes the rows, in one of two ways:
-
-   - fast: the JSON values become columns in Arrow (``pyarrow.json`` with the table's own
-     column types, so nothing is guessed), then CSV, then ``COPY`` straight into the table,
-     inside a savepoint. The record IDs are new in all but rare cases (the Spark side dedups
-     before the buffer; offsets move with the rows), so this is the path almost every chunk
-     takes;
-   - exact: when the fast path cannot be used (a column type without an exact Arrow
-     equivalent, such as ``jsonb``; a value Arrow cannot read) or COPY refuses the chunk (a
-     record ID already present: a unique violation; a value of the wrong type), the savepoint
-     is rolled back and the rows go through ``INSERT ... SELECT FROM
-     json_populate_recordset(...) ON CONFLICT (record_id) DO NOTHING``, converted to the
-     columns' types by PostgreSQL (``json``, not ``jsonb``: parsed once, lazily, 1.6x faster
-     here): a record ID already present is a no-op;
+2. writes the rows: fast (:mod:`.fast_path`: Arrow columns, CSV, ``COPY`` inside a
+   savepoint: the record IDs are new in all but rare cases, so almost every chunk takes it),
+   or, when there is no fast path for the table, Arrow cannot read a value, or COPY refuses
+   the chunk (a record ID already present, a value of the wrong type), exact
+   (:mod:`.exact_path`: ``INSERT ... ON CONFLICT DO NOTHING``, a present ID is a no-op);
 3. sets ``next_offset`` to the end of what it read, and commits.
 
 A crash before the commit leaves neither rows nor offsets; after it, both. Rows the database
