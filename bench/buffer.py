@@ -165,7 +165,7 @@ def run(
     """Every figure of this benchmark, from one run. ``generate(spark, n, start)`` gives N
     cached rows with IDs from ``start``."""
     from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
-    from exactlyonce.buffer.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S
+    from exactlyonce.buffer.drain.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S
     from exactlyonce.buffer.pool import DrainerPool
     from exactlyonce.connectors.postgres import PostgresSink
 

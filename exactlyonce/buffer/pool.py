@@ -46,7 +46,7 @@ def _member_main(
 ) -> None:
     """A member process: build the drainer once, then run the commands it is sent. A failed
     drain is reported and the member stays for the next call; a failed start ends it."""
-    from exactlyonce.buffer.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
+    from exactlyonce.buffer.drain.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
 
     drainer = None
     try:
@@ -73,7 +73,7 @@ def _member_main(
 class DrainerPool:
     """``processes`` drainer processes over one buffer, started once and kept warm.
 
-    ``options`` go to each :class:`~exactlyonce.buffer.drainer.Drainer` (``batch_size``,
+    ``options`` go to each :class:`~exactlyonce.buffer.drain.drainer.Drainer` (``batch_size``,
     ``writers``, ...). The processes are forked from a fork server (``forkserver``), never
     from this process, which may run a JVM and client threads.
     """
@@ -86,7 +86,7 @@ class DrainerPool:
         self.processes = processes
         context: Any = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
-            context.set_forkserver_preload(["exactlyonce.buffer.drainer"])
+            context.set_forkserver_preload(["exactlyonce.buffer.drain.drainer"])
         self._members: list[tuple[Any, Connection]] = []
         for index in range(processes):
             mine, theirs = context.Pipe()
@@ -129,8 +129,8 @@ class DrainerPool:
 
     def drain_available(self, timeout_s: float = 300.0) -> Any:
         """Every member drains what the buffer committed for its partitions; the summed
-        :class:`~exactlyonce.buffer.drainer.DrainReport` (``seconds``: the slowest member)."""
-        from exactlyonce.buffer.drainer import DrainReport
+        :class:`~exactlyonce.buffer.drain.drainer.DrainReport` (``seconds``: the slowest member)."""
+        from exactlyonce.buffer.drain.drainer import DrainReport
 
         for _, conn in self._members:
             conn.send(("drain", timeout_s))

@@ -28,8 +28,8 @@ from psycopg import sql
 from pyspark.sql import SparkSession
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
-from exactlyonce.buffer.drainer import H_FRAME_INDEX
-from exactlyonce.buffer.postgres import OFFSETS, PgDrainTarget
+from exactlyonce.buffer.drain.postgres_target import OFFSETS, PgDrainTarget
+from exactlyonce.buffer.frames import H_FRAME_INDEX
 from exactlyonce.connectors.kafka.reader import (
     H_ATTEMPT,
     H_EPOCH,
@@ -653,7 +653,7 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
 
 
 def test_documents_append_id_and_epoch_last(pg_dsn: str, unique_name: str) -> None:
-    from exactlyonce.buffer.postgres import DrainRow
+    from exactlyonce.buffer.drain.exact_path import DrainRow
 
     sink = PostgresSink(pg_dsn, unique_name, ["event_id"], unique_name, dedup=False, check=False)
     target = PgDrainTarget(sink, unique_name)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from exactlyonce.buffer.drainer import H_FRAME_INDEX, FrameRecord, _ids_problem
-from exactlyonce.buffer.kafka_buffer import KafkaBuffer
+from exactlyonce.buffer.buffered import KafkaBuffer
+from exactlyonce.buffer.frames import H_FRAME_INDEX, FrameRecord, ids_problem
 from exactlyonce.connectors.kafka import frame_bounds
 from exactlyonce.connectors.kafka.reader import H_RECORD_ID, H_RECORD_IDS, record_ids_of
 from exactlyonce.errors import ConfigError
@@ -61,7 +61,7 @@ def test_record_ids_of_one_record_or_a_frame() -> None:
     ],
 )
 def test_ids_problem(frame: bool, ids: Any, value: Any, problem: str | None) -> None:
-    found = _ids_problem(frame, ids, value)
+    found = ids_problem(frame, ids, value)
     if problem is None:
         assert found is None
     else:

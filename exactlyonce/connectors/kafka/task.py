@@ -77,7 +77,7 @@ class KafkaShardTask(TransactionSteps, ShardTask):
         self.attempt = uuid.uuid4().hex[:16]
         self.shard: int | None = None
         self.producer: Producer | None = None
-        self.state = TxnState.IDLE
+        self.txn_state = TxnState.IDLE
         self.produced = 0
         self.frames = 0  # frames produced by this attempt (where the next one goes)
         self.dead = 0

@@ -59,10 +59,10 @@ def requires(state: TxnState) -> Callable[[F], F]:
     def decorate(step: F) -> F:
         @functools.wraps(step)
         def guarded(self: TransactionSteps, *args: Any, **kwargs: Any) -> Any:
-            if self.state is not state:
+            if self.txn_state is not state:
                 raise RuntimeError(
                     f"{self.where}: {step.__name__} needs a transaction {state.value}, "
-                    f"it is {self.state.value}"
+                    f"it is {self.txn_state.value}"
                 )
             return step(self, *args, **kwargs)
 
@@ -79,7 +79,7 @@ class TransactionSteps:
     shard: int | None
     attempt: str  # this attempt's nonce
     producer: Producer | None
-    state: TxnState = TxnState.IDLE
+    txn_state: TxnState = TxnState.IDLE
 
     @property
     def where(self) -> str:
@@ -88,17 +88,17 @@ class TransactionSteps:
     @property
     def in_transaction(self) -> bool:
         """A transaction was begun and not ended for sure: close() must abort it."""
-        return self.state is not TxnState.IDLE
+        return self.txn_state is not TxnState.IDLE
 
     @in_transaction.setter
     def in_transaction(self, value: bool) -> None:
-        self.state = TxnState.OPEN if value else TxnState.IDLE
+        self.txn_state = TxnState.OPEN if value else TxnState.IDLE
 
     @requires(TxnState.IDLE)
     def _begin(self) -> None:
         assert self.producer is not None
         self.producer.begin_transaction()
-        self.state = TxnState.OPEN
+        self.txn_state = TxnState.OPEN
 
     def _produce_control(self, key: str, value: str, **kwargs: Any) -> None:
         assert self.producer is not None
@@ -203,19 +203,19 @@ class TransactionSteps:
             self.t.commit_policy().call(commit, on_retry=retried)
         except KafkaException as exc:
             self._commit_failed(what, exc.args[0])
-        self.state = TxnState.IDLE
+        self.txn_state = TxnState.IDLE
 
     def _commit_failed(self, what: str, err: KafkaError) -> NoReturn:
         assert self.producer is not None
         if err.txn_requires_abort():
             with contextlib.suppress(KafkaException):
                 self.producer.abort_transaction(self.t.timeout_s)
-                self.state = TxnState.IDLE
+                self.txn_state = TxnState.IDLE
             raise SinkUnavailableError(
                 f"{self.where}: {what} transaction aborted ({err.name()}: "
                 f"{self.t.scrubbed(err.str())}); a re-run writes the shard again"
             ) from None
-        self.state = TxnState.UNKNOWN
+        self.txn_state = TxnState.UNKNOWN
         raise AmbiguousCommitError(
             f"{self.where}: {what} commit outcome unknown ({err.name()}: "
             f"{self.t.scrubbed(err.str())}); the next attempt verifies it in the "
@@ -228,4 +228,4 @@ class TransactionSteps:
         if producer is not None and self.in_transaction:
             with contextlib.suppress(Exception):
                 producer.abort_transaction(10)
-            self.state = TxnState.IDLE
+            self.txn_state = TxnState.IDLE

@@ -24,7 +24,7 @@ from exactlyonce.integration.config import load_config
 from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
-    from exactlyonce.buffer.drainer import Drainer, DrainReport
+    from exactlyonce.buffer.drain import Drainer, DrainReport
     from exactlyonce.connectors.base import ExactlyOnceSink
     from exactlyonce.integration.config import PipelineConfig
 
@@ -137,7 +137,7 @@ def _build_drainer(
 ) -> tuple[ExactlyOnceSink, Drainer, list[str]]:
     """The sink, its drainer and the secrets to scrub from messages; ConfigError if the
     pipeline has no buffer."""
-    from exactlyonce.buffer.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
+    from exactlyonce.buffer.drain.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
     from exactlyonce.integration.config import PostgresSinkConfig, sink_field_errors
 
     settings = cfg.sink

@@ -6,7 +6,7 @@ callable. Each micro-batch goes, exactly once, into the buffer topic through the
 headers with query, epoch, shard, attempt and record ID, commit confirmations and a head with
 the topic's frontier on the control topic) and the batch returns. It never waits for the real
 sink: a slow or stopped PostgreSQL does not slow or fail the query. A
-:class:`~exactlyonce.buffer.drainer.Drainer` moves the records on.
+:class:`~exactlyonce.buffer.drain.drainer.Drainer` moves the records on.
 
 Why a wrapper and not a ``buffer=`` argument on every sink: the wrapper IS a KafkaSink (its
 head, its reports, ``reset_head``, the CLI's ``run``/``check`` work unchanged), and the sinks

@@ -9,20 +9,11 @@ first offset not yet written. Every drain transaction:
    and checks they are still what the drainer read (another drainer, or a commit whose reply
    was lost, moved them: the drainer then re-reads them and starts over from there, it never
    writes over them);
-2. writes the rows, in one of two ways:
-
-   - fast: the JSON values become columns in Arrow (``pyarrow.json`` with the table's own
-     column types, so nothing is guessed), then CSV, then ``COPY`` straight into the table,
-     inside a savepoint. The record IDs are new in all but rare cases (the Spark side dedups
-     before the buffer; offsets move with the rows), so this is the path almost every chunk
-     takes;
-   - exact: when the fast path cannot be used (a column type without an exact Arrow
-     equivalent, such as ``jsonb``; a value Arrow cannot read) or COPY refuses the chunk (a
-     record ID already present: a unique violation; a value of the wrong type), the savepoint
-     is rolled back and the rows go through ``INSERT ... SELECT FROM
-     json_populate_recordset(...) ON CONFLICT (record_id) DO NOTHING``, converted to the
-     columns' types by PostgreSQL (``json``, not ``jsonb``: parsed once, lazily, 1.6x faster
-     here): a record ID already present is a no-op;
+2. writes the rows: fast (:mod:`.fast_path`: Arrow columns, CSV, ``COPY`` inside a
+   savepoint: the record IDs are new in all but rare cases, so almost every chunk takes it),
+   or, when there is no fast path for the table, Arrow cannot read a value, or COPY refuses
+   the chunk (a record ID already present, a value of the wrong type), exact
+   (:mod:`.exact_path`: ``INSERT ... ON CONFLICT DO NOTHING``, a present ID is a no-op);
 3. sets ``next_offset`` to the end of what it read, and commits.
 
 A crash before the commit leaves neither rows nor offsets; after it, both. Rows the database
@@ -33,93 +24,29 @@ handed back to the drainer, which dead-letters them before the commit.
 from __future__ import annotations
 
 import contextlib
-import io
-import logging
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import psycopg
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pajson
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from exactlyonce.connectors.kafka.reader import RECORD_ID_BYTES
+from exactlyonce.buffer.drain.exact_path import (
+    DrainRow,
+    InsertResult,
+    document,
+    insert_bisecting,
+    is_bad_row_error,
+    json_key,
+)
+from exactlyonce.buffer.drain.fast_path import copy_csv, json_options
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres.schema import has_unique_index_on, regclass
-from exactlyonce.connectors.postgres.writer import to_csv
 from exactlyonce.errors import ConfigError, OffsetsMovedError, SinkUnavailableError
 from exactlyonce.secrets import dsn_password, scrub
 
-log = logging.getLogger("exactlyonce.buffer")
-
 OFFSETS = "exactlyonce_drain_offsets"
-HEX_DIGITS = b"0123456789abcdefABCDEF"
-_NO_COMMA = (b"{", b" ", b"\t", b"\n", b"\r")
-
-
-# PostgreSQL column types whose text input reads exactly what Arrow writes to CSV from the
-# JSON value: integers and floats as numbers, booleans, and types whose JSON form is a string.
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "bigint": pa.int64(),
-    "integer": pa.int64(),
-    "smallint": pa.int64(),
-    "double precision": pa.float64(),
-    "real": pa.float64(),
-    "boolean": pa.bool_(),
-    **{
-        name: pa.string()
-        for name in (
-            "text",
-            "character varying",
-            "character",
-            "uuid",
-            "date",
-            "timestamp with time zone",
-            "timestamp without time zone",
-            "time without time zone",
-            "time with time zone",
-            "interval",
-        )
-    },
-}
-_TYPE_MODIFIER = re.compile(r"\(\d+\)")
-
-
-def arrow_type(pg_type: str) -> pa.DataType | None:
-    """The Arrow type that reads a JSON value of a ``pg_type`` column exactly, or None.
-
-    ``numeric(p,s)`` reads as ``decimal128(p, s)`` (Arrow refuses to round: a value with more
-    digits fails the fast path instead); ``jsonb``, arrays, ``bytea`` and the rest have none.
-    """
-    if pg_type.startswith("numeric(") and pg_type.endswith(")"):
-        precision, _, scale = pg_type[len("numeric(") : -1].partition(",")
-        if precision.isdigit() and scale.isdigit() and 0 < int(precision) <= 38:
-            return pa.decimal128(int(precision), int(scale))
-        return None
-    return _ARROW_TYPES.get(_TYPE_MODIFIER.sub("", pg_type))  # varchar(40), timestamp(3) ...
-
-
-@dataclass(slots=True)
-class DrainRow:
-    """One buffered record on its way to the sink. ``source`` is the Kafka message."""
-
-    partition: int
-    record_id: bytes  # 32 hex digits
-    epoch: int
-    value: bytes
-    source: Any = field(repr=False)
-
-
-@dataclass
-class InsertResult:
-    written: int = 0
-    duplicates: int = 0
-    refused: list[tuple[DrainRow, str]] = field(default_factory=list)
 
 
 def offsets_ddl(table: sql.Identifier) -> sql.Composed:
@@ -129,19 +56,6 @@ def offsets_ddl(table: sql.Identifier) -> sql.Composed:
         "updated_at timestamptz NOT NULL DEFAULT now(), "
         "PRIMARY KEY (query_name, sink, topic, partition))"
     ).format(table)
-
-
-def is_bad_row_error(exc: BaseException) -> bool:
-    """Errors caused by a row's content: SQLSTATE classes 22 (data) and 23 (constraints)."""
-    if not isinstance(exc, psycopg.Error):
-        return False
-    state = exc.sqlstate or ""
-    return state.startswith(("22", "23"))
-
-
-def describe(exc: psycopg.Error) -> str:
-    primary = exc.diag.message_primary or type(exc).__name__
-    return f"{exc.sqlstate}: {primary}"
 
 
 class PgDrainTarget:
@@ -176,8 +90,8 @@ class PgDrainTarget:
         self._columns: list[str] = []
         self._json_options: pajson.ParseOptions | None = None  # None: no fast path
         self._suffix_keys: tuple[bytes, bytes] = (
-            _json_key(sink.id_column),
-            _json_key(sink.epoch_column),
+            json_key(sink.id_column),
+            json_key(sink.epoch_column),
         )
         self.writer = writer
         self.writers = writers
@@ -274,27 +188,8 @@ class PgDrainTarget:
         ).format(table=table, names=names, id=sql.Identifier(self.sink.id_column))
         self._copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(table, names)
         self._columns = columns
-        self._json_options = self._fast_path_options(types)
-
-    def _fast_path_options(self, types: Mapping[str, str]) -> pajson.ParseOptions | None:
-        """How Arrow reads the values of this table, or None when a column has no exact
-        Arrow type (the rows then always take the exact path)."""
-        fields = []
-        for name, pg_type in types.items():
-            if name in (self.sink.id_column, self.sink.epoch_column):
-                continue  # they come from the headers, not the value
-            kind = arrow_type(pg_type)
-            if kind is None:
-                log.info(
-                    "%s: column %s is %s: drained rows take the exact path",
-                    self.where,
-                    name,
-                    pg_type,
-                )
-                return None
-            fields.append(pa.field(name, kind))
-        return pajson.ParseOptions(
-            explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"
+        self._json_options = json_options(
+            types, (self.sink.id_column, self.sink.epoch_column), self.where
         )
 
     def read_offsets(self) -> dict[int, int]:
@@ -360,32 +255,13 @@ class PgDrainTarget:
     def insert(self, rows: Sequence[DrainRow]) -> InsertResult:
         """Insert rows through the exact path (inside the open transaction); refused rows are
         returned, not raised."""
+        assert self._insert is not None, "ensure() runs first"
         result = InsertResult()
         if rows:
-            self._insert_part(self._connect(), list(rows), result)
+            id_key, epoch_key = self._suffix_keys
+            conn = self._connect()
+            insert_bisecting(conn, self._insert, list(rows), id_key, epoch_key, result)
         return result
-
-    def _insert_part(
-        self,
-        conn: psycopg.Connection[Any],
-        rows: list[DrainRow],
-        result: InsertResult,
-    ) -> None:
-        assert self._insert is not None, "ensure() runs first"
-        try:
-            with conn.transaction():  # a savepoint: a refused part takes only itself back
-                cur = conn.execute(self._insert, [self.document(rows)])
-            result.written += cur.rowcount
-            result.duplicates += len(rows) - cur.rowcount
-        except psycopg.Error as exc:
-            if not is_bad_row_error(exc):
-                raise
-            if len(rows) == 1:
-                result.refused.append((rows[0], describe(exc)))
-                return
-            half = len(rows) // 2
-            self._insert_part(conn, rows[:half], result)
-            self._insert_part(conn, rows[half:], result)
 
     def csv(
         self,
@@ -403,34 +279,8 @@ class PgDrainTarget:
         options = self._json_options
         if options is None or not values:
             return None
-        n = sum(counts) if counts is not None else len(values)
-        blob = b"".join(ids)
-        if len(blob) != n * RECORD_ID_BYTES:
-            return None
-        try:
-            table = pajson.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
-        except (pa.ArrowException, TypeError):
-            return None  # not JSON objects of the table's types; the exact path says which
-        if table.num_rows != n:
-            return None  # a value held a line break: one record, several lines
-        columns = []
-        for name in self._columns:
-            if name == self.sink.id_column:
-                fixed = pa.FixedSizeBinaryArray.from_buffers(
-                    pa.binary(RECORD_ID_BYTES), n, [None, pa.py_buffer(blob)]
-                )
-                columns.append(pc.utf8_lower(fixed.cast(pa.binary()).cast(pa.string())))
-            elif name == self.sink.epoch_column:
-                per_message = np.asarray(epochs, dtype=np.int64)
-                repeat = per_message if counts is None else np.repeat(per_message, counts)
-                columns.append(pa.array(repeat, pa.int64()))
-            else:
-                columns.append(table.column(name))
-        rows = pa.table(columns, names=self._columns).sort_by(self.sink.id_column)
-        try:
-            return to_csv(rows)  # as PostgresSink's tasks write their COPY
-        except pa.ArrowException:
-            return None
+        names = (self._columns, self.sink.id_column, self.sink.epoch_column)
+        return copy_csv(options, *names, ids, epochs, values, counts)
 
     def copy(self, data: bytes) -> bool:
         """COPY the CSV rows into the table inside the open transaction (a savepoint). False,
@@ -450,20 +300,7 @@ class PgDrainTarget:
     def document(self, rows: Sequence[DrainRow]) -> str:
         """One JSON array of the rows, each with the ID and epoch keys appended (last, so
         they win over a same-named key in a value). Values are checked "{...}" already."""
-        id_key, epoch_key = self._suffix_keys
-        fast = b',%s:"%%s",%s:%%d}' % (id_key, epoch_key)
-        parts = []
-        for row in rows:
-            value = row.value
-            if value[-1:] == b"}" and value[-2:-1] not in _NO_COMMA:
-                parts.append(value[:-1] + fast % (row.record_id, row.epoch))
-                continue
-            body = value.rstrip()[:-1].rstrip()  # whitespace, or an empty object
-            sep = b"" if body.endswith(b"{") else b","
-            parts.append(
-                b'%s%s%s:"%s",%s:%d}' % (body, sep, id_key, row.record_id, epoch_key, row.epoch)
-            )
-        return (b"[" + b",".join(parts) + b"]").decode("utf-8")
+        return document(rows, *self._suffix_keys)
 
     def commit(self, positions: Mapping[int, int]) -> None:
         """Store the new offsets and commit, rows and offsets together."""
@@ -513,14 +350,3 @@ class PgDrainTarget:
                 self._conn.rollback()
             except psycopg.Error:
                 self.close()
-
-
-def _json_key(name: str) -> bytes:
-    import json
-
-    return json.dumps(name).encode()
-
-
-def valid_record_id(value: bytes | None) -> bool:
-    """32 hex digits (the sink's record IDs)."""
-    return value is not None and len(value) == 32 and not value.translate(None, HEX_DIGITS)
