@@ -30,11 +30,13 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import AliasChoices, Field, StrictInt, field_validator
+
+from exactlyonce.connectors.base.config import Settings
 from exactlyonce.connectors.kafka import KafkaSink
+from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
 from exactlyonce.connectors.kafka.reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.dedup.catalog import DedupConfig
@@ -55,8 +57,7 @@ def drain_dead_letter_topic_for(topic: str) -> str:
     return f"{topic}.drain-dead-letters"
 
 
-@dataclass(frozen=True)
-class KafkaBuffer:
+class KafkaBuffer(Settings):
     """Where the buffer lives. ``client_config`` (SASL, TLS...) goes to every client of the
     buffer; it may hold credentials, so it never prints.
 
@@ -68,24 +69,30 @@ class KafkaBuffer:
     ``message.max.bytes``); ``frame_records=1`` writes one message per record.
     """
 
-    topic: str
-    bootstrap_servers: str
-    partitions: int | None = None
+    topic: str = Field(min_length=1)
+    bootstrap_servers: str = Field(min_length=1)
+    partitions: int | None = Field(default=None, ge=1)
     create_topic: bool = True
     control_topic: str = DEFAULT_CONTROL_TOPIC
     dead_letter_topic: str | None = None
-    drain_dead_letter_topic_name: str | None = None
+    drain_dead_letter_topic_name: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("drain_dead_letter_topic_name", "drain_dead_letter_topic"),
+    )
     transaction_timeout_ms: int = 60_000
-    shards: int | None = None
-    client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    frame_records: int = DEFAULT_FRAME_RECORDS
-    frame_bytes: int = DEFAULT_FRAME_BYTES
+    shards: int | None = Field(default=None, ge=1, le=4096)
+    # librdkafka settings (SASL, TLS...); may hold credentials, so never in repr.
+    client_config: dict[str, ProducerValue] = Field(default_factory=dict, repr=False)
+    frame_records: StrictInt = Field(default=DEFAULT_FRAME_RECORDS, ge=1)
+    frame_bytes: StrictInt = Field(default=DEFAULT_FRAME_BYTES, ge=1)
 
-    def __post_init__(self) -> None:
-        for name in ("frame_records", "frame_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, f"a positive integer, got {value!r}")
+    @field_validator("transaction_timeout_ms")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        problem = transaction_timeout_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @property
     def sink_dead_letter_topic(self) -> str:

@@ -46,7 +46,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from exactlyonce.buffer.buffered import KafkaBuffer
 from exactlyonce.connectors.base.config import SinkConfig
+from exactlyonce.connectors.kafka.config import KafkaSinkConfig
 from exactlyonce.connectors.postgres.config import PostgresSinkConfig as PostgresSettings
 from exactlyonce.errors import ConfigError
 
@@ -242,40 +244,16 @@ SourceConfig = Annotated[FilesSourceConfig | RateSourceConfig, Field(discriminat
 # ---------------------------------------------------------------------- sinks
 
 
-class KafkaBufferSettings(_Model):
-    """A PostgreSQL sink's Kafka buffer (:class:`exactlyonce.buffer.KafkaBuffer`): ``run``
-    writes the stream to this topic, ``exactlyonce drain`` moves it into the sink."""
+class KafkaBufferSettings(KafkaBuffer):
+    """A sink's ``buffer:`` (:class:`exactlyonce.buffer.KafkaBuffer`, the same settings):
+    ``run`` writes the stream to this topic, ``exactlyonce drain`` moves it into the sink."""
 
-    topic: str = Field(min_length=1)
-    bootstrap_servers: str = Field(min_length=1)
-    partitions: int | None = Field(default=None, ge=1)
-    create_topic: bool = True
-    shards: int | None = Field(default=None, ge=1, le=4096)
-    transaction_timeout_ms: int = Field(default=60_000, ge=10_000)
-    dead_letter_topic: str | None = None
-    drain_dead_letter_topic: str | None = None
-    batch_size: int = Field(default=10_000, ge=1)  # rows per drain transaction
-    frame_records: int = Field(default=1000, ge=1)  # records per buffer message
-    frame_bytes: int = Field(default=256 * 1024, ge=1)  # bytes of values per buffer message
-    # librdkafka settings (SASL, TLS...); may hold credentials, so never in repr.
-    client_config: dict[str, str | int | float | bool] = Field(default_factory=dict, repr=False)
+    batch_size: int | None = Field(default=None, ge=1)  # rows per drain transaction
 
-    def build(self) -> Any:
-        from exactlyonce.buffer import KafkaBuffer
-
-        return KafkaBuffer(
-            topic=self.topic,
-            bootstrap_servers=self.bootstrap_servers,
-            partitions=self.partitions,
-            create_topic=self.create_topic,
-            shards=self.shards,
-            transaction_timeout_ms=self.transaction_timeout_ms,
-            dead_letter_topic=self.dead_letter_topic,
-            drain_dead_letter_topic_name=self.drain_dead_letter_topic,
-            client_config=dict(self.client_config),
-            frame_records=self.frame_records,
-            frame_bytes=self.frame_bytes,
-        )
+    def build(self) -> KafkaBuffer:
+        """The buffer's own settings (what ``KafkaBuffer(...)`` builds from these values)."""
+        fields = {name: getattr(self, name) for name in KafkaBuffer.model_fields}
+        return KafkaBuffer.model_validate(fields)
 
 
 class PostgresSinkConfig(PostgresSettings):
@@ -392,43 +370,22 @@ class ElasticsearchSinkConfig(_SinkSettings):
             )
 
 
-class KafkaSinkConfig(_SinkSettings):
-    """:class:`~exactlyonce.connectors.kafka.KafkaSink`'s arguments."""
-
-    type: Literal["kafka"]
-    bootstrap_servers: str = Field(min_length=1)
-    topic: str = Field(min_length=1)
-    key_column: str | None = None
-    value: str = "json"
-    dead_letter_topic: str | None = None
-    create_topic: bool = False
-    partitions: int | None = Field(default=None, ge=1)
-    transaction_timeout_ms: int = Field(default=60_000, ge=1000)
-    # librdkafka settings (SASL, TLS...); may hold credentials, so never in repr.
-    producer_config: dict[str, str | int | float | bool] = Field(default_factory=dict, repr=False)
-
-    def build(self, *, check: bool = True) -> ExactlyOnceSink:
-        from exactlyonce.connectors.kafka import KafkaSink
-
-        with sink_field_errors():
-            return KafkaSink(
-                bootstrap_servers=self.bootstrap_servers,
-                topic=self.topic,
-                key_column=self.key_column,
-                value=self.value,
-                dead_letter_topic=self.dead_letter_topic,
-                create_topic=self.create_topic,
-                partitions=self.partitions,
-                transaction_timeout_ms=self.transaction_timeout_ms,
-                producer_config=self.producer_config or None,
-                **self._common(check),
-            )
-
-
 SinkEntry = Annotated[
     PostgresSinkConfig | RedisSinkConfig | ElasticsearchSinkConfig | KafkaSinkConfig,
     Field(discriminator="type"),
 ]
+
+
+def build_sink(entry: SinkEntry, *, check: bool = True) -> ExactlyOnceSink:
+    """The sink of a pipeline file's ``sink:`` (without its buffer), from the sink's config."""
+    if isinstance(entry, (RedisSinkConfig, ElasticsearchSinkConfig)):
+        return entry.build(check=check)
+    from exactlyonce.connectors import KafkaSink, PostgresSink
+
+    with sink_field_errors():
+        if isinstance(entry, PostgresSinkConfig):
+            return PostgresSink.from_config(entry.sink_config(), check=check)
+        return KafkaSink.from_config(entry, check=check)
 
 
 @contextlib.contextmanager
@@ -501,7 +458,7 @@ class PipelineConfig(_Model):
         return data
 
     def build_sink(self, *, check: bool = True) -> ExactlyOnceSink:
-        sink = self.sink.build(check=check)
+        sink = build_sink(self.sink, check=check)
         buffer = getattr(self.sink, "buffer", None)
         if buffer is None:
             return sink

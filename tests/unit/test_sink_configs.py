@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from exactlyonce.connectors import PostgresSink
+from exactlyonce.buffer import KafkaBuffer
+from exactlyonce.connectors import KafkaSink, PostgresSink
 from exactlyonce.connectors.base.config import SinkConfig
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import load_config
@@ -49,6 +50,29 @@ SINKS: dict[str, tuple[str, Any]] = {
             epoch_column="ep",
             redis_url=CATALOG,
             dedup={"retention_epochs": 50, "on_catalog_loss": "fail"},
+            check=False,
+        ),
+    ),
+    "kafka": (
+        f"""\
+  type: kafka
+  bootstrap_servers: broker:9092
+  topic: events-out
+  id_columns: [value]
+  key_column: value
+  partitions: 4
+  redis_url: {CATALOG}
+  producer_config: {{sasl.password: {PASSWORD}, transaction.timeout.ms: 120000}}
+""",
+        lambda: KafkaSink(
+            "broker:9092",
+            "events-out",
+            "value",
+            "q-kafka",
+            key_column="value",
+            partitions=4,
+            redis_url=CATALOG,
+            producer_config={"sasl.password": PASSWORD, "transaction.timeout.ms": 120000},
             check=False,
         ),
     ),
@@ -93,3 +117,59 @@ def test_one_rule_in_both_doors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as no_catalog:
         PostgresSink("postgresql://db/app", "t", ["v"], "q", mode="append", dedup=False)
     assert no_catalog.value.field == "dedup"
+
+
+BUFFERED = """\
+  type: postgres
+  dsn: postgresql://app@db.example/app
+  table: events
+  id_columns: [value]
+  dedup: false
+  buffer:
+    topic: events-buffer
+    bootstrap_servers: broker:9092
+    frame_records: {frames}
+    client_config: {{sasl.password: {password}}}
+    drain_dead_letter_topic: events-dlq
+"""
+
+
+def test_a_buffer_is_the_same_object_from_both_doors(tmp_path: Path) -> None:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(
+        PIPELINE.format(kind="b", sink=BUFFERED.format(frames=50, password=PASSWORD).rstrip())
+    )
+    settings = load_config(path).sink.buffer
+    assert settings is not None
+    from_python = KafkaBuffer(
+        topic="events-buffer",
+        bootstrap_servers="broker:9092",
+        frame_records=50,
+        client_config={"sasl.password": PASSWORD},
+        drain_dead_letter_topic_name="events-dlq",
+    )
+    assert settings.build() == from_python and PASSWORD not in repr(from_python)
+    path.write_text(
+        PIPELINE.format(kind="b", sink=BUFFERED.format(frames=0, password=PASSWORD).rstrip())
+    )
+    with pytest.raises(ConfigError) as yaml_error:
+        load_config(path)
+    with pytest.raises(ConfigError) as python_error:
+        KafkaBuffer(topic="t", bootstrap_servers="b:9092", frame_records=0)
+    assert yaml_error.value.field == "sink.buffer.frame_records"
+    assert python_error.value.field == "frame_records"
+    assert yaml_error.value.reason == python_error.value.reason
+    with pytest.raises(ConfigError) as timeout:
+        KafkaBuffer(topic="t", bootstrap_servers="b:9092", transaction_timeout_ms=1000)
+    assert timeout.value.field == "transaction_timeout_ms" and "10000" in timeout.value.reason
+
+
+def test_the_kafka_timeout_rule_is_one_rule() -> None:
+    """It was >= 1,000 ms in the pipeline model and >= 10,000 in KafkaSink; now one rule."""
+    for where in (
+        {"transaction_timeout_ms": 5000},
+        {"producer_config": {"transaction.timeout.ms": 5000}},
+    ):
+        with pytest.raises(ConfigError) as err:
+            KafkaSink("b:9092", "t", ["v"], "q", dedup=False, check=False, **where)
+        assert "below 10000" in err.value.reason

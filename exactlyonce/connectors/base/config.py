@@ -37,9 +37,23 @@ REDIS_URL_ENV = "EXACTLYONCE_REDIS_URL"
 
 
 class Settings(BaseModel):
-    """Frozen, refuses unknown settings."""
+    """Frozen, refuses unknown settings. Built directly (``KafkaBuffer(topic=...)``), a
+    problem is a :class:`ConfigError` naming the field; inside a pipeline file, the loader
+    names it by its path in the file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise config_error(exc) from None
+
+    # Only a direct call goes through __init__: nested in a pipeline file, pydantic validates
+    # the section itself and the loader names the field by its path (``sink.buffer.topic``).
+    # Without this marker pydantic would call this __init__ for nested sections too
+    # (tests/unit/test_sink_configs.py checks both doors).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
 
 class DedupSettings(Settings):

@@ -46,37 +46,28 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from exactlyonce.connectors.base import (
-    ExactlyOnceSink,
-    Head,
-    TaskWriter,
-    require_text,
-)
+from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.base.config import build_config
 from exactlyonce.connectors.kafka import preflight as _preflight
-from exactlyonce.connectors.kafka.clients import KafkaClients, secrets_of
-from exactlyonce.connectors.kafka.connect_json import JSON_WITH_SCHEMA
+from exactlyonce.connectors.kafka.clients import KafkaClients
+from exactlyonce.connectors.kafka.config import KafkaSinkConfig
 from exactlyonce.connectors.kafka.head import ControlTopicHeads
-from exactlyonce.connectors.kafka.preflight import check_topic_name
 from exactlyonce.connectors.kafka.projection import (
     check_key_and_value,
     check_reserved,
     projection,
 )
 from exactlyonce.connectors.kafka.protocol import (
-    DEFAULT_CONTROL_TOPIC,
     EPOCH_COLUMN,
     ID_COLUMN,
-    MIN_TRANSACTION_TIMEOUT_MS,
-    dead_letter_topic_for,
     default_sink_name,
 )
 from exactlyonce.connectors.kafka.reader import Commits, confirmed_ids, load_commits
 from exactlyonce.connectors.kafka.target import KafkaTarget
 from exactlyonce.connectors.kafka.task import KafkaShardWriter
-from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import Secret
@@ -86,15 +77,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger("exactlyonce.kafka")
-
-# Settings the protocol depends on; a user's producer_config may not change them.
-_RESERVED_CONFIG = {
-    "bootstrap.servers": "pass bootstrap_servers=... instead",
-    "transactional.id": "the sink derives it per (query, sink, shard) so re-runs fence zombies",
-    "isolation.level": "the sink chooses it per read",
-}
-_REQUIRED_CONFIG = {"enable.idempotence": (True, "true"), "acks": ("all", "-1", -1)}
-
 
 class KafkaSink(ExactlyOnceSink):
     """Writes a stream into a Kafka topic exactly once. See the module docstring."""
@@ -108,94 +90,47 @@ class KafkaSink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
-        key_column: str | None = None,
-        value: str = "json",
-        control_topic: str = DEFAULT_CONTROL_TOPIC,
-        dead_letter_topic: str | None = None,
-        create_topic: bool = False,
-        partitions: int | None = None,
-        producer_config: Mapping[str, Any] | None = None,
-        transaction_timeout_ms: int = 60_000,
-        shards: int | None = None,
-        sink_name: str | None = None,
-        connect_timeout: float = 10.0,
-        dedup: bool | DedupConfig = True,
-        redis_url: str | None = None,
         check: bool = True,
+        **settings: Any,
     ) -> None:
-        super().__init__(
-            query_name=query_name,
-            id_columns=id_columns,
-            shards=shards,
-            sink_name=sink_name,
-            dedup=dedup,
-            redis_url=redis_url,
-        )
-        require_text(
-            "bootstrap_servers", bootstrap_servers, "a comma-separated host:port list is required"
-        )
-        self.bootstrap_servers = bootstrap_servers.strip()
-        self.topic = check_topic_name("topic", topic)
-        self.control_topic = check_topic_name("control_topic", control_topic)
+        """``settings`` are :class:`KafkaSinkConfig`'s (``key_column``, ``value``,
+        ``producer_config``, ``transaction_timeout_ms``, ``shards``, ``dedup``...), with its
+        defaults. ``check`` preflights the broker and the topics now."""
+        values = {
+            "bootstrap_servers": bootstrap_servers,
+            "topic": topic,
+            "id_columns": id_columns,
+            "query_name": query_name,
+        }
+        self._configure(build_config(KafkaSinkConfig, {**values, **settings}), check)
+
+    @classmethod
+    def from_config(cls, config: KafkaSinkConfig, *, check: bool = True) -> KafkaSink:
+        """The sink of an already validated config (a pipeline file's ``sink:``)."""
+        sink = cls.__new__(cls)
+        sink._configure(config, check)
+        return sink
+
+    def _configure(self, config: KafkaSinkConfig, check: bool) -> None:
+        super().__init__(config)
+        self.config: KafkaSinkConfig = config
+        self.bootstrap_servers = config.bootstrap_servers
+        self.topic = config.topic
+        self.control_topic = config.control_topic
         # Only the preflight probes write here: its read_committed read cannot be held back
         # by the open transactions of crashed shard tasks, as it was on the control topic.
         self.probe_topic = f"{self.control_topic}.probe"
-        self.dead_letter_topic = check_topic_name(
-            "dead_letter_topic", dead_letter_topic or dead_letter_topic_for(topic)
-        )
-        if len({self.topic, self.control_topic, self.dead_letter_topic}) != 3:
-            raise ConfigError("control_topic", "topic, control and dead-letter topics must differ")
-        if key_column is not None and (not isinstance(key_column, str) or not key_column):
-            raise ConfigError("key_column", f"a column name or None, got {key_column!r}")
-        if not isinstance(value, str) or not value:
-            raise ConfigError(
-                "value", f"'json', {JSON_WITH_SCHEMA!r} or a column name, got {value!r}"
-            )
-        if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
-            raise ConfigError("partitions", f"a positive integer or None, got {partitions!r}")
-        config = dict(producer_config or {})
-        for name, why in _RESERVED_CONFIG.items():
-            if name in config:
-                raise ConfigError("producer_config", f"{name!r} cannot be set: {why}")
-        for name, allowed in _REQUIRED_CONFIG.items():
-            if name in config and config[name] not in allowed:
-                raise ConfigError(
-                    "producer_config", f"{name!r} must stay {allowed[0]!r} for exactly-once"
-                )
-        if "transaction.timeout.ms" in config:
-            self._timeout_field = "producer_config['transaction.timeout.ms']"
-            timeout_ms = config.pop("transaction.timeout.ms")
-        else:
-            self._timeout_field = "transaction_timeout_ms"
-            timeout_ms = transaction_timeout_ms
-        if isinstance(timeout_ms, str) and timeout_ms.isdigit():
-            timeout_ms = int(timeout_ms)
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
-            raise ConfigError(
-                self._timeout_field,
-                f"transaction.timeout.ms must be an integer, got {timeout_ms!r}",
-            )
-        if timeout_ms < MIN_TRANSACTION_TIMEOUT_MS:
-            raise ConfigError(
-                self._timeout_field,
-                f"transaction.timeout.ms={timeout_ms} is below {MIN_TRANSACTION_TIMEOUT_MS}: "
-                "each task writes its whole shard inside one transaction, and the broker "
-                "aborts transactions older than this",
-            )
-        self.transaction_timeout_ms = timeout_ms
-        try:
-            config_json = json.dumps(config)
-        except TypeError:
-            raise ConfigError(
-                "producer_config", "values must be strings, numbers or booleans"
-            ) from None
-        self._config = Secret(config_json)
-        self._secrets = secrets_of(config)
-        self.key_column = key_column
-        self.value = value
-        self.create_topic = create_topic
-        self.partitions = partitions
-        self.connect_timeout = connect_timeout
+        self.dead_letter_topic = config.dead_letter_topic_name
+        self._timeout_field = config.timeout_field
+        self.transaction_timeout_ms = config.timeout_ms
+        client_config = config.client_config()
+        self._config = Secret(json.dumps(client_config))
+        self._secrets = config.secrets()
+        self.key_column = config.key_column
+        self.value = config.value
+        self.create_topic = config.create_topic
+        self.partitions = config.partitions
+        self.connect_timeout = config.connect_timeout
         self._ready = False
         self.hides_aborted: bool | None = None
         self._topic_partitions = 0
@@ -210,7 +145,7 @@ class KafkaSink(ExactlyOnceSink):
             transaction_timeout_ms=self.transaction_timeout_ms,
             owner=self,
         )
-        self.max_message_bytes = int(config.get("message.max.bytes", 1_000_000))
+        self.max_message_bytes = int(client_config.get("message.max.bytes", 1_000_000))
         # One record per message (the layout of the recipe); the buffer packs frames.
         self.frame_records = 1
         self.frame_bytes = 0

@@ -151,7 +151,7 @@ def _build_drainer(
         drainer = Drainer(
             sink,
             settings.buffer.build(),
-            batch_size=batch_size or settings.buffer.batch_size,
+            **_batch_size(batch_size or settings.buffer.batch_size),
             member=member,
             name=f"drainer:{member[0]}/{member[1]}" if member[1] > 1 else None,
             switch_interval_s=DRAIN_PROCESS_SWITCH_INTERVAL_S,  # this process only drains
@@ -216,3 +216,8 @@ def drain_command(
         flush=True,
     )
     return 0
+
+
+def _batch_size(value: int | None) -> dict[str, int]:
+    """The drainer's ``batch_size`` when one is given; its own default otherwise."""
+    return {} if value is None else {"batch_size": value}
