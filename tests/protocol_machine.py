@@ -25,7 +25,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.dedup import shard as shard_module
-from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.testing import in_process_write
 
 SCHEMA = StructType([StructField("event_id", StringType()), StructField("amount", LongType())])

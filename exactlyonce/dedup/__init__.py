@@ -18,7 +18,7 @@ behind those two.
 
 from __future__ import annotations
 
-from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan, DedupStats, TaskDedup
 

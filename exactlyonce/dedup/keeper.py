@@ -20,7 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from exactlyonce.dedup.bloom import ids_from_hex
-from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
+from exactlyonce.dedup.catalog import RedisCatalog
+from exactlyonce.dedup.config import DedupConfig
+from exactlyonce.dedup.layout import Layout
 from exactlyonce.dedup.murmur3 import spark_shard
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CatalogLostError

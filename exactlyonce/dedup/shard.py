@@ -20,7 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from exactlyonce.dedup.bloom import BloomFilter, Ids
-from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
+from exactlyonce.dedup.catalog import RedisCatalog
+from exactlyonce.dedup.config import DedupConfig
+from exactlyonce.dedup.layout import Layout
 
 # Filters survive between tasks in a reused Python worker: (prefix, instance, shard) -> gens.
 _FILTER_CACHE: dict[tuple[str, str, int], dict[int, tuple[int, BloomFilter]]] = {}

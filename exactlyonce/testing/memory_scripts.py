@@ -1,7 +1,7 @@
 """Python twins of the catalog's Lua scripts, for :class:`~.memory_redis.MemoryRedis`.
 
 Each twin reads and writes the server's key dict as its script does in Redis, step by step
-(see :data:`exactlyonce.dedup.catalog.LUA_MARK`, ``LUA_LOOKUP`` and ``LUA_UNMARK``): the same
+(see :data:`exactlyonce.dedup.scripts.LUA_MARK`, ``LUA_LOOKUP`` and ``LUA_UNMARK``): the same
 instance check answering ``CATALOG_LOST``, the same packed groups of (bucket, start, end),
 the same buckets of 16-byte IDs matched only at multiples of 16. A twin runs under the
 server's lock, so it is atomic as a script is.
@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from exactlyonce.dedup.catalog import LUA_LOOKUP, LUA_MARK, LUA_UNMARK
+from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_UNMARK
 
 Data = dict[bytes, Any]  # a key's value: bytes (a string) or dict[bytes, bytes] (a hash)
 Script = Callable[[Data, list[bytes], list[bytes]], Any]

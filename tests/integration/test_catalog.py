@@ -7,12 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from exactlyonce.dedup.catalog import (
-    MAX_PER_CALL,
-    DedupConfig,
-    Layout,
-    RedisCatalog,
-)
+from exactlyonce.dedup.catalog import RedisCatalog
+from exactlyonce.dedup.config import DedupConfig
+from exactlyonce.dedup.layout import MAX_PER_CALL, Layout
 from exactlyonce.dedup.murmur3 import spark_hash, spark_shard
 from exactlyonce.errors import CatalogLostError
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from exactlyonce.connectors import PostgresSink
-from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.dedup.config import DedupConfig
 from tests.protocol_machine import ProtocolMachine, run_machine
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactlyonce.dedup.bloom import BACKENDS, BloomSpec, ids_from_hex
-from exactlyonce.dedup.catalog import DedupConfig, Layout
+from exactlyonce.dedup.config import DedupConfig
+from exactlyonce.dedup.layout import Layout
 from exactlyonce.errors import ConfigError
 
 

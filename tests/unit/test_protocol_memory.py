@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.testing import MemoryRedis, MemorySink, MemoryStore
 from tests.protocol_machine import ProtocolMachine, run_machine
 

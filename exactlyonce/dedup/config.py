@@ -1,0 +1,59 @@
+"""The dedup settings a sink takes (:class:`DedupConfig`), and the one seam to the catalog's Redis.
+
+Built in the driver and shipped to Spark's executors, so it holds only values (and a picklable
+``connect``); no connection is opened here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from exactlyonce.dedup.bloom import Backend, BloomSpec
+from exactlyonce.errors import ConfigError
+
+__all__ = ["DedupConfig", "connect_redis"]
+
+
+def connect_redis(url: str) -> Any:
+    """The catalog's client unless ``DedupConfig.connect`` says otherwise: redis-py."""
+    import redis
+
+    return redis.Redis.from_url(url, socket_timeout=30)
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Dedup settings. ``expected_ids`` is per retention window, over all shards.
+
+    ``connect`` is the one seam to the catalog's Redis: it gets ``redis_url`` and returns a
+    redis-py-like client. None (the default) is ``redis.Redis.from_url(url,
+    socket_timeout=30)``. :mod:`exactlyonce.testing` passes an in-memory stand-in here; a
+    real deployment leaves it alone (it must be picklable to reach Spark's executors).
+    """
+
+    redis_url: str
+    expected_ids: int = 1_000_000
+    fp_rate: float = 0.001
+    retention_epochs: int = 1000
+    bloom_backend: Backend = "numpy"
+    on_catalog_loss: str = "rebuild"  # or "fail"
+    chunk_ids: int = 200_000
+    connect: Callable[[str], Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("redis_url", "must be a redis://, rediss:// or unix:// URL")
+        if self.retention_epochs < 1:
+            raise ConfigError("retention_epochs", "must be at least 1")
+        if self.on_catalog_loss not in ("rebuild", "fail"):
+            raise ConfigError("on_catalog_loss", "must be 'rebuild' or 'fail'")
+        BloomSpec(max(1, self.expected_ids), self.fp_rate, self.bloom_backend)
+
+    def __repr__(self) -> str:
+        return f"DedupConfig(expected_ids={self.expected_ids}, fp_rate={self.fp_rate}, ...)"
+
+    def open_client(self) -> Any:
+        """A new client for ``redis_url``, through ``connect`` if set (see the class doc)."""
+        return (self.connect or connect_redis)(self.redis_url)

@@ -1,0 +1,126 @@
+"""The catalog's sizing (:class:`Layout`): generations, buckets and Bloom capacity per shard.
+
+Generations: ``gen = epoch // gen_epochs``; lookups check every live generation, and a whole
+generation is deleted once all of its epochs are older than ``retention_epochs``. So an ID is
+remembered for at least ``retention_epochs`` epochs. The rule users must keep: the source must
+never replay a record older than that (Kafka retention, file source cleanup, upstream retries).
+
+Buckets: an ID's bucket is the top ``bucket_bits`` bits of its first two bytes. A bucket holds
+about 64-128 IDs (sized from ``expected_ids``), so a mark is one APPEND per bucket and a lookup
+scans ~2 KB. :func:`pack_groups` sorts a batch of IDs by bucket for the Lua scripts.
+
+The layout is fixed when the catalog is created, stored in its meta hash and read back after
+every restart, so a changed config never reshuffles the IDs of a live catalog.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from exactlyonce.dedup.bloom import BloomSpec, Ids
+from exactlyonce.dedup.config import DedupConfig
+
+__all__ = ["MAX_PER_CALL", "Groups", "Layout", "buckets", "pack_groups"]
+
+MAX_PER_CALL = 2000  # IDs of one bucket per script step
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizing fixed when the catalog is created; stored in meta and reused after restarts."""
+
+    shards: int
+    gen_epochs: int
+    live_gens: int
+    bucket_bits: int
+    bloom: BloomSpec
+
+    @classmethod
+    def plan(cls, config: DedupConfig, shards: int) -> Layout:
+        gen_epochs = max(1, math.ceil(config.retention_epochs / 4))
+        live_gens = math.ceil(config.retention_epochs / gen_epochs) + 1
+        per_gen = math.ceil(config.expected_ids * gen_epochs / config.retention_epochs)
+        per_shard = max(64, math.ceil(per_gen / shards))
+        bits = min(16, max(0, math.ceil(math.log2(per_shard / 64))))
+        return cls(
+            shards,
+            gen_epochs,
+            live_gens,
+            bits,
+            BloomSpec(per_shard, config.fp_rate, config.bloom_backend),
+        )
+
+    def gen(self, epoch: int) -> int:
+        return epoch // self.gen_epochs
+
+    def live(self, epoch: int) -> list[int]:
+        current = self.gen(epoch)
+        return [g for g in range(current - self.live_gens + 1, current + 1) if g >= 0]
+
+    def to_meta(self) -> dict[str, str]:
+        return {
+            "shards": str(self.shards),
+            "gen_epochs": str(self.gen_epochs),
+            "live_gens": str(self.live_gens),
+            "bucket_bits": str(self.bucket_bits),
+            "bloom_capacity": str(self.bloom.capacity),
+            "fp_rate": repr(self.bloom.fp_rate),
+            "bloom_backend": self.bloom.backend,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, str]) -> Layout:
+        spec = BloomSpec(
+            int(meta["bloom_capacity"]),
+            float(meta["fp_rate"]),
+            meta["bloom_backend"],  # type: ignore[arg-type]
+        )
+        return cls(
+            int(meta["shards"]),
+            int(meta["gen_epochs"]),
+            int(meta["live_gens"]),
+            int(meta["bucket_bits"]),
+            spec,
+        )
+
+
+def buckets(ids: Ids, bits: int) -> npt.NDArray[np.int64]:
+    first = (ids[:, 0].astype(np.int64) << 8) | ids[:, 1]
+    return first >> (16 - bits)
+
+
+class Groups(NamedTuple):
+    """A batch of IDs packed for the mark and lookup scripts.
+
+    ``blob``: the IDs sorted by bucket, 16 bytes each; ``groups``: (bucket, start, end) as
+    little-endian uint32 into that blob; ``order``: ``blob``'s position -> the batch index.
+    """
+
+    order: npt.NDArray[np.intp]
+    blob: bytes
+    groups: bytes
+
+
+def pack_groups(ids: Ids, bits: int) -> Groups:
+    """The IDs sorted by bucket and their groups, at most MAX_PER_CALL IDs per group."""
+    keys = buckets(ids, bits)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    cuts = np.flatnonzero(np.diff(sorted_keys)) + 1
+    starts = np.concatenate(([0], cuts)).astype(np.int64)
+    ends = np.concatenate((cuts, [len(ids)])).astype(np.int64)
+    if (ends - starts > MAX_PER_CALL).any():  # split oversized groups (rare)
+        pieces = [
+            (lo, min(lo + MAX_PER_CALL, int(e)))
+            for s, e in zip(starts, ends, strict=True)
+            for lo in range(int(s), int(e), MAX_PER_CALL)
+        ]
+        starts = np.array([lo for lo, _ in pieces], dtype=np.int64)
+        ends = np.array([hi for _, hi in pieces], dtype=np.int64)
+    groups = np.column_stack((sorted_keys[starts], starts, ends)).astype("<u4")
+    return Groups(order, np.ascontiguousarray(ids[order]).tobytes(), groups.tobytes())
