@@ -26,11 +26,12 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.columns import SHARD_COLUMN
 from exactlyonce.connectors.base.config import SinkConfig, build_config
 from exactlyonce.connectors.base.head import NO_EPOCH, Head
+from exactlyonce.connectors.base.projection import ExpressionMemo, id_expressions
 from exactlyonce.connectors.base.report import (
     TASK_RESULT_SCHEMA,
     BatchReport,
@@ -145,24 +146,36 @@ class ExactlyOnceSink(ABC):
     def reset_head(self) -> None:
         """Forget what this query committed (not the data): for a deliberate fresh start."""
 
-    @abstractmethod
-    def _read_head(self) -> Head | None: ...
+    # The head store (see HeadStore in head.py for each obligation: durable before returning,
+    # idempotent, monotonic). Called in the driver only, by _start and run_epoch.
 
     @abstractmethod
-    def _create_head(self, head: Head) -> None: ...
+    def _read_head(self) -> Head | None:
+        """The head as the destination has it now (never a cache); None before the first
+        epoch. Called once per query start."""
 
     @abstractmethod
-    def _bind_query_id(self, spark_query_id: str) -> None: ...
+    def _create_head(self, head: Head) -> None:
+        """Create the head at NO_EPOCH with the shard count; leave an existing one alone."""
 
     @abstractmethod
-    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None: ...
+    def _bind_query_id(self, spark_query_id: str) -> None:
+        """Record the Spark query id on a head that has none; never replace one."""
+
+    @abstractmethod
+    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
+        """Move the head to ``epoch`` after every shard of it committed: durable, idempotent,
+        never backwards; drops the shard-commit markers at or below it."""
 
     @abstractmethod
     def _project(self, df: DataFrame, epoch: int) -> DataFrame:
         """The destination's columns, cast to what its task writer expects."""
 
     @abstractmethod
-    def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter: ...
+    def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
+        """The picklable ``mapInArrow`` function of this epoch (a :class:`ShardWriter`):
+        config only, no connection; each executor task opens its own. It must write a
+        shard's rows and its commit marker in one atomic step and report one TaskResult."""
 
     @property
     def unique_sink(self) -> bool:
@@ -320,34 +333,18 @@ class ExactlyOnceSink(ABC):
         from pyspark.sql import functions as F
 
         names = tuple(df.columns)
-        before, after = self._memo(
-            ("with_ids", names, epoch_column), lambda: self._id_expressions(names)
-        )
+
+        def build() -> tuple[list[Column], list[Column]]:
+            self._check_id_columns(names)
+            return id_expressions(self.ids, names, self.id_column)
+
+        before, after = self._memo(("with_ids", names, epoch_column), build)
         return df.select(*before, F.lit(epoch).cast("long").alias(epoch_column), *after)
 
-    def _id_expressions(self, names: Sequence[str]) -> tuple[list[Column], list[Column]]:
-        """The columns before and after the epoch in :meth:`_with_ids`."""
-        from pyspark.sql import functions as F
-
-        self._check_id_columns(names)
-        rid = self.ids.column()
-        user_columns = [F.col(c) for c in names]
-        payload = F.to_json(F.struct(*user_columns), {"ignoreNullFields": "false"})
-        return [*user_columns, rid.alias(self.id_column)], [
-            F.when(rid.isNull(), self.ids.null_key_reason()).alias(ERROR_COLUMN),
-            F.when(rid.isNull(), payload).alias(PAYLOAD_COLUMN),
-        ]
-
     def _memo(self, key: Hashable, build: Callable[[], MemoT]) -> MemoT:
-        """``build()``, kept per ``key`` (a schema): Spark column expressions are unresolved,
-        so the next epoch's DataFrame of the same schema reuses them. Building them anew
-        cost about 250 py4j round trips (0.1-0.2 s) per epoch in the driver."""
-        memo: dict[Hashable, Any] = self.__dict__.setdefault("_expressions", {})
-        if key not in memo:
-            if len(memo) >= 16:  # a schema that keeps changing: do not grow without bound
-                memo.clear()
-            memo[key] = build()
-        return cast("MemoT", memo[key])
+        """``build()`` once per ``key`` (see :class:`ExpressionMemo`)."""
+        memo: ExpressionMemo = self.__dict__.setdefault("_expressions", ExpressionMemo())
+        return memo.get(key, build)
 
     @property
     @abstractmethod
