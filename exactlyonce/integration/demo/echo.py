@@ -1,0 +1,45 @@
+"""A run's progress lines: echoed under the run's label, with the dedup counters each batch
+reports summed over every run of the demo (killed runs included) and printed at the end."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+_DEDUP_LINE = re.compile(
+    r"\| dedup: (\d+) checked, (\d+) bloom negatives, (\d+) catalog lookups, "
+    r"(\d+) catalog duplicates, (\d+) false positives"
+)
+DEDUP_FIELDS = (
+    "checked",
+    "bloom negatives",
+    "catalog lookups",
+    "catalog duplicates",
+    "false positives",
+)
+# Dedup counters summed over every batch of every run (killed runs included).
+DEDUP_TOTALS = dict.fromkeys(DEDUP_FIELDS, 0)
+
+
+def echo(proc: subprocess.Popen[str], label: str) -> None:
+    """Print each line of ``proc``'s stdout (its dedup part cut off) until it ends, adding
+    the dedup counters to :data:`DEDUP_TOTALS`. Runs in a daemon thread per run."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        text, _, _ = line.rstrip().partition(" | dedup:")
+        print(f"  [{label}] {text}", flush=True)
+        found = _DEDUP_LINE.search(line)
+        if found:
+            for name, value in zip(DEDUP_FIELDS, found.groups(), strict=True):
+                DEDUP_TOTALS[name] += int(value)
+
+
+def print_dedup_totals() -> None:
+    """The dedup layer's counters over the whole demo, and the observed false-positive rate."""
+    t = DEDUP_TOTALS
+    new = t["bloom negatives"] + t["false positives"]
+    print("DEDUP (Bloom filter + Redis catalog, all batches of all runs)")
+    for name in DEDUP_FIELDS:
+        print(f"  {'IDs ' + name if name == 'checked' else name:<22}{t[name]:>10}")
+    rate = t["false positives"] / new if new else 0.0
+    print(f"  {'observed fp rate':<22}{rate:>10.4%}")
