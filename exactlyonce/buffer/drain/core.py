@@ -30,7 +30,7 @@ from exactlyonce.buffer.drain.writer import ChunkWriter
 from exactlyonce.connectors.kafka.reader import Commits
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.errors import ConfigError, OffsetsMovedError
-from exactlyonce.secrets import dsn_password, scrub
+from exactlyonce.secrets import dsn_password, scrub, secret_values
 
 log = logging.getLogger("exactlyonce.drainer")
 
@@ -91,9 +91,7 @@ class DrainerCore:
         self.lag = Lag()
         self.positions: dict[int, int] | None = None  # None: to be read from the sink
         self.error: BaseException | None = None
-        self._secrets = [
-            str(v) for k, v in buffer.client_config.items() if "password" in k or "secret" in k
-        ]
+        self._secrets = secret_values(buffer.client_config)
         self._build_parts()
 
     def _build_parts(self) -> None:

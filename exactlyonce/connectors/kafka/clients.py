@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -22,15 +21,6 @@ from exactlyonce.connectors.kafka.protocol import shared_config
 from exactlyonce.secrets import Secret, scrub
 
 client_log = logging.getLogger("exactlyonce.kafka.client")
-
-
-def secrets_of(config: Mapping[str, Any]) -> list[str]:
-    """Values that must never be printed: anything under a password/secret-like key."""
-    return [
-        str(v)
-        for k, v in config.items()
-        if v and any(word in k for word in ("password", "secret", "sasl.jaas", "key.pem"))
-    ]
 
 
 def init_transactions(producer: Producer, topic: str, timeout_s: float) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from exactlyonce.connectors.kafka.clients import client_log, secrets_of
+from exactlyonce.connectors.kafka.clients import client_log
 from exactlyonce.connectors.kafka.protocol import transactional_id
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.retry import RetryPolicy
-from exactlyonce.secrets import Secret, scrub
+from exactlyonce.secrets import Secret, scrub, secret_values
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "linger.ms": 5,
@@ -88,4 +88,4 @@ class KafkaTarget:
 
     def scrubbed(self, text: str) -> str:
         """``text`` without any secret of the user's configuration."""
-        return scrub(text, *secrets_of(self.user_config()))
+        return scrub(text, *secret_values(self.user_config()))
