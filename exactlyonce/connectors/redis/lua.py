@@ -9,7 +9,9 @@ from importlib.resources import files
 
 
 def _load(name: str) -> str:
-    return files(__package__).joinpath("scripts").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return (
+        files(__package__).joinpath("scripts").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    )
 
 
 APPLY = _load("apply")
