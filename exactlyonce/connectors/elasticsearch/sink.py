@@ -1,0 +1,357 @@
+"""The driver side of the Elasticsearch sink: settings, preflight (cluster, credentials,
+indices), the head document, and the projection that prepares each epoch's rows."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
+
+from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
+from exactlyonce.connectors.elasticsearch.policy import default_policy
+from exactlyonce.connectors.elasticsearch.schema import (
+    CONTROL_INDEX,
+    CONTROL_MAPPING,
+    DEAD_LETTER_MAPPING,
+    ID_COLUMN,
+    check_index_name,
+    ensure_index,
+    target_mapping,
+)
+from exactlyonce.connectors.elasticsearch.task import ElasticsearchShardWriter, EsTarget, OpType
+from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.errors import ConfigError, SinkUnavailableError
+from exactlyonce.retry import RetryPolicy
+from exactlyonce.secrets import Secret
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("exactlyonce.elasticsearch")
+
+T = TypeVar("T")
+
+
+class ElasticsearchSink(ExactlyOnceSink):
+    """Writes a stream into an Elasticsearch index exactly once.
+
+    Guarantee: every record is in the index exactly once, under its record ID as ``_id``,
+    through crashes, re-runs, rejected bulk items and lost bulk replies, provided the source
+    replays and nothing else writes those ``_id``\\ s.
+
+    Mechanism: deterministic ``_id``\\ s make every re-send a 409 (``create``) or an identical
+    overwrite (``index``); a task writes its shard-commit document only after every item is
+    acknowledged; the driver then advances the head document with optimistic concurrency.
+    Retries follow ``retry_policy`` (by default ``max_retries`` retries, waits from 0.5 s
+    doubling up to 30 s). The whole story is in :mod:`exactlyonce.connectors.elasticsearch`.
+
+    Example::
+
+        sink = ElasticsearchSink(hosts="https://es:9200", index="events", id_columns=["event_id"],
+                                 query_name="clicks-to-es", api_key=os.environ["ES_API_KEY"])
+        df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+    """
+
+    kind = "elasticsearch"
+
+    def __init__(
+        self,
+        hosts: str | Sequence[str],
+        index: str,
+        id_columns: Sequence[str] | str,
+        query_name: str,
+        *,
+        op_type: OpType = "create",
+        api_key: str | tuple[str, str] | None = None,
+        basic_auth: str | tuple[str, str] | None = None,
+        ca_certs: str | None = None,
+        verify_certs: bool = True,
+        request_timeout: float = 30.0,
+        dead_letter_index: str | None = None,
+        control_index: str = CONTROL_INDEX,
+        epoch_field: str = "epoch",
+        mapping: dict[str, Any] | None = None,
+        max_retries: int = 5,
+        retry_policy: RetryPolicy | None = None,
+        bulk_max_actions: int = 1000,
+        bulk_max_bytes: int = 10 * 1024 * 1024,
+        shards: int | None = None,
+        sink_name: str | None = None,
+        dedup: bool | DedupConfig = True,
+        redis_url: str | None = None,
+        check: bool = True,
+    ) -> None:
+        super().__init__(
+            query_name=query_name,
+            id_columns=id_columns,
+            shards=shards,
+            sink_name=sink_name,
+            dedup=dedup,
+            redis_url=redis_url,
+        )
+        if isinstance(hosts, str):
+            hosts = [hosts]
+        if not hosts or not all(isinstance(h, str) and h.strip() for h in hosts):
+            raise ConfigError("hosts", "one or more Elasticsearch URLs are required")
+        if op_type not in ("create", "index"):
+            raise ConfigError("op_type", f"must be 'create' or 'index', got {op_type!r}")
+        if api_key is not None and basic_auth is not None:
+            raise ConfigError("api_key", "give api_key or basic_auth, not both")
+        if isinstance(api_key, tuple):
+            api_key = base64.b64encode(f"{api_key[0]}:{api_key[1]}".encode()).decode()
+        user = password = None
+        if basic_auth is not None:
+            if isinstance(basic_auth, str):
+                user, sep, password = basic_auth.partition(":")
+                if not sep:
+                    raise ConfigError("basic_auth", "a (user, password) pair or 'user:password'")
+            else:
+                user, password = basic_auth
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigError("max_retries", f"must be a non-negative integer, got {max_retries!r}")
+        if bulk_max_actions < 1 or bulk_max_bytes < 1024:
+            raise ConfigError("bulk_max_actions", "bulk_max_actions >= 1, bulk_max_bytes >= 1024")
+        self.conn = EsConnection(
+            tuple(hosts),
+            Secret(api_key) if api_key else None,
+            user,
+            Secret(password) if password is not None else None,
+            ca_certs,
+            verify_certs,
+            request_timeout,
+        )
+        self.index = check_index_name("index", index)
+        self.control_index = check_index_name("control_index", control_index)
+        self.dead_letter_index = check_index_name(
+            "dead_letter_index", dead_letter_index or f"{index}-dead-letters"
+        )
+        if len(f"{query_name}|{self.sink_name}|".encode()) > 480:
+            raise ConfigError("query_name", "query_name and sink name must fit a 512-byte _id")
+        if epoch_field.startswith("_"):
+            raise ConfigError("epoch_field", "names starting with '_' are Elasticsearch's own")
+        self.op_type: OpType = op_type
+        self.epoch_field = epoch_field
+        self.mapping = mapping
+        self.retry = retry_policy or default_policy(max_retries)
+        self.bulk_max_actions = bulk_max_actions
+        self.bulk_max_bytes = bulk_max_bytes
+        self._es: Elasticsearch | None = None
+        self._ready = False
+        self._checked_schema: StructType | None = None
+        if check:
+            self.preflight()
+
+    @property
+    def sink_name(self) -> str:
+        return self._sink_name or f"elasticsearch:{self.index}"
+
+    @property
+    def id_column(self) -> str:
+        return ID_COLUMN
+
+    @property
+    def _client(self) -> Elasticsearch:
+        if self._es is None:
+            self._es = self.conn.client()
+        return self._es
+
+    def _call(self, what: str, fn: Callable[[Elasticsearch], T]) -> T:
+        return call(self.conn, self._client, self.retry, what, fn)
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def preflight(self, schema: StructType | None = None) -> None:
+        """Check the cluster, the credentials and the indices (creating missing ones)."""
+        if schema is not None:
+            self._check_stream_columns(schema)
+        if self._ready and (schema is None or schema == self._checked_schema):
+            return
+        self._call("the cluster info", lambda es: es.info())
+        for name, mappings in (
+            (self.control_index, CONTROL_MAPPING),
+            (self.dead_letter_index, DEAD_LETTER_MAPPING),
+            (self.index, target_mapping(self.mapping, self.epoch_field)),
+        ):
+            ensure_index(self.conn, self._client, self.retry, name, mappings)
+        self._ready, self._checked_schema = True, schema
+
+    def _check_stream_columns(self, schema: StructType) -> None:
+        self._refuse_reserved_columns(
+            schema.names,
+            [(self.epoch_field, "epoch_field"), (ID_COLUMN, "id_columns")],
+            ", which the sink writes",
+        )
+        self._check_id_columns(schema.names)
+
+    # -- the head ----------------------------------------------------------------------
+
+    @property
+    def _head_id(self) -> str:
+        return f"{self.query_name}|{self.sink_name}"
+
+    def _get_head_doc(self) -> dict[str, Any] | None:
+        try:
+            resp = self._call(
+                "reading the head",
+                lambda es: es.get(index=self.control_index, id=self._head_id, realtime=True),
+            )
+        except NotFoundError:
+            return None
+        return dict(resp.body)
+
+    def _read_head(self) -> Head | None:
+        doc = self._get_head_doc()
+        if doc is None:
+            return None
+        src = doc["_source"]
+        return Head(int(src["epoch"]), src.get("spark_query_id"), int(src["num_shards"]))
+
+    def _head_source(self, head: Head) -> dict[str, Any]:
+        return {
+            "kind": "head",
+            "query_name": self.query_name,
+            "sink": self.sink_name,
+            "epoch": head.epoch,
+            "spark_query_id": head.spark_query_id,
+            "num_shards": head.num_shards,
+            "updated_at": int(time.time() * 1000),
+        }
+
+    def _create_head(self, head: Head) -> None:
+        # A 409: created already (a lost reply, or another driver); that head stands.
+        with contextlib.suppress(ConflictError):
+            self._call(
+                "creating the head",
+                lambda es: es.create(
+                    index=self.control_index, id=self._head_id, document=self._head_source(head)
+                ),
+            )
+
+    def _update_head(self, change: Callable[[Head], Head | None]) -> None:
+        """Read, change and write back the head with optimistic concurrency (if_seq_no).
+
+        A lost reply is retried by re-reading: the change is then either visible (done) or
+        not (written again), never guessed.
+        """
+        while True:
+            doc = self._get_head_doc()
+            if doc is None:
+                raise SinkUnavailableError(f"{self}: the head document disappeared")
+            src = doc["_source"]
+            current = Head(int(src["epoch"]), src.get("spark_query_id"), int(src["num_shards"]))
+            new = change(current)
+            if new is None:
+                return
+            try:
+                self._call(
+                    "writing the head",
+                    lambda es, d=doc, h=new: es.index(  # type: ignore[misc]
+                        index=self.control_index,
+                        id=self._head_id,
+                        document=self._head_source(h),
+                        if_seq_no=d["_seq_no"],
+                        if_primary_term=d["_primary_term"],
+                    ),
+                )
+                return
+            except ConflictError:
+                continue  # changed since we read it (or our own lost write): read again
+
+    def _bind_query_id(self, spark_query_id: str) -> None:
+        self._update_head(
+            lambda h: None if h.spark_query_id else Head(h.epoch, spark_query_id, h.num_shards)
+        )
+
+    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
+        self._update_head(
+            lambda h: (
+                None
+                if h.epoch >= epoch
+                else Head(epoch, spark_query_id or h.spark_query_id, h.num_shards)
+            )
+        )
+        # The epoch's shard commits are spent: the head covers them. Best effort.
+        shards = self._head.num_shards if self._head else (self.shards or 0)
+        ops = [
+            {"delete": {"_index": self.control_index, "_id": f"{self._head_id}|{epoch}|{s}"}}
+            for s in range(shards)
+        ]
+        try:
+            if ops:
+                self._call("dropping shard commits", lambda es: es.bulk(operations=ops))
+        except (SinkUnavailableError, ApiError) as exc:
+            log.warning("%s: shard commits of epoch %d stay: %s", self, epoch, exc)
+
+    def reset_head(self) -> None:
+        """Forget what this query committed (not the data): for a deliberate fresh start."""
+        self._call("refreshing", lambda es: es.indices.refresh(index=self.control_index))
+        query = {
+            "bool": {
+                "filter": [
+                    {"term": {"query_name": self.query_name}},
+                    {"term": {"sink": self.sink_name}},
+                ]
+            }
+        }
+        found = self._call(
+            "listing control documents",
+            lambda es: es.search(index=self.control_index, query=query, size=10_000),
+        )
+        ops = [
+            {"delete": {"_index": self.control_index, "_id": hit["_id"]}}
+            for hit in found["hits"]["hits"]
+        ]
+        ops.append({"delete": {"_index": self.control_index, "_id": self._head_id}})
+        self._call("resetting the head", lambda es: es.bulk(operations=ops))
+        self._head = None
+        log.warning("%s: head reset", self)
+
+    def head(self) -> Head | None:
+        """The committed head as the cluster has it now (realtime GET)."""
+        return self._read_head()
+
+    # -- the write ---------------------------------------------------------------------
+
+    def _project(self, df: DataFrame, epoch: int) -> DataFrame:
+        """Binary as base64 (Elasticsearch's ``binary``); the rest maps to JSON as is."""
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        kinds = {f.name: f.dataType for f in df.schema.fields}
+        with_ids = self._with_ids(df, self.epoch_field, epoch)
+        return with_ids.select(
+            *[
+                F.base64(F.col(n)).alias(n) if isinstance(kinds.get(n), T.BinaryType) else F.col(n)
+                for n in with_ids.columns
+            ]
+        )
+
+    def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
+        num_shards = self._head.num_shards if self._head is not None else (self.shards or 1)
+        target = EsTarget(
+            conn=self.conn,
+            index=self.index,
+            control_index=self.control_index,
+            dead_letter_index=self.dead_letter_index,
+            columns=tuple(columns),
+            query_name=self.query_name,
+            sink_name=self.sink_name,
+            op_type=self.op_type,
+            num_shards=num_shards,
+            retry=self.retry,
+            bulk_max_actions=self.bulk_max_actions,
+            bulk_max_bytes=self.bulk_max_bytes,
+            dedup=self.dedup_plan,
+        )
+        return ElasticsearchShardWriter(target, epoch)
+
+    @property
+    def unique_sink(self) -> bool:
+        return True  # one document per _id: a lost catalog restarts empty, safely

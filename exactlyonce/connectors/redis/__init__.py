@@ -1,0 +1,89 @@
+"""Exactly-once Redis sink.
+
+Guarantee: every record of the stream is applied to Redis exactly once, through driver crashes,
+executor loss, re-run micro-batches, duplicate input and restarts of the sink's Redis, provided
+the source replays, the sink's Redis persists what it acknowledged (AOF with
+``appendfsync always``; anything less can lose the last commits together with their head) and
+nothing else writes the keys. Per ``write`` mode:
+
+- ``"hash"``: ``HSET <key> <column> <value> ...`` of the record's columns (nulls are left out);
+- ``"string"``: ``SET <key> <the record as JSON>`` (``PX`` with a TTL);
+- ``"stream"``: ``XADD <key> * record_id <id> epoch <epoch> <column> <value> ...``.
+
+Keys come from ``key_template``, ``str.format`` style (``"user:{user_id}"``), filled with each
+column's Spark string form (binary as base64, nested types as JSON, as they are stored too).
+Hash and string writes are idempotent by key; a stream append is not, so for ``"stream"``
+exactly-once rests on the shard markers, the head and the ID catalog alone.
+
+Mechanism (keys of the sink's Redis under ``prefix``, one hash tag per (query, sink)):
+
+- the head ``<prefix>:head`` (a hash: ``epoch``, ``spark_query_id``, ``num_shards``) is read on
+  start; epochs at or below it are skipped whole;
+- each executor task collects its shard's records as JSON chunks. A task whose new records fit
+  in one chunk (``pipeline_size`` records) sends them inline; a bigger one first stages its
+  chunks into ``<prefix>:stage:<epoch>:<attempt>`` (a hash of chunk number -> chunk, expiring
+  after a day, idempotent to re-send). Then ONE Lua script (EVALSHA), atomically on the
+  server: checks that the head is below the epoch and that no shard of the task has a marker
+  in ``<prefix>:done:<epoch>``, checks the staging is complete, writes the markers, applies
+  every record and the task's dead letters, and drops the staging. Re-running a committed
+  epoch or shard is therefore a no-op decided server-side, even when the client died after the
+  write or lost the reply (the retry finds its own marker and reports the commit as verified);
+- the driver advances the head with a script after every task committed; the same script
+  deletes the shard markers of epochs at or below it, and what attempts killed mid-write had
+  staged for them (listed in ``<prefix>:stages``).
+
+Why staging rather than one huge call or MULTI: a script call is the only way Redis applies
+many commands and a check atomically, but the whole shard must then reach the server before
+it runs. Staging keeps each request and the executor's memory to one chunk, lets a lost reply
+be retried chunk by chunk, and still applies the shard in one atomic step. The price: the
+apply script blocks the sink's Redis while it runs (about 3-4 s per million small records;
+other clients get BUSY after 5 s, which this sink's own calls wait out), and once it wrote
+it cannot be killed, which is the point. More shards make each step smaller. Redis Cluster
+is refused: one atomic step spans the records' keys, which live in many slots.
+
+The ID catalog (in the catalog's Redis, which may be another server) drops duplicate input.
+If it is lost, hash and string writes start an empty one (their keys keep them exactly-once);
+``"stream"`` rebuilds it from the ``record_id``/``epoch`` fields of every stream it appended
+to (listed in ``<prefix>:streams``), so it never guesses.
+
+A record Redis refuses (a key holding another type: ``WRONGTYPE``) and a record with a null
+key or key-template column go to the dead-letter stream ``<prefix>:dead-letters`` (epoch,
+ID, error, payload) in the same atomic step; the rest of the shard proceeds.
+
+Example::
+
+    sink = RedisSink("redis://:pw@cache:6379/0", "user:{user_id}", id_columns=["event_id"],
+                     query_name="clicks-to-redis", write="hash", ttl_seconds=86400)
+    df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+
+Modules: :mod:`.sink` (:class:`RedisSink`, the driver side: settings, preflight, the head),
+:mod:`.task` (the executor task's atomic step), :mod:`.template` (key templates),
+:mod:`.projection` (the rows Spark hands the tasks), :mod:`.connection` (clients, BUSY,
+errors), :mod:`.streams` (stream mode's catalog rebuild), :mod:`.lua` with ``scripts/*.lua``.
+"""
+
+from __future__ import annotations
+
+from exactlyonce.connectors.redis.connection import BUSY_POLICY, connect, patient
+from exactlyonce.connectors.redis.sink import WRITES, RedisSink, Write
+from exactlyonce.connectors.redis.task import (
+    VALUE_COLUMN,
+    RedisShardTask,
+    RedisShardWriter,
+    RedisTarget,
+)
+from exactlyonce.connectors.redis.template import KeyTemplate
+
+__all__ = [
+    "BUSY_POLICY",
+    "VALUE_COLUMN",
+    "WRITES",
+    "KeyTemplate",
+    "RedisShardTask",
+    "RedisShardWriter",
+    "RedisSink",
+    "RedisTarget",
+    "Write",
+    "connect",
+    "patient",
+]

@@ -1,0 +1,356 @@
+"""The driver side of the Redis sink: settings, preflight, the head in the sink's Redis, and
+the projection that prepares each epoch's rows for the executor tasks (:mod:`.task`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import redis
+from redis.connection import parse_url
+
+from exactlyonce.connectors.base import (
+    ExactlyOnceSink,
+    Head,
+    TaskWriter,
+    require_distinct,
+    require_one_of,
+)
+from exactlyonce.connectors.redis import lua
+from exactlyonce.connectors.redis.connection import (
+    BUSY_POLICY,
+    connect,
+    patient,
+    reaching,
+    require_standalone,
+)
+from exactlyonce.connectors.redis.projection import project
+from exactlyonce.connectors.redis.streams import stream_ids
+from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
+from exactlyonce.connectors.redis.template import KeyTemplate
+from exactlyonce.dedup.catalog import DedupConfig, namespace
+from exactlyonce.dedup.keeper import RebuildSource
+from exactlyonce.errors import ConfigError
+from exactlyonce.secrets import Secret, dsn_password, redact_dsn, scrub
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("exactlyonce.redis")
+
+Write = Literal["hash", "string", "stream"]
+WRITES = ("hash", "string", "stream")
+T = TypeVar("T")
+
+
+class RedisSink(ExactlyOnceSink):
+    """Writes a stream into Redis exactly once, as hashes, strings or stream entries.
+
+    Guarantee: every record is applied exactly once through crashes, re-runs, duplicate input
+    and restarts of the sink's Redis, provided the source replays, that Redis persists what it
+    acknowledged (AOF, ``appendfsync always``) and nothing else writes the keys.
+
+    Mechanism: each task's shard is applied by ONE Lua script that checks the head and the
+    shard markers, writes the markers, the records and the dead letters atomically (big shards
+    staged first, chunk by chunk); the driver then advances the head ``<prefix>:head``.
+    Re-runs are no-ops decided server-side; a lost reply finds its own marker. The whole story,
+    with the key layout, is in :mod:`exactlyonce.connectors.redis`.
+
+    Example::
+
+        sink = RedisSink("redis://:pw@cache:6379/0", "user:{user_id}", id_columns=["event_id"],
+                         query_name="clicks-to-redis", write="hash", ttl_seconds=86400)
+        df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+    """
+
+    kind = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        key_template: str,
+        id_columns: Sequence[str] | str,
+        query_name: str,
+        *,
+        write: Write = "hash",
+        ttl_seconds: float | None = None,
+        pipeline_size: int = 10_000,
+        dedup: bool | DedupConfig = True,
+        redis_url: str | None = None,
+        shards: int | None = None,
+        check: bool = True,
+        sink_name: str | None = None,
+        prefix: str | None = None,
+        id_field: str = "record_id",
+        epoch_field: str = "epoch",
+        socket_timeout: float = 120.0,
+        connect_timeout: float = 10.0,
+        retries: int = 30,
+    ) -> None:
+        super().__init__(
+            query_name=query_name,
+            id_columns=id_columns,
+            shards=shards,
+            sink_name=sink_name,
+            dedup=dedup,
+            redis_url=redis_url,
+        )
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("url", "must be a redis://, rediss:// or unix:// URL")
+        try:
+            parse_url(url)  # type: ignore[no-untyped-call]
+        except ValueError as exc:
+            reason = scrub(str(exc), dsn_password(url))
+            raise ConfigError("url", f"not a valid Redis URL: {reason}") from None
+        require_one_of("write", write, WRITES)
+        if write == "stream":
+            self._require_catalog(
+                "write='stream' appends: duplicates in the input need the catalog"
+            )
+        if ttl_seconds is not None and (
+            isinstance(ttl_seconds, bool)
+            or not isinstance(ttl_seconds, (int, float))
+            or not ttl_seconds * 1000 >= 1
+        ):
+            raise ConfigError("ttl_seconds", f"must be None or positive, got {ttl_seconds!r}")
+        if (
+            not isinstance(pipeline_size, int)
+            or isinstance(pipeline_size, bool)
+            or pipeline_size < 1
+        ):
+            raise ConfigError("pipeline_size", f"must be a positive integer, got {pipeline_size!r}")
+        for name, value in (("id_field", id_field), ("epoch_field", epoch_field)):
+            if not isinstance(value, str) or not value:
+                raise ConfigError(name, "must be a non-empty string")
+        require_distinct("epoch_field", epoch_field, "id_field", id_field)
+        self.template = KeyTemplate.parse(key_template)
+        if write != "stream" and not self.template.fields:
+            raise ConfigError(
+                "key_template",
+                f"{key_template!r} names no column: every record would overwrite one key",
+            )
+        self._url = Secret(url)
+        self._where = redact_dsn(url)
+        self.write: Write = write
+        self.ttl_ms = None if ttl_seconds is None else int(round(ttl_seconds * 1000))
+        self.pipeline_size = pipeline_size
+        self.id_field = id_field
+        self.epoch_field = epoch_field
+        self.socket_timeout = socket_timeout
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.busy = BUSY_POLICY
+        self.prefix = prefix or f"{namespace(query_name, self.sink_name)}:sink"
+        self._redis: Any = None
+        self._ready = False
+        if check:
+            self.preflight()
+
+    @property
+    def sink_name(self) -> str:
+        return self._sink_name or f"redis:{self.write}:{self.template.text}"
+
+    @property
+    def id_column(self) -> str:
+        return self.id_field
+
+    @property
+    def head_key(self) -> str:
+        return f"{self.prefix}:head"
+
+    @property
+    def dead_letter_key(self) -> str:
+        return f"{self.prefix}:dead-letters"
+
+    @property
+    def stream_registry_key(self) -> str:
+        """A set of every stream key the sink appended to (``write="stream"``)."""
+        return f"{self.prefix}:streams"
+
+    def _done_key(self, epoch: int | str) -> str:
+        return f"{self.prefix}:done:{epoch}"
+
+    # -- connections -------------------------------------------------------------------
+
+    @property
+    def _client(self) -> Any:
+        if self._redis is None:
+            self._redis = connect(
+                self._url,
+                retries=self.retries,
+                socket_timeout=self.socket_timeout,
+                connect_timeout=self.connect_timeout,
+            )
+        return self._redis
+
+    def _reaching(self) -> AbstractContextManager[None]:
+        """Connection failures as SinkUnavailableError; never with the password."""
+        return reaching(self._url, self._where)
+
+    def _patient(self, call: Callable[[], T]) -> T:
+        """``call``, waiting out BUSY as ``self.busy`` says."""
+        return patient(call, self.busy)
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def preflight(self, schema: StructType | None = None) -> None:
+        """Check the server (reachable, not a cluster) and, with ``schema``, the columns."""
+        if schema is not None:
+            self._check_columns(list(schema.names))
+        if self._ready:
+            return
+        probe = connect(
+            self._url,
+            retries=0,
+            socket_timeout=self.connect_timeout,
+            connect_timeout=self.connect_timeout,
+        )
+        try:
+            with self._reaching():
+                require_standalone(probe, self.head_key)
+                self._warn_without_persistence(probe)
+        finally:
+            probe.close()
+        self._ready = True
+
+    def _check_columns(self, names: list[str]) -> None:
+        self._check_id_columns(names)
+        missing = [f for f in self.template.fields if f not in names]
+        if missing:
+            raise ConfigError(
+                "key_template",
+                f"{self.template.text!r} names column(s) {missing} that are not in the "
+                f"stream's columns {names}",
+            )
+        reserved = [(self.id_field, "id_field"), (self.epoch_field, "epoch_field")]
+        if self.write == "string":
+            reserved.append((VALUE_COLUMN, "write"))
+        self._refuse_reserved_columns(names, reserved, "; choose another")
+
+    def _warn_without_persistence(self, client: Any) -> None:
+        try:
+            aof = client.config_get("appendonly").get("appendonly")
+        except redis.RedisError:
+            return  # CONFIG is often disabled on managed Redis
+        if aof != "yes":
+            log.warning(
+                "%s: the sink's Redis at %s runs without AOF persistence; a restart would lose "
+                "committed records and their head. Run it with appendonly yes (appendfsync "
+                "always for every commit to be durable when acknowledged).",
+                self,
+                self._where,
+            )
+
+    # -- the head ----------------------------------------------------------------------
+
+    def _read_head(self) -> Head | None:
+        with self._reaching():
+            raw = self._patient(lambda: self._client.hgetall(self.head_key))
+        if not raw:
+            return None
+        got = {k.decode(): v.decode() for k, v in raw.items()}
+        return Head(int(got["epoch"]), got.get("spark_query_id") or None, int(got["num_shards"]))
+
+    def _create_head(self, head: Head) -> None:
+        with self._reaching():
+            script = self._client.register_script(lua.CREATE_HEAD)
+            args = [head.epoch, head.num_shards, head.spark_query_id or "", time.time()]
+            self._patient(lambda: script(keys=[self.head_key], args=args))
+
+    def _bind_query_id(self, spark_query_id: str) -> None:
+        with self._reaching():
+            self._patient(
+                lambda: self._client.hsetnx(self.head_key, "spark_query_id", spark_query_id)
+            )
+
+    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
+        """One script: the head moves to ``epoch``; shard markers at or below it go."""
+        script = self._client.register_script(lua.ADVANCE)
+        keys = [self.head_key, f"{self.prefix}:done-epochs", f"{self.prefix}:stages"]
+        args = [epoch, spark_query_id or "", time.time(), f"{self.prefix}:done:"]
+        with self._reaching():
+            self._patient(lambda: script(keys=keys, args=args))
+
+    def reset_head(self) -> None:
+        """Forget what this query committed (not the data): for a deliberate fresh start."""
+        with self._reaching():
+            r = self._client
+            epochs = [e.decode() for e in r.smembers(f"{self.prefix}:done-epochs")]
+            stages = list(r.smembers(f"{self.prefix}:stages"))
+            r.delete(self.head_key, f"{self.prefix}:done-epochs", f"{self.prefix}:stages")
+            leftovers = [*map(self._done_key, epochs), *stages]
+            if leftovers:
+                r.delete(*leftovers)
+        self._head = None
+        log.warning("%s: head reset", self)
+
+    def head(self) -> Head | None:
+        """The committed head as the sink's Redis has it now."""
+        return self._read_head()
+
+    # -- the write ---------------------------------------------------------------------
+
+    def _project(self, df: DataFrame, epoch: int) -> DataFrame:
+        """Stored columns as their Spark string form; null template columns are bad records."""
+        self._check_columns(list(df.columns))
+        schema = df.schema
+        with_ids = self._with_ids(df, self.epoch_field, epoch)
+        return project(with_ids, schema, self.template, self.write, self.id_field, self.epoch_field)
+
+    def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
+        assert self._head is not None
+        target = RedisTarget(
+            url=self._url,
+            write=self.write,
+            template=self.template,
+            columns=tuple(columns),
+            fields=tuple(c for c in columns if c not in (self.id_field, self.epoch_field))
+            if self.write != "string"
+            else (),
+            id_field=self.id_field,
+            epoch_field=self.epoch_field,
+            ttl_ms=self.ttl_ms,
+            pipeline_size=self.pipeline_size,
+            prefix=self.prefix,
+            query_name=self.query_name,
+            sink_name=self.sink_name,
+            num_shards=self._head.num_shards,
+            socket_timeout=self.socket_timeout,
+            connect_timeout=self.connect_timeout,
+            retries=self.retries,
+            dedup=self.dedup_plan,
+            busy=self.busy,
+        )
+        return RedisShardWriter(target, epoch)
+
+    @property
+    def unique_sink(self) -> bool:
+        """Hash and string writes: the key is the identity. A stream append is not."""
+        return self.write != "stream"
+
+    def _rebuild_source(self) -> RebuildSource | None:
+        """Stream mode: the record IDs and epochs of every stream the sink appended to.
+
+        Exact while the streams are neither trimmed nor expired: with ``ttl_seconds``, keep
+        the catalog's retention within the TTL, or a rebuild misses the expired entries.
+        """
+        if self.write != "stream":
+            return None
+
+        def read(from_epoch: int) -> Iterator[tuple[Any, Any]]:
+            return stream_ids(
+                self._client,
+                self.stream_registry_key,
+                self.id_field,
+                self.epoch_field,
+                from_epoch,
+                self._reaching,
+                self._patient,
+            )
+
+        return read
