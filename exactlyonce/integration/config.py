@@ -39,7 +39,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -47,9 +46,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from exactlyonce.buffer.buffered import KafkaBuffer
-from exactlyonce.connectors.base.config import SinkConfig
+from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
 from exactlyonce.connectors.postgres.config import PostgresSinkConfig as PostgresSettings
+from exactlyonce.connectors.redis.config import RedisSinkConfig
 from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -274,102 +274,6 @@ class PostgresSinkConfig(PostgresSettings):
             return PostgresSink.from_config(self.sink_config(), check=check)
 
 
-class _SinkSettings(SinkConfig):
-    """A sink whose settings are still passed to its constructor as arguments."""
-
-    def _common(self, check: bool) -> dict[str, Any]:
-        return {
-            "id_columns": list(self.id_columns),
-            "query_name": self.query_name,
-            "shards": self.shards,
-            "check": check,
-            "dedup": self.dedup_config() or False,
-        }
-
-    def build(self, *, check: bool = True) -> ExactlyOnceSink:
-        """The sink; ``check`` preflights the destination now."""
-        raise NotImplementedError
-
-
-class RedisSinkConfig(_SinkSettings):
-    """:class:`~exactlyonce.connectors.redis.RedisSink`'s arguments."""
-
-    type: Literal["redis"]
-    url: SecretStr
-    key_template: str = Field(min_length=1)
-    write: Literal["hash", "string", "stream"] = "hash"
-    ttl_seconds: float | None = Field(default=None, gt=0)
-    pipeline_size: int = Field(default=10_000, ge=1)
-
-    def build(self, *, check: bool = True) -> ExactlyOnceSink:
-        from exactlyonce.connectors.redis import RedisSink
-
-        with sink_field_errors():
-            return RedisSink(
-                url=self.url.get_secret_value(),
-                key_template=self.key_template,
-                write=self.write,
-                ttl_seconds=self.ttl_seconds,
-                pipeline_size=self.pipeline_size,
-                **self._common(check),
-            )
-
-
-class ElasticsearchSinkConfig(_SinkSettings):
-    """:class:`~exactlyonce.connectors.elasticsearch.ElasticsearchSink`'s arguments."""
-
-    type: Literal["elasticsearch"]
-    hosts: tuple[str, ...] = Field(min_length=1)
-    index: str = Field(min_length=1)
-    op_type: Literal["create", "index"] = "create"
-    api_key: SecretStr | None = None
-    username: str | None = None
-    password: SecretStr | None = None
-    ca_certs: str | None = None
-    verify_certs: bool = True
-    dead_letter_index: str | None = None
-    max_retries: int = Field(default=5, ge=0)
-    bulk_max_actions: int = Field(default=1000, ge=1)
-    bulk_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
-
-    @field_validator("hosts", mode="before")
-    @classmethod
-    def _one_host(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _auth_pairs(self) -> ElasticsearchSinkConfig:
-        if (self.username is None) != (self.password is None):
-            raise PydanticCustomError(
-                "auth_pair",
-                "username and password go together",
-                {"field": "password" if self.username else "username"},
-            )
-        return self
-
-    def build(self, *, check: bool = True) -> ExactlyOnceSink:
-        from exactlyonce.connectors.elasticsearch import ElasticsearchSink
-
-        basic = None
-        if self.username is not None and self.password is not None:
-            basic = (self.username, self.password.get_secret_value())
-        with sink_field_errors():
-            return ElasticsearchSink(
-                hosts=list(self.hosts),
-                index=self.index,
-                op_type=self.op_type,
-                api_key=self.api_key.get_secret_value() if self.api_key else None,
-                basic_auth=basic,
-                ca_certs=self.ca_certs,
-                verify_certs=self.verify_certs,
-                dead_letter_index=self.dead_letter_index,
-                max_retries=self.max_retries,
-                bulk_max_actions=self.bulk_max_actions,
-                bulk_max_bytes=self.bulk_max_bytes,
-                **self._common(check),
-            )
-
-
 SinkEntry = Annotated[
     PostgresSinkConfig | RedisSinkConfig | ElasticsearchSinkConfig | KafkaSinkConfig,
     Field(discriminator="type"),
@@ -377,15 +281,18 @@ SinkEntry = Annotated[
 
 
 def build_sink(entry: SinkEntry, *, check: bool = True) -> ExactlyOnceSink:
-    """The sink of a pipeline file's ``sink:`` (without its buffer), from the sink's config."""
-    if isinstance(entry, (RedisSinkConfig, ElasticsearchSinkConfig)):
-        return entry.build(check=check)
-    from exactlyonce.connectors import KafkaSink, PostgresSink
+    """The sink of a pipeline file's ``sink:`` (without its buffer), from the sink's config:
+    the same object its Python constructor builds."""
+    from exactlyonce.connectors import ElasticsearchSink, KafkaSink, PostgresSink, RedisSink
 
     with sink_field_errors():
         if isinstance(entry, PostgresSinkConfig):
             return PostgresSink.from_config(entry.sink_config(), check=check)
-        return KafkaSink.from_config(entry, check=check)
+        if isinstance(entry, KafkaSinkConfig):
+            return KafkaSink.from_config(entry, check=check)
+        if isinstance(entry, RedisSinkConfig):
+            return RedisSink.from_config(entry, check=check)
+        return ElasticsearchSink.from_config(entry, check=check)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from exactlyonce.buffer import KafkaBuffer
-from exactlyonce.connectors import KafkaSink, PostgresSink
+from exactlyonce.connectors import ElasticsearchSink, KafkaSink, PostgresSink, RedisSink
 from exactlyonce.connectors.base.config import SinkConfig
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import load_config
@@ -50,6 +50,49 @@ SINKS: dict[str, tuple[str, Any]] = {
             epoch_column="ep",
             redis_url=CATALOG,
             dedup={"retention_epochs": 50, "on_catalog_loss": "fail"},
+            check=False,
+        ),
+    ),
+    "redis": (
+        f"""\
+  type: redis
+  url: redis://:{PASSWORD}@cache.example:6379/0
+  key_template: "event:{{value}}"
+  write: string
+  ttl_seconds: 60
+  id_columns: [value]
+  redis_url: {CATALOG}
+""",
+        lambda: RedisSink(
+            f"redis://:{PASSWORD}@cache.example:6379/0",
+            "event:{value}",
+            ["value"],
+            "q-redis",
+            write="string",
+            ttl_seconds=60,
+            redis_url=CATALOG,
+            check=False,
+        ),
+    ),
+    "elasticsearch": (
+        f"""\
+  type: elasticsearch
+  hosts: https://es.example:9200
+  index: events
+  username: app
+  password: {PASSWORD}
+  op_type: index
+  id_columns: [value]
+  dedup: false
+""",
+        lambda: ElasticsearchSink(
+            "https://es.example:9200",
+            "events",
+            ["value"],
+            "q-elasticsearch",
+            basic_auth=("app", PASSWORD),
+            op_type="index",
+            dedup=False,
             check=False,
         ),
     ),

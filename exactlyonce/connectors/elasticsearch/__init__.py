@@ -38,6 +38,7 @@ retried), :mod:`.schema` (index names, mappings, index creation).
 from __future__ import annotations
 
 from exactlyonce.connectors.elasticsearch.bulk import Action, BulkSender
+from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import (
     RETRY_STATUSES,
@@ -56,7 +57,6 @@ from exactlyonce.connectors.elasticsearch.task import (
     ElasticsearchShardWriter,
     EsShardTask,
     EsTarget,
-    OpType,
 )
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "BulkSender",
     "ElasticsearchShardWriter",
     "ElasticsearchSink",
+    "ElasticsearchSinkConfig",
     "EsConnection",
     "EsShardTask",
     "EsTarget",

@@ -13,21 +13,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.base.config import build_config
+from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import default_policy
 from exactlyonce.connectors.elasticsearch.schema import (
-    CONTROL_INDEX,
     CONTROL_MAPPING,
     DEAD_LETTER_MAPPING,
     ID_COLUMN,
-    check_index_name,
     ensure_index,
     target_mapping,
 )
-from exactlyonce.connectors.elasticsearch.task import ElasticsearchShardWriter, EsTarget, OpType
-from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.connectors.elasticsearch.task import ElasticsearchShardWriter, EsTarget
 from exactlyonce.errors import ConfigError, SinkUnavailableError
-from exactlyonce.retry import RetryPolicy
 from exactlyonce.secrets import Secret
 
 if TYPE_CHECKING:
@@ -68,80 +66,56 @@ class ElasticsearchSink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
-        op_type: OpType = "create",
         api_key: str | tuple[str, str] | None = None,
         basic_auth: str | tuple[str, str] | None = None,
-        ca_certs: str | None = None,
-        verify_certs: bool = True,
-        request_timeout: float = 30.0,
-        dead_letter_index: str | None = None,
-        control_index: str = CONTROL_INDEX,
-        epoch_field: str = "epoch",
-        mapping: dict[str, Any] | None = None,
-        max_retries: int = 5,
-        retry_policy: RetryPolicy | None = None,
-        bulk_max_actions: int = 1000,
-        bulk_max_bytes: int = 10 * 1024 * 1024,
-        shards: int | None = None,
-        sink_name: str | None = None,
-        dedup: bool | DedupConfig = True,
-        redis_url: str | None = None,
         check: bool = True,
+        **settings: Any,
     ) -> None:
-        super().__init__(
-            query_name=query_name,
-            id_columns=id_columns,
-            shards=shards,
-            sink_name=sink_name,
-            dedup=dedup,
-            redis_url=redis_url,
-        )
-        if isinstance(hosts, str):
-            hosts = [hosts]
-        if not hosts or not all(isinstance(h, str) and h.strip() for h in hosts):
-            raise ConfigError("hosts", "one or more Elasticsearch URLs are required")
-        if op_type not in ("create", "index"):
-            raise ConfigError("op_type", f"must be 'create' or 'index', got {op_type!r}")
-        if api_key is not None and basic_auth is not None:
-            raise ConfigError("api_key", "give api_key or basic_auth, not both")
-        if isinstance(api_key, tuple):
-            api_key = base64.b64encode(f"{api_key[0]}:{api_key[1]}".encode()).decode()
-        user = password = None
-        if basic_auth is not None:
-            if isinstance(basic_auth, str):
-                user, sep, password = basic_auth.partition(":")
-                if not sep:
-                    raise ConfigError("basic_auth", "a (user, password) pair or 'user:password'")
-            else:
-                user, password = basic_auth
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigError("max_retries", f"must be a non-negative integer, got {max_retries!r}")
-        if bulk_max_actions < 1 or bulk_max_bytes < 1024:
-            raise ConfigError("bulk_max_actions", "bulk_max_actions >= 1, bulk_max_bytes >= 1024")
+        """``settings`` are :class:`ElasticsearchSinkConfig`'s (``op_type``, ``max_retries``,
+        ``retry_policy``, ``dead_letter_index``, ``shards``, ``dedup``...), with its defaults.
+        ``api_key`` may be the encoded key or an (id, key) pair; ``basic_auth`` a (user,
+        password) pair or ``"user:password"``. ``check`` preflights the cluster now."""
+        values = {
+            "hosts": hosts,
+            "index": index,
+            "id_columns": id_columns,
+            "query_name": query_name,
+        }
+        credentials = _credentials(api_key, basic_auth)
+        config = build_config(ElasticsearchSinkConfig, {**values, **credentials, **settings})
+        self._configure(config, check)
+
+    @classmethod
+    def from_config(
+        cls, config: ElasticsearchSinkConfig, *, check: bool = True
+    ) -> ElasticsearchSink:
+        """The sink of an already validated config (a pipeline file's ``sink:``)."""
+        sink = cls.__new__(cls)
+        sink._configure(config, check)
+        return sink
+
+    def _configure(self, config: ElasticsearchSinkConfig, check: bool) -> None:
+        super().__init__(config)
+        self.config: ElasticsearchSinkConfig = config
+        api_key, password = config.api_key, config.password
         self.conn = EsConnection(
-            tuple(hosts),
-            Secret(api_key) if api_key else None,
-            user,
-            Secret(password) if password is not None else None,
-            ca_certs,
-            verify_certs,
-            request_timeout,
+            config.hosts,
+            Secret(api_key.get_secret_value()) if api_key else None,
+            config.username,
+            Secret(password.get_secret_value()) if password is not None else None,
+            config.ca_certs,
+            config.verify_certs,
+            config.request_timeout,
         )
-        self.index = check_index_name("index", index)
-        self.control_index = check_index_name("control_index", control_index)
-        self.dead_letter_index = check_index_name(
-            "dead_letter_index", dead_letter_index or f"{index}-dead-letters"
-        )
-        if len(f"{query_name}|{self.sink_name}|".encode()) > 480:
-            raise ConfigError("query_name", "query_name and sink name must fit a 512-byte _id")
-        if epoch_field.startswith("_"):
-            raise ConfigError("epoch_field", "names starting with '_' are Elasticsearch's own")
-        self.op_type: OpType = op_type
-        self.epoch_field = epoch_field
-        self.mapping = mapping
-        self.retry = retry_policy or default_policy(max_retries)
-        self.bulk_max_actions = bulk_max_actions
-        self.bulk_max_bytes = bulk_max_bytes
+        self.index = config.index
+        self.control_index = config.control_index
+        self.dead_letter_index = config.dead_letter_index_name
+        self.op_type: OpType = config.op_type
+        self.epoch_field = config.epoch_field
+        self.mapping = config.mapping
+        self.retry = config.retry_policy or default_policy(config.max_retries)
+        self.bulk_max_actions = config.bulk_max_actions
+        self.bulk_max_bytes = config.bulk_max_bytes
         self._es: Elasticsearch | None = None
         self._ready = False
         self._checked_schema: StructType | None = None
@@ -355,3 +329,25 @@ class ElasticsearchSink(ExactlyOnceSink):
     @property
     def unique_sink(self) -> bool:
         return True  # one document per _id: a lost catalog restarts empty, safely
+
+
+def _credentials(
+    api_key: str | tuple[str, str] | None, basic_auth: str | tuple[str, str] | None
+) -> dict[str, Any]:
+    """The constructor's convenience forms as config values: an (id, key) pair as the
+    encoded key, ``"user:password"`` as username and password."""
+    if api_key is not None and basic_auth is not None:
+        raise ConfigError("api_key", "give api_key or basic_auth, not both")
+    values: dict[str, Any] = {}
+    if isinstance(api_key, tuple):
+        api_key = base64.b64encode(f"{api_key[0]}:{api_key[1]}".encode()).decode()
+    if api_key is not None:
+        values["api_key"] = api_key
+    if isinstance(basic_auth, str):
+        user, sep, password = basic_auth.partition(":")
+        if not sep:
+            raise ConfigError("basic_auth", "a (user, password) pair or 'user:password'")
+        basic_auth = (user, password)
+    if basic_auth is not None:
+        values["username"], values["password"] = basic_auth
+    return values

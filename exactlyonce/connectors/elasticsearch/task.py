@@ -12,21 +12,19 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import pyarrow as pa
 from elasticsearch import Elasticsearch
 
 from exactlyonce.connectors.base import DeadLetter, ShardTask, ShardWriter
 from exactlyonce.connectors.elasticsearch.bulk import Action, BulkSender, Refused
+from exactlyonce.connectors.elasticsearch.config import OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.schema import ID_COLUMN
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import SinkUnavailableError
 from exactlyonce.faults import crash_point
 from exactlyonce.retry import RetryPolicy
-
-OpType = Literal["create", "index"]
 
 
 def _hex_id(*parts: object) -> str:

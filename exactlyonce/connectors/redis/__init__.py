@@ -64,8 +64,9 @@ errors), :mod:`.streams` (stream mode's catalog rebuild), :mod:`.lua` with ``scr
 
 from __future__ import annotations
 
+from exactlyonce.connectors.redis.config import WRITES, RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import BUSY_POLICY, connect, patient
-from exactlyonce.connectors.redis.sink import WRITES, RedisSink, Write
+from exactlyonce.connectors.redis.sink import RedisSink
 from exactlyonce.connectors.redis.task import (
     VALUE_COLUMN,
     RedisShardTask,
@@ -82,6 +83,7 @@ __all__ = [
     "RedisShardTask",
     "RedisShardWriter",
     "RedisSink",
+    "RedisSinkConfig",
     "RedisTarget",
     "Write",
     "connect",

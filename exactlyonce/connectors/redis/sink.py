@@ -6,19 +6,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
-from redis.connection import parse_url
 
 from exactlyonce.connectors.base import (
     ExactlyOnceSink,
     Head,
     TaskWriter,
-    require_distinct,
-    require_one_of,
 )
+from exactlyonce.connectors.base.config import build_config
 from exactlyonce.connectors.redis import lua
+from exactlyonce.connectors.redis.config import RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
     BUSY_POLICY,
     connect,
@@ -29,11 +28,10 @@ from exactlyonce.connectors.redis.connection import (
 from exactlyonce.connectors.redis.projection import project
 from exactlyonce.connectors.redis.streams import stream_ids
 from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
-from exactlyonce.connectors.redis.template import KeyTemplate
-from exactlyonce.dedup.catalog import DedupConfig, namespace
+from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError
-from exactlyonce.secrets import Secret, dsn_password, redact_dsn, scrub
+from exactlyonce.secrets import Secret, redact_dsn
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -43,8 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exactlyonce.redis")
 
-Write = Literal["hash", "string", "stream"]
-WRITES = ("hash", "string", "stream")
 T = TypeVar("T")
 
 
@@ -77,75 +73,45 @@ class RedisSink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
-        write: Write = "hash",
-        ttl_seconds: float | None = None,
-        pipeline_size: int = 10_000,
-        dedup: bool | DedupConfig = True,
-        redis_url: str | None = None,
-        shards: int | None = None,
         check: bool = True,
-        sink_name: str | None = None,
-        prefix: str | None = None,
-        id_field: str = "record_id",
-        epoch_field: str = "epoch",
-        socket_timeout: float = 120.0,
-        connect_timeout: float = 10.0,
-        retries: int = 30,
+        **settings: Any,
     ) -> None:
-        super().__init__(
-            query_name=query_name,
-            id_columns=id_columns,
-            shards=shards,
-            sink_name=sink_name,
-            dedup=dedup,
-            redis_url=redis_url,
-        )
-        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError("url", "must be a redis://, rediss:// or unix:// URL")
-        try:
-            parse_url(url)  # type: ignore[no-untyped-call]
-        except ValueError as exc:
-            reason = scrub(str(exc), dsn_password(url))
-            raise ConfigError("url", f"not a valid Redis URL: {reason}") from None
-        require_one_of("write", write, WRITES)
-        if write == "stream":
-            self._require_catalog(
-                "write='stream' appends: duplicates in the input need the catalog"
-            )
-        if ttl_seconds is not None and (
-            isinstance(ttl_seconds, bool)
-            or not isinstance(ttl_seconds, (int, float))
-            or not ttl_seconds * 1000 >= 1
-        ):
-            raise ConfigError("ttl_seconds", f"must be None or positive, got {ttl_seconds!r}")
-        if (
-            not isinstance(pipeline_size, int)
-            or isinstance(pipeline_size, bool)
-            or pipeline_size < 1
-        ):
-            raise ConfigError("pipeline_size", f"must be a positive integer, got {pipeline_size!r}")
-        for name, value in (("id_field", id_field), ("epoch_field", epoch_field)):
-            if not isinstance(value, str) or not value:
-                raise ConfigError(name, "must be a non-empty string")
-        require_distinct("epoch_field", epoch_field, "id_field", id_field)
-        self.template = KeyTemplate.parse(key_template)
-        if write != "stream" and not self.template.fields:
-            raise ConfigError(
-                "key_template",
-                f"{key_template!r} names no column: every record would overwrite one key",
-            )
+        """``settings`` are :class:`RedisSinkConfig`'s (``write``, ``ttl_seconds``,
+        ``pipeline_size``, ``shards``, ``dedup``...), with its defaults. ``check`` preflights
+        the sink's Redis now."""
+        values = {
+            "url": url,
+            "key_template": key_template,
+            "id_columns": id_columns,
+            "query_name": query_name,
+        }
+        self._configure(build_config(RedisSinkConfig, {**values, **settings}), check)
+
+    @classmethod
+    def from_config(cls, config: RedisSinkConfig, *, check: bool = True) -> RedisSink:
+        """The sink of an already validated config (a pipeline file's ``sink:``)."""
+        sink = cls.__new__(cls)
+        sink._configure(config, check)
+        return sink
+
+    def _configure(self, config: RedisSinkConfig, check: bool) -> None:
+        super().__init__(config)
+        self.config: RedisSinkConfig = config
+        url = config.url.get_secret_value()
+        self.template = config.template
         self._url = Secret(url)
         self._where = redact_dsn(url)
-        self.write: Write = write
-        self.ttl_ms = None if ttl_seconds is None else int(round(ttl_seconds * 1000))
-        self.pipeline_size = pipeline_size
-        self.id_field = id_field
-        self.epoch_field = epoch_field
-        self.socket_timeout = socket_timeout
-        self.connect_timeout = connect_timeout
-        self.retries = retries
+        self.write: Write = config.write
+        ttl = config.ttl_seconds
+        self.ttl_ms = None if ttl is None else int(round(ttl * 1000))
+        self.pipeline_size = config.pipeline_size
+        self.id_field = config.id_field
+        self.epoch_field = config.epoch_field
+        self.socket_timeout = config.socket_timeout
+        self.connect_timeout = config.connect_timeout
+        self.retries = config.retries
         self.busy = BUSY_POLICY
-        self.prefix = prefix or f"{namespace(query_name, self.sink_name)}:sink"
+        self.prefix = config.prefix or f"{namespace(self.query_name, self.sink_name)}:sink"
         self._redis: Any = None
         self._ready = False
         if check:

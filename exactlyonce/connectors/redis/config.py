@@ -1,0 +1,78 @@
+"""The Redis sink's settings: every rule and default, once (see ``base/config.py``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr, StrictInt, field_validator, model_validator
+from redis.connection import parse_url
+
+from exactlyonce.connectors.base.config import SinkConfig, field_error
+from exactlyonce.connectors.redis.template import KeyTemplate
+from exactlyonce.errors import ConfigError
+from exactlyonce.secrets import dsn_password, scrub
+
+Write = Literal["hash", "string", "stream"]
+WRITES: tuple[Write, ...] = ("hash", "string", "stream")
+
+
+class RedisSinkConfig(SinkConfig):
+    """:class:`~exactlyonce.connectors.redis.RedisSink`'s settings.
+
+    ``write="stream"`` appends (a second write of an ID is a second entry), so it requires
+    the catalog; hash and string writes are idempotent by key.
+    """
+
+    type: Literal["redis"] = "redis"
+    url: SecretStr
+    key_template: str = Field(min_length=1)
+    write: Write = "hash"
+    ttl_seconds: float | None = Field(default=None, ge=0.001)
+    pipeline_size: StrictInt = Field(default=10_000, ge=1)
+    prefix: str | None = None
+    id_field: str = Field(default="record_id", min_length=1)
+    epoch_field: str = Field(default="epoch", min_length=1)
+    socket_timeout: float = Field(default=120.0, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0)
+    retries: int = Field(default=30, ge=0)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: SecretStr) -> SecretStr:
+        url = value.get_secret_value()
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        try:
+            parse_url(url)  # type: ignore[no-untyped-call]
+        except ValueError as exc:
+            reason = scrub(str(exc), dsn_password(url))
+            raise ValueError(f"not a valid Redis URL: {reason}") from None
+        return value
+
+    @field_validator("key_template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        try:
+            KeyTemplate.parse(value)
+        except ConfigError as exc:
+            raise ValueError(exc.reason) from None
+        return value
+
+    @property
+    def template(self) -> KeyTemplate:
+        return KeyTemplate.parse(self.key_template)
+
+    @model_validator(mode="after")
+    def _fields_and_write(self) -> RedisSinkConfig:
+        if self.epoch_field == self.id_field:
+            raise field_error("epoch_field", "must differ from id_field")
+        if self.write == "stream" and self.dedup is False:
+            raise field_error(
+                "dedup", "write='stream' appends: duplicates in the input need the catalog"
+            )
+        if self.write != "stream" and not self.template.fields:
+            raise field_error(
+                "key_template",
+                f"{self.key_template!r} names no column: every record would overwrite one key",
+            )
+        return self
