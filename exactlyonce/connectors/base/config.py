@@ -47,7 +47,7 @@ class Settings(BaseModel):
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise config_error(exc) from None
+            raise config_error(exc, data=values) from None
 
     # Only a direct call goes through __init__: nested in a pipeline file, pydantic validates
     # the section itself and the loader names the field by its path (``sink.buffer.topic``).
@@ -140,28 +140,52 @@ def build_config(model: type[ConfigT], values: Mapping[str, Any]) -> ConfigT:
     try:
         return model.model_validate(dict(values))
     except ValidationError as exc:
-        raise config_error(exc) from None
+        raise config_error(exc, data=dict(values)) from None
 
 
-def config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
-    """A pydantic error as a ConfigError: field paths dotted (``sink.table``), never values."""
-    problems = [(prefix + error_path(e), error_message(e)) for e in exc.errors()]
+def config_error(
+    exc: ValidationError, data: Any = None, skip: tuple[str, ...] = ()
+) -> ConfigError:
+    """A pydantic error as one ConfigError: field paths dotted (``sink.table``), union tags
+    left out (``data`` is the input, to tell them apart), never values; ``skip`` drops
+    problems at these paths when others remain."""
+    problems = [(error_path(e, data), error_message(e)) for e in exc.errors()]
+    return problems_error([p for p in problems if p[0] not in skip] or problems)
+
+
+def problems_error(problems: list[tuple[str, str]]) -> ConfigError:
+    """(field, reason) pairs as one ConfigError naming the first field."""
     if len(problems) == 1:
         return ConfigError(*problems[0])
     lines = "\n".join(f"  {field}: {reason}" for field, reason in problems)
     return ConfigError(problems[0][0], f"{len(problems)} problems:\n{lines}")
 
 
-def error_path(error: Any) -> str:
-    """The dotted path of a pydantic error (its own ``field`` for cross-field checks)."""
-    if "field" in error.get("ctx", {}):
-        return str(error["ctx"]["field"])
-    return dotted(tuple(p for p in error["loc"] if not _is_union_member(p)))
+def error_path(error: Any, data: Any) -> str:
+    """The dotted path of a pydantic error, without union tags (``sink.postgres.table`` is
+    ``sink.table``). A cross-field check names its field itself, relative to its model."""
+    parts: list[Any] = []
+    loc = error["loc"]
+    current = data
+    for i, part in enumerate(loc):
+        tag = isinstance(current, dict) and part not in current
+        if tag and (i < len(loc) - 1 or current.get("type") == part):
+            continue  # a union's tag, e.g. 'postgres' in ('sink', 'postgres', 'table')
+        parts.append(part)
+        current = current.get(part) if isinstance(current, dict) else _item(current, part)
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        parts.append("type")
+    field = error.get("ctx", {}).get("field")
+    if field is not None:
+        prefix = dotted(tuple(parts)) if parts else ""
+        return f"{prefix}.{field}" if prefix and not field.startswith(f"{prefix}.") else field
+    return dotted(tuple(parts))
 
 
-def _is_union_member(part: Any) -> bool:
-    """Union branches pydantic adds to a location (``bool``, ``DedupSettings``...)."""
-    return isinstance(part, str) and (part[:1].isupper() or part in ("bool", "str", "int"))
+def _item(container: Any, index: Any) -> Any:
+    if isinstance(container, list) and isinstance(index, int) and 0 <= index < len(container):
+        return container[index]
+    return None
 
 
 def error_message(error: Any) -> str:

@@ -1,0 +1,138 @@
+"""The pipeline: query name, checkpoint, trigger, source, sink and Spark settings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from exactlyonce.integration.config.common import Model, as_text_mapping
+from exactlyonce.integration.config.sinks import (
+    RedisSinkConfig,
+    SinkEntry,
+    build_sink,
+    sink_field_errors,
+)
+from exactlyonce.integration.config.sources import SourceConfig
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.base import ExactlyOnceSink
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+# What Spark's interval parser takes for a processing-time trigger (no abbreviations).
+_INTERVAL = re.compile(
+    r"(?i)\s*(interval\s+)?"
+    r"(\d+(\.\d+)?\s+(microsecond|millisecond|second|minute|hour|day|week)s?\s*)+"
+)
+
+
+class TriggerConfig(Model):
+    """Exactly one of ``processing_time`` (``"1 second"``) or ``available_now: true``."""
+
+    processing_time: str | None = None
+    available_now: bool | None = None
+
+    @field_validator("processing_time")
+    @classmethod
+    def _interval(cls, value: str | None) -> str | None:
+        if value is not None and not _INTERVAL.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not an interval; write e.g. '1 second' or '500 milliseconds'"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TriggerConfig:
+        if (self.processing_time is None) == (self.available_now is None):
+            raise ValueError("give exactly one of processing_time or available_now")
+        if self.available_now is False:
+            raise ValueError("available_now must be true when given; omit it otherwise")
+        return self
+
+
+class SparkConfig(Model):
+    master: str | None = None
+    app_name: str | None = None
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _texts(cls, value: Any) -> Any:
+        return as_text_mapping(value)
+
+
+class PipelineConfig(Model):
+    query_name: str
+    checkpoint: str = Field(min_length=1)
+    trigger: TriggerConfig | None = None
+    source: SourceConfig
+    sink: SinkEntry
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+
+    @field_validator("query_name")
+    @classmethod
+    def _query_name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("must be non-empty and use only letters, digits, '_', '.' and '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _id_columns_in_schema(self) -> PipelineConfig:
+        available = self.source.columns()
+        missing = [c for c in self.sink.id_columns if c not in available]
+        if missing:
+            raise PydanticCustomError(
+                "id_columns_not_in_schema",
+                "column(s) {missing} not in the source schema's columns {available}",
+                {"missing": missing, "available": available, "field": "sink.id_columns"},
+            )
+        if isinstance(self.sink, RedisSinkConfig):
+            from exactlyonce.connectors.redis import KeyTemplate
+
+            with sink_field_errors():
+                fields = KeyTemplate.parse(self.sink.key_template).fields
+            missing = [c for c in fields if c not in available]
+            if missing:
+                raise PydanticCustomError(
+                    "template_columns_not_in_schema",
+                    "key_template names column(s) {missing} not in the source's columns "
+                    "{available}",
+                    {"missing": missing, "available": available, "field": "sink.key_template"},
+                )
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_name_to_sink(cls, data: Any) -> Any:
+        """The sink's config carries the query's name, set once at the top of the file."""
+        if isinstance(data, Mapping) and isinstance(data.get("sink"), Mapping):
+            if "query_name" in data["sink"]:
+                raise PydanticCustomError(
+                    "query_name_in_sink",
+                    "set query_name at the top level of the file, not in sink",
+                    {"field": "sink.query_name"},
+                )
+            if "query_name" in data:
+                data = {**data, "sink": {**data["sink"], "query_name": data["query_name"]}}
+        return data
+
+    def build_sink(self, *, check: bool = True) -> ExactlyOnceSink:
+        sink = build_sink(self.sink, check=check)
+        buffer = getattr(self.sink, "buffer", None)
+        if buffer is None:
+            return sink
+        from exactlyonce.buffer import Buffered
+
+        with sink_field_errors():  # the Spark side writes the buffer topic only
+            return Buffered(sink, buffer.build(), check=check)  # type: ignore[arg-type]
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        """The trigger as :func:`exactlyonce.integration.spark.start_stream` arguments."""
+        if self.trigger is None:
+            return {}
+        if self.trigger.available_now:
+            return {"available_now": True}
+        return {"processing_time": self.trigger.processing_time}

@@ -1,0 +1,129 @@
+"""A pipeline's ``source:``: Spark's replayable streaming sources."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from exactlyonce.errors import ConfigError
+from exactlyonce.integration.config.common import Model, as_text_mapping, first_line
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def ddl_column_names(ddl: str) -> list[str]:
+    """Top-level column names of a Spark DDL string (``"a INT, b STRUCT<x: INT>"``).
+
+    A cheap syntactic parse: split on commas outside ``<>``/``()``/quotes, take the first
+    token (backticks removed). Spark parses the full DDL when the source is built.
+    """
+    names = []
+    for part in _split_top_level(ddl):
+        part = part.strip()
+        if not part:
+            raise ValueError("empty column definition (a stray comma?)")
+        if part.startswith("`"):
+            end = part.find("`", 1)
+            while end != -1 and part[end + 1 : end + 2] == "`":
+                end = part.find("`", end + 2)
+            if end == -1:
+                raise ValueError(f"unclosed backtick in {part!r}")
+            name, rest = part[1:end].replace("``", "`"), part[end + 1 :]
+        else:
+            match = re.match(r"[^\s:]+", part)
+            assert match is not None
+            name, rest = match.group(0), part[match.end() :]
+        if not rest.strip().lstrip(":").strip():
+            raise ValueError(f"column {name!r} has no type")
+        names.append(name)
+    if not names:
+        raise ValueError("the schema names no columns")
+    return names
+
+
+def _split_top_level(text: str) -> Iterator[str]:
+    depth, quote, start = 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "`'\"":
+            quote = ch
+        elif ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            yield text[start:i]
+            start = i + 1
+    yield text[start:]
+
+
+class FilesSourceConfig(Model):
+    """Files in a directory (replayable): Spark's streaming file source."""
+
+    type: Literal["files"]
+    format: Literal["json", "csv", "parquet", "orc", "text"] = "json"
+    path: str = Field(min_length=1)
+    ddl: str = Field(alias="schema", min_length=1)
+    max_files_per_trigger: int | None = Field(default=None, ge=1)
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _texts(cls, value: Any) -> Any:
+        return as_text_mapping(value)
+
+    @field_validator("ddl")
+    @classmethod
+    def _ddl(cls, value: str) -> str:
+        names = ddl_column_names(value)
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate column(s) {duplicates}")
+        return value
+
+    def columns(self) -> list[str]:
+        return ddl_column_names(self.ddl)
+
+    def build(self, spark: SparkSession) -> DataFrame:
+        """The streaming DataFrame; a DDL Spark cannot parse is a ConfigError."""
+        from pyspark.errors import PySparkException
+
+        reader = spark.readStream.format(self.format)
+        try:
+            reader = reader.schema(self.ddl)
+        except PySparkException as exc:
+            raise ConfigError("source.schema", first_line(exc)) from None
+        if self.max_files_per_trigger is not None:
+            reader = reader.option("maxFilesPerTrigger", self.max_files_per_trigger)
+        for key, value in self.options.items():
+            reader = reader.option(key, value)
+        try:
+            return reader.load(self.path)
+        except PySparkException as exc:
+            raise ConfigError("source.path", first_line(exc)) from None
+
+
+class RateSourceConfig(Model):
+    """Spark's rate source (``timestamp``, ``value``): replayable test data."""
+
+    type: Literal["rate"]
+    rows_per_second: int = Field(default=10, ge=1)
+    num_partitions: int | None = Field(default=None, ge=1)
+
+    def columns(self) -> list[str]:
+        return ["timestamp", "value"]
+
+    def build(self, spark: SparkSession) -> DataFrame:
+        reader = spark.readStream.format("rate").option("rowsPerSecond", self.rows_per_second)
+        if self.num_partitions is not None:
+            reader = reader.option("numPartitions", self.num_partitions)
+        return reader.load()
+
+
+SourceConfig = Annotated[FilesSourceConfig | RateSourceConfig, Field(discriminator="type")]
