@@ -42,9 +42,10 @@ from exactlyonce.integration.cli.drain import (
     drain_processes,
     parse_member,
 )
-from exactlyonce.integration.cli.reset_head import cmd_reset_head, drop_catalog
+from exactlyonce.integration.cli.reset_head import cmd_reset_head
 from exactlyonce.integration.cli.run import cmd_run
 from exactlyonce.integration.cli.services import cmd_services
+from exactlyonce.integration.maintenance import drop_catalog
 
 __all__ = [
     "EXIT_CONFIG",

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 from exactlyonce.integration.cli.common import EXIT_CONFIG, EXIT_OK, err
 from exactlyonce.integration.config import load_config
+from exactlyonce.integration.maintenance import drop_catalog
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.base import ExactlyOnceSink
+    pass
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,20 +41,3 @@ def cmd_reset_head(args: argparse.Namespace) -> int:
         "dropped); the data was kept"
     )
     return EXIT_OK
-
-
-def drop_catalog(sink: ExactlyOnceSink) -> int:
-    """Delete the query's Redis dedup catalog; returns the number of keys deleted.
-
-    The catalog caches what the head committed. Without the head it is stale: a new run
-    would take every ID it holds for a duplicate and drop the record.
-    """
-    if sink.dedup_config is None:
-        return 0
-    from exactlyonce.dedup.catalog import RedisCatalog
-
-    catalog = RedisCatalog(sink.dedup_config, sink.query_name, sink.sink_name)
-    try:
-        return catalog.drop()
-    finally:
-        catalog.close()

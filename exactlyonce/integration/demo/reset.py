@@ -14,9 +14,9 @@ from exactlyonce.connectors.postgres.schema import (
     TableName,
     regclass,
 )
-from exactlyonce.integration.cli import drop_catalog
 from exactlyonce.integration.config import FilesSourceConfig, PipelineConfig
 from exactlyonce.integration.demo.pipeline import pg_sink
+from exactlyonce.integration.maintenance import drop_catalog
 
 
 def reset_state(cfg: PipelineConfig, source: FilesSourceConfig) -> None:
