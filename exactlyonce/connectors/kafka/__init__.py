@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from exactlyonce.connectors.kafka.clients import init_transactions
+from exactlyonce.connectors.kafka.config import KafkaSinkConfig
 from exactlyonce.connectors.kafka.frames import frame_bounds
 from exactlyonce.connectors.kafka.preflight import PROBE_RETENTION_MS, PROBE_WAIT_S
 from exactlyonce.connectors.kafka.protocol import (
@@ -51,6 +52,7 @@ __all__ = [
     "KafkaShardTask",
     "KafkaShardWriter",
     "KafkaSink",
+    "KafkaSinkConfig",
     "KafkaTarget",
     "dead_letter_topic_for",
     "default_sink_name",
