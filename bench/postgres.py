@@ -619,9 +619,9 @@ def _dedup_config_text() -> str | None:
     """How the default sink's dedup catalog is configured (its repr hides the Redis URL)."""
     if "dedup" not in sink_parameters():
         return None
-    from exactlyonce.connectors.postgres import PostgresSink
+    from exactlyonce.connectors.postgres import PostgresSinkConfig
 
-    default = inspect.signature(PostgresSink.__init__).parameters["dedup"].default
+    default = PostgresSinkConfig.model_fields["dedup"].default
     if default is False:
         return "off by default"
     try:

@@ -3,6 +3,7 @@ object from the same values, so a rule or a default cannot differ between the tw
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,24 @@ def test_the_kafka_timeout_rule_is_one_rule() -> None:
         with pytest.raises(ConfigError) as err:
             KafkaSink("b:9092", "t", ["v"], "q", dedup=False, check=False, **where)
         assert "below 10000" in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("sink", "only_in_signature", "only_in_config"),
+    [
+        (PostgresSink, set(), set()),
+        (KafkaSink, set(), set()),
+        (RedisSink, set(), set()),
+        (ElasticsearchSink, {"basic_auth"}, {"username", "password"}),
+    ],
+)
+def test_constructors_take_exactly_their_config_fields(
+    sink: Any, only_in_signature: set[str], only_in_config: set[str]
+) -> None:
+    """A typed, discoverable signature whose defaults are the config model's (UNSET)."""
+    config = type(SINKS[sink.kind][1]().config)
+    parameters = inspect.signature(sink.__init__).parameters
+    keywords = set(parameters) - {"self", "check"} - only_in_signature
+    assert keywords == set(config.model_fields) - {"type"} - only_in_config
+    options = [p for p in parameters.values() if p.kind is p.KEYWORD_ONLY and p.name != "check"]
+    assert {repr(p.default) for p in options if p.name in config.model_fields} == {"UNSET"}

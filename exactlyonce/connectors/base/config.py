@@ -15,9 +15,10 @@ pipeline file ``sink.table``). Messages never echo a value that could be a secre
 
 from __future__ import annotations
 
+import enum
 import os
-from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from collections.abc import Collection, Mapping
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -34,6 +35,30 @@ from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import secret_values
 
 REDIS_URL_ENV = "EXACTLYONCE_REDIS_URL"
+
+
+class Unset(enum.Enum):
+    """A constructor argument left out: the config model's default applies."""
+
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+
+
+def given(
+    arguments: Mapping[str, Any], leave_out: Collection[str] = ("self", "check")
+) -> dict[str, Any]:
+    """A sink constructor's arguments (its ``locals()``) that were passed: a typed,
+    discoverable signature whose defaults live in the config model only."""
+    return {
+        k: v
+        for k, v in arguments.items()
+        if v is not UNSET and k not in leave_out and not k.startswith("__")
+    }
 
 
 class Settings(BaseModel):
@@ -143,9 +168,7 @@ def build_config(model: type[ConfigT], values: Mapping[str, Any]) -> ConfigT:
         raise config_error(exc, data=dict(values)) from None
 
 
-def config_error(
-    exc: ValidationError, data: Any = None, skip: tuple[str, ...] = ()
-) -> ConfigError:
+def config_error(exc: ValidationError, data: Any = None, skip: tuple[str, ...] = ()) -> ConfigError:
     """A pydantic error as one ConfigError: field paths dotted (``sink.table``), union tags
     left out (``data`` is the input, to tell them apart), never values; ``skip`` drops
     problems at these paths when others remain."""

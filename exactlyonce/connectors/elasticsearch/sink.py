@@ -7,13 +7,13 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import build_config
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, build_config, given
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import default_policy
@@ -25,7 +25,9 @@ from exactlyonce.connectors.elasticsearch.schema import (
     target_mapping,
 )
 from exactlyonce.connectors.elasticsearch.task import ElasticsearchShardWriter, EsTarget
+from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.errors import ConfigError, SinkUnavailableError
+from exactlyonce.retry import RetryPolicy
 from exactlyonce.secrets import Secret
 
 if TYPE_CHECKING:
@@ -66,24 +68,33 @@ class ElasticsearchSink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
-        api_key: str | tuple[str, str] | None = None,
+        op_type: OpType | Unset = UNSET,
+        api_key: str | tuple[str, str] | None | Unset = UNSET,
         basic_auth: str | tuple[str, str] | None = None,
+        ca_certs: str | None | Unset = UNSET,
+        verify_certs: bool | Unset = UNSET,
+        request_timeout: float | Unset = UNSET,
+        dead_letter_index: str | None | Unset = UNSET,
+        control_index: str | Unset = UNSET,
+        epoch_field: str | Unset = UNSET,
+        mapping: dict[str, Any] | None | Unset = UNSET,
+        max_retries: int | Unset = UNSET,
+        retry_policy: RetryPolicy | None | Unset = UNSET,
+        bulk_max_actions: int | Unset = UNSET,
+        bulk_max_bytes: int | Unset = UNSET,
+        shards: int | None | Unset = UNSET,
+        sink_name: str | None | Unset = UNSET,
+        dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
+        redis_url: str | None | Unset = UNSET,
+        write_retries: int | Unset = UNSET,
         check: bool = True,
-        **settings: Any,
     ) -> None:
-        """``settings`` are :class:`ElasticsearchSinkConfig`'s (``op_type``, ``max_retries``,
-        ``retry_policy``, ``dead_letter_index``, ``shards``, ``dedup``...), with its defaults.
-        ``api_key`` may be the encoded key or an (id, key) pair; ``basic_auth`` a (user,
-        password) pair or ``"user:password"``. ``check`` preflights the cluster now."""
-        values = {
-            "hosts": hosts,
-            "index": index,
-            "id_columns": id_columns,
-            "query_name": query_name,
-        }
-        credentials = _credentials(api_key, basic_auth)
-        config = build_config(ElasticsearchSinkConfig, {**values, **credentials, **settings})
-        self._configure(config, check)
+        """Settings and their defaults: :class:`ElasticsearchSinkConfig`. ``api_key`` may be
+        the encoded key or an (id, key) pair; ``basic_auth`` a (user, password) pair or
+        ``"user:password"``. ``check`` preflights the cluster now."""
+        values = given(locals(), leave_out=("self", "check", "api_key", "basic_auth"))
+        values.update(_credentials(None if api_key is UNSET else api_key, basic_auth))
+        self._configure(build_config(ElasticsearchSinkConfig, values), check)
 
     @classmethod
     def from_config(

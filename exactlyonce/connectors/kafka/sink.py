@@ -46,11 +46,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import build_config
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, build_config, given
 from exactlyonce.connectors.kafka import preflight as _preflight
 from exactlyonce.connectors.kafka.clients import KafkaClients
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
@@ -68,6 +68,7 @@ from exactlyonce.connectors.kafka.protocol import (
 from exactlyonce.connectors.kafka.reader import Commits, confirmed_ids, load_commits
 from exactlyonce.connectors.kafka.target import KafkaTarget
 from exactlyonce.connectors.kafka.task import KafkaShardWriter
+from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import Secret
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger("exactlyonce.kafka")
+
 
 class KafkaSink(ExactlyOnceSink):
     """Writes a stream into a Kafka topic exactly once. See the module docstring."""
@@ -90,19 +92,25 @@ class KafkaSink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
+        key_column: str | None | Unset = UNSET,
+        value: str | Unset = UNSET,
+        control_topic: str | Unset = UNSET,
+        dead_letter_topic: str | None | Unset = UNSET,
+        create_topic: bool | Unset = UNSET,
+        partitions: int | None | Unset = UNSET,
+        producer_config: Mapping[str, Any] | None | Unset = UNSET,
+        transaction_timeout_ms: int | Unset = UNSET,
+        connect_timeout: float | Unset = UNSET,
+        shards: int | None | Unset = UNSET,
+        sink_name: str | None | Unset = UNSET,
+        dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
+        redis_url: str | None | Unset = UNSET,
+        write_retries: int | Unset = UNSET,
         check: bool = True,
-        **settings: Any,
     ) -> None:
-        """``settings`` are :class:`KafkaSinkConfig`'s (``key_column``, ``value``,
-        ``producer_config``, ``transaction_timeout_ms``, ``shards``, ``dedup``...), with its
-        defaults. ``check`` preflights the broker and the topics now."""
-        values = {
-            "bootstrap_servers": bootstrap_servers,
-            "topic": topic,
-            "id_columns": id_columns,
-            "query_name": query_name,
-        }
-        self._configure(build_config(KafkaSinkConfig, {**values, **settings}), check)
+        """Settings and their defaults: :class:`KafkaSinkConfig`. ``check`` preflights the
+        broker and the topics now."""
+        self._configure(build_config(KafkaSinkConfig, given(locals())), check)
 
     @classmethod
     def from_config(cls, config: KafkaSinkConfig, *, check: bool = True) -> KafkaSink:

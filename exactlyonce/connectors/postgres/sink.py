@@ -24,14 +24,14 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import build_config
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, build_config, given
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.schema import (
     HEADS,
@@ -45,6 +45,7 @@ from exactlyonce.connectors.postgres.schema import (
     table_columns,
 )
 from exactlyonce.connectors.postgres.writer import PgTarget, PostgresShardWriter
+from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 from exactlyonce.secrets import Secret, dsn_password, redact_dsn, scrub
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger("exactlyonce.postgres")
-
 
 
 class PostgresSink(ExactlyOnceSink):
@@ -70,13 +70,21 @@ class PostgresSink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
+        mode: Mode | Unset = UNSET,
+        create_table: bool | Unset = UNSET,
+        id_column: str | Unset = UNSET,
+        epoch_column: str | Unset = UNSET,
+        connect_timeout: int | Unset = UNSET,
+        shards: int | None | Unset = UNSET,
+        sink_name: str | None | Unset = UNSET,
+        dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
+        redis_url: str | None | Unset = UNSET,
+        write_retries: int | Unset = UNSET,
         check: bool = True,
-        **settings: Any,
     ) -> None:
-        """``settings`` are :class:`PostgresSinkConfig`'s (``mode``, ``shards``, ``dedup``,
-        ``redis_url``...), with its defaults. ``check`` preflights the database now."""
-        values = {"dsn": dsn, "table": table, "id_columns": id_columns, "query_name": query_name}
-        self._configure(build_config(PostgresSinkConfig, {**values, **settings}), check)
+        """Settings and their defaults: :class:`PostgresSinkConfig`. ``check`` preflights the
+        database now."""
+        self._configure(build_config(PostgresSinkConfig, given(locals())), check)
 
     @classmethod
     def from_config(cls, config: PostgresSinkConfig, *, check: bool = True) -> PostgresSink:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
@@ -15,7 +15,7 @@ from exactlyonce.connectors.base import (
     Head,
     TaskWriter,
 )
-from exactlyonce.connectors.base.config import build_config
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, build_config, given
 from exactlyonce.connectors.redis import lua
 from exactlyonce.connectors.redis.config import RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
@@ -29,6 +29,7 @@ from exactlyonce.connectors.redis.projection import project
 from exactlyonce.connectors.redis.streams import stream_ids
 from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
 from exactlyonce.dedup.catalog import namespace
+from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import Secret, redact_dsn
@@ -73,19 +74,25 @@ class RedisSink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
+        write: Write | Unset = UNSET,
+        ttl_seconds: float | None | Unset = UNSET,
+        pipeline_size: int | Unset = UNSET,
+        prefix: str | None | Unset = UNSET,
+        id_field: str | Unset = UNSET,
+        epoch_field: str | Unset = UNSET,
+        socket_timeout: float | Unset = UNSET,
+        connect_timeout: float | Unset = UNSET,
+        retries: int | Unset = UNSET,
+        shards: int | None | Unset = UNSET,
+        sink_name: str | None | Unset = UNSET,
+        dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
+        redis_url: str | None | Unset = UNSET,
+        write_retries: int | Unset = UNSET,
         check: bool = True,
-        **settings: Any,
     ) -> None:
-        """``settings`` are :class:`RedisSinkConfig`'s (``write``, ``ttl_seconds``,
-        ``pipeline_size``, ``shards``, ``dedup``...), with its defaults. ``check`` preflights
-        the sink's Redis now."""
-        values = {
-            "url": url,
-            "key_template": key_template,
-            "id_columns": id_columns,
-            "query_name": query_name,
-        }
-        self._configure(build_config(RedisSinkConfig, {**values, **settings}), check)
+        """Settings and their defaults: :class:`RedisSinkConfig`. ``check`` preflights the
+        sink's Redis now."""
+        self._configure(build_config(RedisSinkConfig, given(locals())), check)
 
     @classmethod
     def from_config(cls, config: RedisSinkConfig, *, check: bool = True) -> RedisSink:
