@@ -32,9 +32,9 @@ from exactlyonce.connectors.base import (
     ShardTask,
     ShardWriter,
     TaskWriter,
-    require_distinct,
-    require_one_of,
 )
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.postgres.config import Mode, TableSettings
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
@@ -45,7 +45,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-Mode = Literal["insert", "append"]
+
+
+class MemorySinkConfig(TableSettings):
+    """:class:`MemorySink`'s settings: a PostgreSQL sink's table rules (``mode``,
+    ``id_column``, ``epoch_column``) over a :class:`MemoryStore` instead of a server."""
+
+    type: Literal["memory"] = "memory"
 
 
 @dataclass(frozen=True)
@@ -117,34 +123,24 @@ class MemorySink(ExactlyOnceSink):
         id_columns: Sequence[str] | str,
         query_name: str,
         *,
-        mode: Mode = "insert",
-        shards: int | None = None,
-        id_column: str = "record_id",
-        epoch_column: str = "epoch",
-        sink_name: str | None = None,
-        dedup: bool | DedupConfig = True,
-        redis_url: str | None = None,
+        mode: Mode | Unset = UNSET,
+        shards: int | None | Unset = UNSET,
+        id_column: str | Unset = UNSET,
+        epoch_column: str | Unset = UNSET,
+        sink_name: str | None | Unset = UNSET,
+        dedup: bool | DedupSettings | DedupConfig | Unset = UNSET,
+        redis_url: str | None | Unset = UNSET,
     ) -> None:
-        super().__init__(
-            query_name=query_name,
-            id_columns=id_columns,
-            shards=shards,
-            sink_name=sink_name,
-            dedup=dedup,
-            redis_url=redis_url,
-        )
-        if mode == "append":
-            self._require_catalog(
-                "mode='append' has no unique index: exactly-once needs the catalog"
-            )
-        require_one_of("mode", mode, ("insert", "append"))
-        require_distinct("epoch_column", epoch_column, "id_column", id_column)
+        """Settings and their defaults: :class:`MemorySinkConfig` (no preflight here)."""
         self.store = store
-        self.table = table
-        self.mode: Mode = mode
-        self._id_column = id_column
-        self.epoch_column = epoch_column
-        self.heads: HeadStore = MemoryHeadStore(store, query_name, self.sink_name)
+        self._set_up(MemorySinkConfig(**given(locals(), ("self", "store"))), check=False)
+
+    def _configure(self, config: MemorySinkConfig) -> None:
+        self.table = config.table
+        self.mode: Mode = config.mode
+        self._id_column = config.id_column
+        self.epoch_column = config.epoch_column
+        self.heads: HeadStore = MemoryHeadStore(self.store, self.query_name, self.sink_name)
 
     @property
     def sink_name(self) -> str:

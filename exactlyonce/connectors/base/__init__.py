@@ -7,18 +7,12 @@
 - :mod:`.task`: :class:`ShardTask`, the executor task's atomic write of its shard, a small
   state machine, and :class:`ShardWriter`, the function Spark pickles to the tasks;
 - :mod:`.report`: what tasks report and what a batch did;
-- :mod:`.checks`, :mod:`.columns`: shared setting checks and the protocol's column names.
+- :mod:`.config`: :class:`SinkConfig`, the settings every sink's config model extends;
+- :mod:`.projection`, :mod:`.columns`: the ID columns and the protocol's column names.
 """
 
 from __future__ import annotations
 
-from exactlyonce.connectors.base.checks import (
-    check_shards,
-    require_distinct,
-    require_one_of,
-    require_text,
-    resolve_dedup,
-)
 from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
 from exactlyonce.connectors.base.head import NO_EPOCH, Head, HeadStore
 from exactlyonce.connectors.base.report import (
@@ -50,11 +44,6 @@ __all__ = [
     "TaskResult",
     "TaskWriter",
     "bloom_over_capacity",
-    "check_shards",
-    "require_distinct",
-    "require_one_of",
-    "require_text",
-    "resolve_dedup",
     "spark_query_id",
     "writer_name",
 ]

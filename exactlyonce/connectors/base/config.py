@@ -18,10 +18,11 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Collection, Mapping
-from typing import Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     InstanceOf,
@@ -35,6 +36,14 @@ from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import secret_values
 
 REDIS_URL_ENV = "EXACTLYONCE_REDIS_URL"
+
+
+def _one_to_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+# One name or a list of names (``id_columns: event_id`` or ``[a, b]``), kept as a tuple.
+Names = Annotated[tuple[str, ...], BeforeValidator(_one_to_list)]
 
 
 class Unset(enum.Enum):
@@ -66,7 +75,7 @@ class Settings(BaseModel):
     problem is a :class:`ConfigError` naming the field; inside a pipeline file, the loader
     names it by its path in the file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -94,7 +103,7 @@ class SinkConfig(Settings):
     """What every sink takes: the query, record identity, shards and the dedup catalog."""
 
     query_name: str
-    id_columns: tuple[str, ...] = Field(min_length=1)
+    id_columns: Names = Field(min_length=1)
     shards: int | None = Field(default=None, ge=1, le=4096)
     sink_name: str | None = None
     # True: the catalog in redis_url (or $EXACTLYONCE_REDIS_URL); False: off.
@@ -108,11 +117,6 @@ class SinkConfig(Settings):
         if not value.strip():
             raise ValueError("a stable, non-empty name for the streaming query")
         return value
-
-    @field_validator("id_columns", mode="before")
-    @classmethod
-    def _one_column(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
 
     @field_validator("id_columns")
     @classmethod
@@ -155,17 +159,6 @@ def field_error(field: str, message: str) -> ValueError:
     from pydantic_core import PydanticCustomError
 
     return PydanticCustomError("field_error", message, {"field": field})
-
-
-ConfigT = TypeVar("ConfigT", bound=Settings)
-
-
-def build_config(model: type[ConfigT], values: Mapping[str, Any]) -> ConfigT:
-    """``model(**values)``; every problem becomes one ConfigError naming the field(s)."""
-    try:
-        return model.model_validate(dict(values))
-    except ValidationError as exc:
-        raise config_error(exc, data=dict(values)) from None
 
 
 def config_error(exc: ValidationError, data: Any = None, skip: tuple[str, ...] = ()) -> ConfigError:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from exactlyonce.connectors.base.columns import SHARD_COLUMN
-from exactlyonce.connectors.base.config import SinkConfig, build_config
+from exactlyonce.connectors.base.config import SinkConfig
 from exactlyonce.connectors.base.head import NO_EPOCH, Head
 from exactlyonce.connectors.base.projection import ExpressionMemo, id_expressions
 from exactlyonce.connectors.base.report import (
@@ -46,6 +46,7 @@ from exactlyonce.faults import crash_point
 from exactlyonce.retry import RetryPolicy
 
 MemoT = TypeVar("MemoT")
+SinkT = TypeVar("SinkT", bound="ExactlyOnceSink")
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -81,11 +82,20 @@ class ExactlyOnceSink(ABC):
     # walk the tree in order (PostgreSQL). Sinks without an ordered index leave it off.
     sort_within_shard: bool = False
 
-    def __init__(self, config: SinkConfig | None = None, **settings: Any) -> None:
-        """From the sink's validated config (``settings`` build a plain :class:`SinkConfig`
-        instead, for sinks that have no config model of their own)."""
-        if config is None:
-            config = build_config(SinkConfig, settings)
+    config: SinkConfig
+
+    @classmethod
+    def from_config(cls: type[SinkT], config: Any, *, check: bool = True) -> SinkT:
+        """The sink of an already validated config (a pipeline file's ``sink:``): the same
+        object its constructor builds from the same values. ``check`` preflights now."""
+        sink = cls.__new__(cls)
+        sink._set_up(config, check)
+        return sink
+
+    def _set_up(self, config: SinkConfig, check: bool) -> None:
+        """Take what every sink shares from ``config``, then the sink's own settings
+        (:meth:`_configure`); preflight the destination when ``check``. Every constructor
+        and :meth:`from_config` end here."""
         self.config = config
         self.query_name = config.query_name
         self.ids = RecordIdSpec.from_columns(list(config.id_columns))
@@ -97,13 +107,15 @@ class ExactlyOnceSink(ABC):
         self.dedup_config = config.dedup_config()
         self.write_retries = config.write_retries
         self._keeper: CatalogKeeper | None = None
+        self._configure(config)
+        if check:
+            self.preflight()
+
+    @abstractmethod
+    def _configure(self, config: Any) -> None:
+        """Keep the sink's own settings from its config model (no connection here)."""
 
     # -- checks the sinks share -------------------------------------------------------
-
-    def _require_catalog(self, reason: str) -> None:
-        """Refuse ``dedup=False`` where only the catalog keeps the writes exactly-once."""
-        if self.dedup_config is None:
-            raise ConfigError("dedup", reason)
 
     def _check_id_columns(self, names: Sequence[str]) -> None:
         """Refuse a stream that lacks one of the ``id_columns``."""

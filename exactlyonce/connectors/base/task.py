@@ -109,11 +109,6 @@ class ShardTask(ABC):
         self.committed_before: set[int] = set()
         self.shards: set[int] = set()
 
-    @property
-    def opened(self) -> bool:
-        """True once the sink was touched (the first row arrived)."""
-        return self.state is not TaskStatus.NEW
-
     # -- what a sink provides ------------------------------------------------------------
 
     @abstractmethod

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, InstanceOf, SecretStr, ValidationInfo, field_validator, model_validator
 
-from exactlyonce.connectors.base.config import SinkConfig, field_error
+from exactlyonce.connectors.base.config import Names, SinkConfig, field_error
 from exactlyonce.connectors.elasticsearch.schema import CONTROL_INDEX, check_index_name
 from exactlyonce.errors import ConfigError
 from exactlyonce.retry import RetryPolicy
@@ -28,7 +28,7 @@ class ElasticsearchSinkConfig(SinkConfig):
     """
 
     type: Literal["elasticsearch"] = "elasticsearch"
-    hosts: tuple[str, ...] = Field(min_length=1)
+    hosts: Names = Field(min_length=1)
     index: str
     op_type: OpType = "create"
     api_key: SecretStr | None = None
@@ -46,11 +46,6 @@ class ElasticsearchSinkConfig(SinkConfig):
     retry_policy: InstanceOf[RetryPolicy] | None = Field(default=None, exclude=True)
     bulk_max_actions: int = Field(default=1000, ge=1)
     bulk_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
-
-    @field_validator("hosts", mode="before")
-    @classmethod
-    def _one_host(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
 
     @field_validator("hosts")
     @classmethod

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, build_config, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import default_policy
@@ -94,19 +94,9 @@ class ElasticsearchSink(ExactlyOnceSink):
         ``"user:password"``. ``check`` preflights the cluster now."""
         values = given(locals(), leave_out=("self", "check", "api_key", "basic_auth"))
         values.update(_credentials(None if api_key is UNSET else api_key, basic_auth))
-        self._configure(build_config(ElasticsearchSinkConfig, values), check)
+        self._set_up(ElasticsearchSinkConfig(**values), check)
 
-    @classmethod
-    def from_config(
-        cls, config: ElasticsearchSinkConfig, *, check: bool = True
-    ) -> ElasticsearchSink:
-        """The sink of an already validated config (a pipeline file's ``sink:``)."""
-        sink = cls.__new__(cls)
-        sink._configure(config, check)
-        return sink
-
-    def _configure(self, config: ElasticsearchSinkConfig, check: bool) -> None:
-        super().__init__(config)
+    def _configure(self, config: ElasticsearchSinkConfig) -> None:
         self.config: ElasticsearchSinkConfig = config
         api_key, password = config.api_key, config.password
         self.conn = EsConnection(
@@ -130,8 +120,6 @@ class ElasticsearchSink(ExactlyOnceSink):
         self._es: Elasticsearch | None = None
         self._ready = False
         self._checked_schema: StructType | None = None
-        if check:
-            self.preflight()
 
     @property
     def sink_name(self) -> str:
@@ -346,9 +334,7 @@ def _credentials(
     api_key: str | tuple[str, str] | None, basic_auth: str | tuple[str, str] | None
 ) -> dict[str, Any]:
     """The constructor's convenience forms as config values: an (id, key) pair as the
-    encoded key, ``"user:password"`` as username and password."""
-    if api_key is not None and basic_auth is not None:
-        raise ConfigError("api_key", "give api_key or basic_auth, not both")
+    encoded key, ``"user:password"`` as username and password (the config refuses both)."""
     values: dict[str, Any] = {}
     if isinstance(api_key, tuple):
         api_key = base64.b64encode(f"{api_key[0]}:{api_key[1]}".encode()).decode()

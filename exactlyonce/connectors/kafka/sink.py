@@ -50,7 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, build_config, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
 from exactlyonce.connectors.kafka import preflight as _preflight
 from exactlyonce.connectors.kafka.clients import KafkaClients
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
@@ -110,17 +110,9 @@ class KafkaSink(ExactlyOnceSink):
     ) -> None:
         """Settings and their defaults: :class:`KafkaSinkConfig`. ``check`` preflights the
         broker and the topics now."""
-        self._configure(build_config(KafkaSinkConfig, given(locals())), check)
+        self._set_up(KafkaSinkConfig(**given(locals())), check)
 
-    @classmethod
-    def from_config(cls, config: KafkaSinkConfig, *, check: bool = True) -> KafkaSink:
-        """The sink of an already validated config (a pipeline file's ``sink:``)."""
-        sink = cls.__new__(cls)
-        sink._configure(config, check)
-        return sink
-
-    def _configure(self, config: KafkaSinkConfig, check: bool) -> None:
-        super().__init__(config)
+    def _configure(self, config: KafkaSinkConfig) -> None:
         self.config: KafkaSinkConfig = config
         self.bootstrap_servers = config.bootstrap_servers
         self.topic = config.topic
@@ -157,8 +149,6 @@ class KafkaSink(ExactlyOnceSink):
         # One record per message (the layout of the recipe); the buffer packs frames.
         self.frame_records = 1
         self.frame_bytes = 0
-        if check:
-            self.preflight()
 
     @property
     def sink_name(self) -> str:

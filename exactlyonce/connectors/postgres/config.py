@@ -12,28 +12,15 @@ Mode = Literal["insert", "append"]
 MODES: tuple[Mode, ...] = ("insert", "append")
 
 
-class PostgresSinkConfig(SinkConfig):
-    """:class:`~exactlyonce.connectors.postgres.PostgresSink`'s settings.
+class TableSettings(SinkConfig):
+    """A table of records keyed by record ID: ``mode="insert"`` keeps a unique index on
+    ``id_column`` (a re-written ID is a no-op); ``"append"`` has none, so exactly-once rests
+    on the catalog, which it then requires. Shared with :class:`exactlyonce.testing.MemorySink`."""
 
-    ``mode="insert"`` keeps a unique index on ``id_column`` (a re-written ID is a no-op);
-    ``"append"`` has none, so exactly-once rests on the catalog, which it then requires.
-    """
-
-    type: Literal["postgres"] = "postgres"
-    dsn: SecretStr
     table: str = Field(min_length=1)
     mode: Mode = "insert"
-    create_table: bool = True
     id_column: str = Field(default="record_id", min_length=1)
     epoch_column: str = Field(default="epoch", min_length=1)
-    connect_timeout: int = Field(default=10, ge=1)
-
-    @field_validator("dsn")
-    @classmethod
-    def _dsn(cls, value: SecretStr) -> SecretStr:
-        if not value.get_secret_value().strip():
-            raise ValueError("a PostgreSQL connection string is required")
-        return value
 
     @field_validator("table")
     @classmethod
@@ -43,7 +30,7 @@ class PostgresSinkConfig(SinkConfig):
         return value
 
     @model_validator(mode="after")
-    def _columns_and_mode(self) -> PostgresSinkConfig:
+    def _columns_and_mode(self) -> TableSettings:
         if self.epoch_column == self.id_column:
             raise field_error("epoch_column", "must differ from id_column")
         if self.mode == "append" and self.dedup is False:
@@ -52,3 +39,20 @@ class PostgresSinkConfig(SinkConfig):
                 "mode 'append' has no unique index: exactly-once needs the catalog (dedup)",
             )
         return self
+
+
+class PostgresSinkConfig(TableSettings):
+    """:class:`~exactlyonce.connectors.postgres.PostgresSink`'s settings: a table (see
+    :class:`TableSettings`) on a PostgreSQL server."""
+
+    type: Literal["postgres"] = "postgres"
+    dsn: SecretStr
+    create_table: bool = True
+    connect_timeout: int = Field(default=10, ge=1)
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value().strip():
+            raise ValueError("a PostgreSQL connection string is required")
+        return value

@@ -31,7 +31,7 @@ import psycopg
 from psycopg import sql
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, build_config, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.schema import (
     HEADS,
@@ -84,17 +84,9 @@ class PostgresSink(ExactlyOnceSink):
     ) -> None:
         """Settings and their defaults: :class:`PostgresSinkConfig`. ``check`` preflights the
         database now."""
-        self._configure(build_config(PostgresSinkConfig, given(locals())), check)
+        self._set_up(PostgresSinkConfig(**given(locals())), check)
 
-    @classmethod
-    def from_config(cls, config: PostgresSinkConfig, *, check: bool = True) -> PostgresSink:
-        """The sink of an already validated config (a pipeline file's ``sink:``)."""
-        sink = cls.__new__(cls)
-        sink._configure(config, check)
-        return sink
-
-    def _configure(self, config: PostgresSinkConfig, check: bool) -> None:
-        super().__init__(config)
+    def _configure(self, config: PostgresSinkConfig) -> None:
         self.config: PostgresSinkConfig = config
         dsn = config.dsn.get_secret_value()
         self._dsn = Secret(dsn)
@@ -107,8 +99,6 @@ class PostgresSink(ExactlyOnceSink):
         self.connect_timeout = config.connect_timeout
         self._checked_schema: StructType | None = None
         self._table_ready = False
-        if check:
-            self.preflight()
 
     @property
     def sink_name(self) -> str:

@@ -15,7 +15,7 @@ from exactlyonce.connectors.base import (
     Head,
     TaskWriter,
 )
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, build_config, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
 from exactlyonce.connectors.redis import lua
 from exactlyonce.connectors.redis.config import RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
@@ -92,17 +92,9 @@ class RedisSink(ExactlyOnceSink):
     ) -> None:
         """Settings and their defaults: :class:`RedisSinkConfig`. ``check`` preflights the
         sink's Redis now."""
-        self._configure(build_config(RedisSinkConfig, given(locals())), check)
+        self._set_up(RedisSinkConfig(**given(locals())), check)
 
-    @classmethod
-    def from_config(cls, config: RedisSinkConfig, *, check: bool = True) -> RedisSink:
-        """The sink of an already validated config (a pipeline file's ``sink:``)."""
-        sink = cls.__new__(cls)
-        sink._configure(config, check)
-        return sink
-
-    def _configure(self, config: RedisSinkConfig, check: bool) -> None:
-        super().__init__(config)
+    def _configure(self, config: RedisSinkConfig) -> None:
         self.config: RedisSinkConfig = config
         url = config.url.get_secret_value()
         self.template = config.template
@@ -121,8 +113,6 @@ class RedisSink(ExactlyOnceSink):
         self.prefix = config.prefix or f"{namespace(self.query_name, self.sink_name)}:sink"
         self._redis: Any = None
         self._ready = False
-        if check:
-            self.preflight()
 
     @property
     def sink_name(self) -> str:

@@ -1,16 +1,10 @@
-"""What the pipeline-file models share: a frozen model that refuses unknown settings, and
-YAML scalars as the strings Spark options take."""
+"""What the pipeline-file models share: YAML scalars as the strings Spark options take.
+(Their base is the sinks' own, :class:`exactlyonce.connectors.base.config.Settings`.)"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def as_text_mapping(value: Any) -> Any:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from exactlyonce.integration.config.common import Model, as_text_mapping
+from exactlyonce.connectors.base.config import Settings
+from exactlyonce.integration.config.common import as_text_mapping
 from exactlyonce.integration.config.sinks import (
     RedisSinkConfig,
     SinkEntry,
@@ -29,7 +30,7 @@ _INTERVAL = re.compile(
 )
 
 
-class TriggerConfig(Model):
+class TriggerConfig(Settings):
     """Exactly one of ``processing_time`` (``"1 second"``) or ``available_now: true``."""
 
     processing_time: str | None = None
@@ -53,7 +54,7 @@ class TriggerConfig(Model):
         return self
 
 
-class SparkConfig(Model):
+class SparkConfig(Settings):
     master: str | None = None
     app_name: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
@@ -64,7 +65,7 @@ class SparkConfig(Model):
         return as_text_mapping(value)
 
 
-class PipelineConfig(Model):
+class PipelineConfig(Settings):
     query_name: str
     checkpoint: str = Field(min_length=1)
     trigger: TriggerConfig | None = None

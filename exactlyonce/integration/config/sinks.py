@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from exactlyonce.buffer.buffered import KafkaBuffer
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig
@@ -29,8 +29,7 @@ class KafkaBufferSettings(KafkaBuffer):
 
     def build(self) -> KafkaBuffer:
         """The buffer's own settings (what ``KafkaBuffer(...)`` builds from these values)."""
-        fields = {name: getattr(self, name) for name in KafkaBuffer.model_fields}
-        return KafkaBuffer.model_validate(fields)
+        return own_part(self, KafkaBuffer)
 
 
 class PostgresSinkConfig(PostgresSettings):
@@ -41,14 +40,23 @@ class PostgresSinkConfig(PostgresSettings):
 
     def sink_config(self) -> PostgresSettings:
         """The sink's config alone (what ``PostgresSink(...)`` builds from the same values)."""
-        fields = {name: getattr(self, name) for name in PostgresSettings.model_fields}
-        return PostgresSettings.model_validate(fields)
+        return own_part(self, PostgresSettings)
 
     def build(self, *, check: bool = True) -> PostgresSink:
+        """The PostgreSQL sink (a drainer's target), without its buffer."""
         from exactlyonce.connectors.postgres import PostgresSink
 
         with sink_field_errors():
             return PostgresSink.from_config(self.sink_config(), check=check)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def own_part(entry: BaseModel, model: type[ModelT]) -> ModelT:
+    """The part of a pipeline-file section that is ``model`` (a subclass adds settings
+    that only the file has, such as ``buffer:``)."""
+    return model.model_validate({name: getattr(entry, name) for name in model.model_fields})
 
 
 SinkEntry = Annotated[
@@ -60,16 +68,17 @@ SinkEntry = Annotated[
 def build_sink(entry: SinkEntry, *, check: bool = True) -> ExactlyOnceSink:
     """The sink of a pipeline file's ``sink:`` (without its buffer), from the sink's config:
     the same object its Python constructor builds."""
-    from exactlyonce.connectors import ElasticsearchSink, KafkaSink, PostgresSink, RedisSink
+    from exactlyonce.connectors import ElasticsearchSink, KafkaSink, RedisSink
 
+    if isinstance(entry, PostgresSinkConfig):
+        return entry.build(check=check)
+    sinks: dict[str, type[ExactlyOnceSink]] = {
+        "kafka": KafkaSink,
+        "redis": RedisSink,
+        "elasticsearch": ElasticsearchSink,
+    }
     with sink_field_errors():
-        if isinstance(entry, PostgresSinkConfig):
-            return PostgresSink.from_config(entry.sink_config(), check=check)
-        if isinstance(entry, KafkaSinkConfig):
-            return KafkaSink.from_config(entry, check=check)
-        if isinstance(entry, RedisSinkConfig):
-            return RedisSink.from_config(entry, check=check)
-        return ElasticsearchSink.from_config(entry, check=check)
+        return sinks[entry.type].from_config(entry, check=check)
 
 
 @contextlib.contextmanager

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
+from exactlyonce.connectors.base.config import Settings
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.config.common import Model, as_text_mapping, first_line
+from exactlyonce.integration.config.common import as_text_mapping, first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,7 +64,7 @@ def _split_top_level(text: str) -> Iterator[str]:
     yield text[start:]
 
 
-class FilesSourceConfig(Model):
+class FilesSourceConfig(Settings):
     """Files in a directory (replayable): Spark's streaming file source."""
 
     type: Literal["files"]
@@ -109,7 +110,7 @@ class FilesSourceConfig(Model):
             raise ConfigError("source.path", first_line(exc)) from None
 
 
-class RateSourceConfig(Model):
+class RateSourceConfig(Settings):
     """Spark's rate source (``timestamp``, ``value``): replayable test data."""
 
     type: Literal["rate"]
