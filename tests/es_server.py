@@ -65,6 +65,17 @@ _INTS = {
 }
 _FLOATS = {"double", "float", "half_float", "scaled_float"}
 _SHARDS = {"total": 2, "successful": 1, "failed": 0}
+_SEARCH_SHARDS = {"total": 1, "successful": 1, "skipped": 0, "failed": 0}
+PRIMARY_TERM = 1  # one primary that never fails over
+# The field types Elasticsearch 8 knows (with its default modules and x-pack); others: 400.
+_FIELD_TYPES = frozenset(
+    """aggregate_metric_double alias binary boolean byte completion constant_keyword
+    counted_keyword date date_nanos date_range dense_vector double double_range flattened
+    float float_range geo_point geo_shape half_float histogram integer integer_range ip
+    ip_range join keyword long long_range match_only_text nested object percolator point
+    rank_feature rank_features scaled_float search_as_you_type semantic_text shape short
+    sparse_vector text token_count unsigned_long version wildcard""".split()  # noqa: SIM905
+)
 _REFRESH = {"", "true", "wait_for"}
 
 
@@ -91,6 +102,86 @@ def _not_found(index: str) -> EsError:
         index_uuid="_na_",
         index=index,
     )
+
+
+def check_guard(if_seq_no: Any, if_primary_term: Any) -> str | None:
+    """Why an ``if_seq_no``/``if_primary_term`` pair is invalid (one without the other)."""
+    if if_seq_no is not None and if_primary_term in (None, 0, "0"):
+        return "ifSeqNo is set, but primary term is [0]"
+    if if_primary_term is not None and if_seq_no is None:
+        return f"ifSeqNo is unassigned, but primary term is [{if_primary_term}]"
+    return None
+
+
+def _invalid(problems: list[str]) -> EsError:
+    listed = "".join(f"{i}: {p};" for i, p in enumerate(problems, 1))
+    return EsError(400, "action_request_validation_exception", f"Validation Failed: {listed}")
+
+
+BulkOp = tuple[str, dict[str, Any], dict[str, Any] | None]
+
+
+def _parse_bulk(body: bytes, default_index: str | None) -> list[BulkOp]:
+    """A bulk body as (op, metadata with ``_index``, source); raises EsError for the request."""
+    if not body.strip():
+        raise EsError(400, "parse_exception", "request body is required")
+    lines = [line for line in body.split(b"\n") if line.strip()]
+    ops: list[BulkOp] = []
+    problems: list[str] = []
+    i = 0
+    while i < len(lines):
+        op, meta = _action_line(lines[i], i + 1)
+        source: dict[str, Any] | None = None
+        if op != "delete":
+            if i + 1 >= len(lines):
+                raise _invalid(["no requests added"] if not ops else ["source is missing"])
+            source = _json_line(lines[i + 1])
+            i += 2
+        else:
+            i += 1
+        meta = {**meta, "_index": meta.get("_index", default_index)}
+        if meta["_index"] is None:
+            problems.append("index is missing")
+        guard = check_guard(meta.get("if_seq_no"), meta.get("if_primary_term"))
+        if guard is not None:
+            problems.append(guard)
+        ops.append((op, meta, source))
+    if problems:
+        raise _invalid(problems)
+    if not ops:
+        raise _invalid(["no requests added"])
+    return ops
+
+
+def _json_line(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise EsError(400, "json_parse_exception", f"Unrecognized token: {exc}") from exc
+
+
+def _action_line(line: bytes, number: int) -> tuple[str, dict[str, Any]]:
+    action = _json_line(line)
+    if not isinstance(action, dict) or len(action) != 1:
+        raise EsError(
+            400,
+            "illegal_argument_exception",
+            f"Malformed action/metadata line [{number}], expected a simple value for field "
+            "[_index] but found [START_OBJECT]",
+        )
+    ((op, meta),) = action.items()
+    if op not in ("index", "create", "delete", "update"):
+        raise EsError(
+            400,
+            "illegal_argument_exception",
+            f"Malformed action/metadata line [{number}], expected one of [create, "
+            f"delete, index, update] but found [{op}]",
+        )
+    if not isinstance(meta, dict):
+        raise EsError(
+            400, "illegal_argument_exception", f"Malformed action/metadata line [{number}]"
+        )
+    return op, meta
 
 
 @dataclass
@@ -122,19 +213,20 @@ class Index:
     def refresh(self) -> None:
         self.searchable = dict(self.docs)  # writes replace Doc objects, never mutate them
 
-    def get(self, doc_id: str, realtime: bool = True) -> dict[str, Any]:
+    def get(self, doc_id: str, realtime: bool = True, source: bool = True) -> dict[str, Any]:
+        """A GET/_mget document; ``source=False`` (``_source=false``) leaves ``_source`` out."""
         head = {"_index": self.name, "_id": doc_id}
         doc = (self.docs if realtime else self.searchable).get(doc_id)
         if doc is None:
             return {**head, "found": False}
-        return {
+        found = {
             **head,
             "_version": doc.version,
             "_seq_no": doc.seq_no,
-            "_primary_term": 1,
+            "_primary_term": PRIMARY_TERM,
             "found": True,
-            "_source": doc.source,
         }
+        return {**found, "_source": doc.source} if source else found
 
     def write(
         self,
@@ -142,8 +234,13 @@ class Index:
         doc_id: str,
         source: dict[str, Any] | None,
         if_seq_no: Any = None,
+        if_primary_term: Any = None,
     ) -> tuple[int, dict[str, Any]]:
-        """Apply one index/create/delete; (status, result item). Raises EsError on failure."""
+        """Apply one index/create/delete; (status, result item). Raises EsError on failure.
+
+        ``if_seq_no`` and ``if_primary_term`` come together (:func:`check_guard`); the write
+        applies only if both match the document's.
+        """
         current = self.docs.get(doc_id)
         if op == "create" and current is not None:
             raise EsError(
@@ -155,11 +252,17 @@ class Index:
                 shard="0",
                 index=self.name,
             )
-        if if_seq_no is not None and (current is None or current.seq_no != int(if_seq_no)):
+        if if_seq_no is not None and (
+            current is None
+            or current.seq_no != int(if_seq_no)
+            or int(if_primary_term) != PRIMARY_TERM
+        ):
             reason = (
-                f"[{doc_id}]: version conflict, required seqNo [{if_seq_no}], primary term [1]. "
+                f"[{doc_id}]: version conflict, required seqNo [{if_seq_no}], primary term "
+                f"[{if_primary_term}]. "
                 + (
-                    f"current document has seqNo [{current.seq_no}] and primary term [1]"
+                    f"current document has seqNo [{current.seq_no}] and primary term "
+                    f"[{PRIMARY_TERM}]"
                     if current
                     else "but no document was found"
                 )
@@ -174,8 +277,9 @@ class Index:
             )
         previous = current.version if current else self.tombstones.get(doc_id, 0)
         if op == "delete":
-            if current is None:
+            if current is None:  # a delete of nothing still leaves a (newer) tombstone
                 self.seq_no += 1
+                self.tombstones[doc_id] = previous + 1
                 return 404, self._item(doc_id, previous + 1, "not_found")
             del self.docs[doc_id]
             self.seq_no += 1
@@ -201,7 +305,7 @@ class Index:
             "result": result,
             "_shards": _SHARDS,
             "_seq_no": self.seq_no,
-            "_primary_term": 1,
+            "_primary_term": PRIMARY_TERM,
         }
 
 
@@ -652,6 +756,7 @@ class EsTestServer:
                     index=name,
                 )
             mappings = (body or {}).get("mappings") or {}
+            _check_field_types(mappings.get("properties") or {})
             index = Index(name, dict(mappings.get("properties", {})), mappings.get("dynamic", True))
             self.indices[name] = index
         return {"acknowledged": True, "shards_acknowledged": True, "index": name}
@@ -678,44 +783,22 @@ class EsTestServer:
     def bulk(
         self, body: bytes, default_index: str | None, params: dict[str, str]
     ) -> tuple[dict[str, Any], bool]:
-        """Apply a bulk request; (response, drop the reply)."""
+        """Apply a bulk request; (response, drop the reply).
+
+        The whole request is parsed and validated first: a malformed line, an item without an
+        index or a half ``if_seq_no``/``if_primary_term`` pair refuses it all (400) and
+        applies nothing, as Elasticsearch does.
+        """
         began = time.monotonic()
-        lines = [line for line in body.split(b"\n") if line.strip()]
+        ops = _parse_bulk(body, default_index)
         items: list[dict[str, Any]] = []
         touched: set[str] = set()
         errors = False
         with self.lock:
             self.bulk_requests += 1
             now = time.monotonic()
-            i = 0
-            while i < len(lines):
-                try:
-                    action = json.loads(lines[i])
-                    ((op, meta),) = action.items()
-                except (ValueError, AttributeError) as exc:
-                    raise EsError(
-                        400,
-                        "illegal_argument_exception",
-                        f"Malformed action/metadata line [{i + 1}]",
-                    ) from exc
-                if op not in ("index", "create", "delete", "update"):
-                    raise EsError(
-                        400,
-                        "illegal_argument_exception",
-                        f"Malformed action/metadata line [{i + 1}], expected one of [create, "
-                        f"delete, index, update] but found [{op}]",
-                    )
-                source: dict[str, Any] | None = None
-                if op != "delete":
-                    if i + 1 >= len(lines):
-                        raise EsError(
-                            400, "action_request_validation_exception", "source is missing"
-                        )
-                    source = json.loads(lines[i + 1])
-                    i += 2
-                else:
-                    i += 1
-                status, item = self._bulk_item(op, meta, source, default_index, now, touched)
+            for op, meta, source in ops:
+                status, item = self._bulk_item(op, meta, source, now, touched)
                 errors = errors or status >= 300 and not (op == "delete" and status == 404)
                 items.append({op: {**item, "status": status}})
             if params.get("refresh") in _REFRESH:
@@ -733,15 +816,11 @@ class EsTestServer:
         op: str,
         meta: dict[str, Any],
         source: dict[str, Any] | None,
-        default_index: str | None,
         now: float,
         touched: set[str],
     ) -> tuple[int, dict[str, Any]]:
-        name = meta.get("_index", default_index)
+        name = str(meta["_index"])
         doc_id = meta.get("_id")
-        if name is None:
-            error = EsError(400, "action_request_validation_exception", "index is missing;")
-            return 400, {"_index": None, "_id": doc_id, "error": error.cause()}
         self.bulk_items += 1
         if doc_id is None and op != "delete":
             doc_id = base64.urlsafe_b64encode(uuid.uuid4().bytes[:15]).decode()
@@ -766,7 +845,9 @@ class EsTestServer:
             )
             return 429, {"_index": name, "_id": doc_id, "error": error.cause()}
         try:
-            status, item = index.write(op, doc_id, source, meta.get("if_seq_no"))
+            status, item = index.write(
+                op, doc_id, source, meta.get("if_seq_no"), meta.get("if_primary_term")
+            )
         except EsError as exc:
             cause = exc.cause()
             return exc.status, {"_index": name, "_id": doc_id, "error": cause}
@@ -802,7 +883,7 @@ class EsTestServer:
         return {
             "took": 1,
             "timed_out": False,
-            "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+            "_shards": _SEARCH_SHARDS,
             "hits": {
                 "total": {"value": len(hits), "relation": "eq"},
                 "max_score": None if spec else (1.0 if page else None),
@@ -832,22 +913,48 @@ class EsTestServer:
 
 def _check_index_name(name: str) -> None:
     bad = set('\\/*?"<>| ,#:')
-    if (
-        not name
-        or name != name.lower()
-        or any(c in bad for c in name)
-        or name[0] in "-_+"
-        or name in (".", "..")
-        or len(name.encode()) > 255
-    ):
+    why = None
+    if not name or name in (".", ".."):
+        why = "must not be empty, '.' or '..'"
+    elif any(c in bad for c in name):
+        why = 'must not contain the following characters [ , ", *, \\, <, |, ,, >, /, ?, #, :]'
+    elif name[0] in "-_+":
+        why = "must not start with '_', '-', or '+'"
+    elif name != name.lower():
+        why = "must be lowercase"
+    elif len(name.encode()) > 255:
+        why = "index name is too long, (" + str(len(name.encode())) + " > 255)"
+    if why is not None:
         raise EsError(
             400,
             "invalid_index_name_exception",
-            f"Invalid index name [{name}], must be lowercase and must not contain "
-            '"\\", "/", "*", "?", """, "<", ">", "|", " ", ",", "#", ":"',
+            f"Invalid index name [{name}], {why}",
             index_uuid="_na_",
             index=name,
         )
+
+
+def _wants_source(params: dict[str, str]) -> bool:
+    return params.get("_source", "true") not in ("false", "0", "no", "off")
+
+
+def _check_field_types(properties: dict[str, Any], prefix: str = "") -> None:
+    """Refuse a mapping naming a field type Elasticsearch does not know (400, no index)."""
+    for name, spec in properties.items():
+        if not isinstance(spec, dict):
+            continue
+        kind = spec.get("type")
+        if kind is not None and kind not in _FIELD_TYPES:
+            why = f"No handler for type [{kind}] declared on field [{prefix}{name}]"
+            raise EsError(
+                400,
+                "mapper_parsing_exception",
+                f"Failed to parse mapping: {why}",
+                caused_by={"type": "mapper_parsing_exception", "reason": why},
+            )
+        _check_field_types(spec.get("properties") or {}, f"{prefix}{name}.")
+        for sub, sub_spec in (spec.get("fields") or {}).items():
+            _check_field_types({sub: sub_spec}, f"{prefix}{name}.")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -986,8 +1093,11 @@ class _Handler(BaseHTTPRequestHandler):
         if seg and seg[-1] in ("_search", "_count") and method in ("GET", "POST") and n <= 2:
             found = es.search(seg[0] if n == 2 else None, body(), params)
             if seg[-1] == "_count":
-                return 200, {"count": found["hits"]["total"]["value"], "_shards": _SHARDS}
+                count = found["hits"]["total"]["value"]
+                return 200, {"count": count, "_shards": _SEARCH_SHARDS}
             return 200, found
+        if n == 1 and method == "PUT":
+            return self._index_api(method, seg[0], body())
         if n >= 1 and seg[0].startswith("_"):
             raise EsError(
                 400, "illegal_argument_exception", f"no handler found for uri [{self.path}]"
@@ -1003,7 +1113,9 @@ class _Handler(BaseHTTPRequestHandler):
             name, doc_id = seg[0], seg[2]
             if method in ("GET", "HEAD") and seg[1] == "_doc":
                 with es.lock:
-                    found = es._get_index(name).get(doc_id, params.get("realtime") != "false")
+                    found = es._get_index(name).get(
+                        doc_id, params.get("realtime") != "false", _wants_source(params)
+                    )
                 return (200 if found["found"] else 404), found
             if method == "DELETE" and seg[1] == "_doc":
                 return self._write(name, doc_id, "delete", None, params)
@@ -1049,11 +1161,16 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if op != "delete" and not isinstance(source, dict):
             raise EsError(400, "parse_exception", "request body is required")
+        guard = check_guard(params.get("if_seq_no"), params.get("if_primary_term"))
+        if guard is not None:
+            raise _invalid([guard])
         with es.lock:
             index = es._get_index(name) if op == "delete" else es._auto_index(name)
             if doc_id is None:
                 doc_id = base64.urlsafe_b64encode(uuid.uuid4().bytes[:15]).decode()
-            status, item = index.write(op, doc_id, source, params.get("if_seq_no"))
+            status, item = index.write(
+                op, doc_id, source, params.get("if_seq_no"), params.get("if_primary_term")
+            )
             if params.get("refresh") in _REFRESH:
                 index.refresh()
             if es._drop_doc_after > 0:
@@ -1064,21 +1181,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _mget(self, name: str | None, body: dict[str, Any], params: dict[str, str]) -> Any:
         es = self.es
-        realtime = params.get("realtime") != "false"
+        realtime, source = params.get("realtime") != "false", _wants_source(params)
         wanted: list[tuple[str | None, str]] = [(name, str(i)) for i in body.get("ids", [])]
         for spec in body.get("docs", []):
             wanted.append((spec.get("_index", name), str(spec["_id"])))
+        missing = [f"index is missing for doc {i}" for i, (n, _) in enumerate(wanted) if n is None]
+        if missing or not wanted:
+            raise _invalid(missing or ["no documents to get"])
         docs: list[dict[str, Any]] = []
         with es.lock:
             for index_name, doc_id in wanted:
-                if index_name is None:
-                    error = EsError(400, "action_request_validation_exception", "index is missing")
-                    docs.append({"_index": None, "_id": doc_id, "error": error.cause()})
-                elif index_name not in es.indices:
-                    error = _not_found(index_name)
-                    docs.append({"_index": index_name, "_id": doc_id, "error": error.cause()})
+                assert index_name is not None
+                if index_name not in es.indices:
+                    error = _not_found(index_name).body()["error"]
+                    docs.append({"_index": index_name, "_id": doc_id, "error": error})
                 else:
-                    docs.append(es.indices[index_name].get(doc_id, realtime))
+                    docs.append(es.indices[index_name].get(doc_id, realtime, source))
         return {"docs": docs}
 
 
