@@ -38,6 +38,7 @@ import argparse
 import base64
 import collections
 import contextlib
+import datetime
 import json
 import math
 import re
@@ -54,9 +55,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 VERSION = "8.15.0"
 _COMPAT = re.compile(r"compatible-with=(\d+)")
-_DATE = re.compile(
-    r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$"
+# strict_date_optional_time (no space before the time), and the dynamic slash format
+_ISO_DATE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})"
+    r"(?:T(\d{2})(?::(\d{2})(?::(\d{2})(?:[.,]\d{1,9})?)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?$"
 )
+_SLASH_DATE = re.compile(r"^(\d{4})/(\d{2})/(\d{2})(?: (\d{2}):(\d{2}):(\d{2}))?$")
+SLASH_FORMAT = "yyyy/MM/dd HH:mm:ss||yyyy/MM/dd||epoch_millis"
 _INTS = {
     "long": 2**63,
     "integer": 2**31,
@@ -318,6 +323,19 @@ def _put_path(properties: dict[str, Any], path: list[str], mapping: dict[str, An
     properties[path[-1]] = mapping
 
 
+def _is_date(pattern: re.Pattern[str], value: str) -> bool:
+    """``value`` matches ``pattern`` and names a real day and time (no month 13)."""
+    found = pattern.match(value)
+    if found is None:
+        return False
+    y, mo, d, h, mi, sec = (int(g) if g else 0 for g in found.groups()[:6])
+    try:
+        datetime.date(y, mo, d)
+    except ValueError:
+        return False
+    return h < 24 and mi < 60 and sec < 60
+
+
 def _dynamic_type(value: Any) -> dict[str, Any] | None:
     if isinstance(value, bool):
         return {"type": "boolean"}
@@ -326,8 +344,10 @@ def _dynamic_type(value: Any) -> dict[str, Any] | None:
     if isinstance(value, float):
         return {"type": "float"}
     if isinstance(value, str):
-        if _DATE.match(value):
+        if _is_date(_ISO_DATE, value):
             return {"type": "date"}
+        if _is_date(_SLASH_DATE, value):
+            return {"type": "date", "format": SLASH_FORMAT}
         return {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}}
     if isinstance(value, list):
         for v in value:
@@ -337,7 +357,7 @@ def _dynamic_type(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def _value_error(kind: str, value: Any) -> str | None:
+def _value_error(kind: str, value: Any, date_format: str | None = None) -> str | None:
     """Why ``value`` does not fit a field of type ``kind``; None when it fits (ES coercion)."""
     if value is None:
         return None
@@ -371,16 +391,26 @@ def _value_error(kind: str, value: Any) -> str | None:
             return None
         return f"Failed to parse value [{value}] as only [true] or [false] are allowed."
     if kind == "date":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return None
-        if isinstance(value, str) and (_DATE.match(value) or value.isdigit()):
-            return None
-        return f"failed to parse date field [{value}] with format [strict_date_optional_time]"
+        return _date_error(value, date_format or "strict_date_optional_time||epoch_millis")
     if kind in ("keyword", "text") and isinstance(value, (str, int, float, bool)):
         return None
     if kind in ("keyword", "text"):
         return f"Current token ({type(value).__name__}) not a string"
     return None  # types we do not model accept anything
+
+
+def _date_error(value: Any, date_format: str) -> str | None:
+    """Why ``value`` does not fit a date field of ``date_format`` (the formats modelled)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        if "epoch_millis" in date_format and value.isdigit():
+            return None
+        if "date_optional_time" in date_format and _is_date(_ISO_DATE, value):
+            return None
+        if "yyyy/MM/dd" in date_format and _is_date(_SLASH_DATE, value):
+            return None
+    return f"failed to parse date field [{value}] with format [{date_format}]"
 
 
 def check_document(
@@ -425,6 +455,11 @@ def check_document(
                     updates.append((path, {"properties": {}}))
                     walk(value, None, path)
                     continue
+                for v in value if isinstance(value, list) else [value]:
+                    if isinstance(v, int) and not -(2**63) <= v < 2**63:
+                        raise fail(
+                            dotted, "long", v, "No matching token for number_type [BIG_INTEGER]"
+                        )
                 guessed = _dynamic_type(value)
                 if guessed is not None and not any(p == path for p, _ in updates):
                     updates.append((path, guessed))
@@ -447,7 +482,7 @@ def check_document(
             for v in value if isinstance(value, list) else [value]:
                 if isinstance(v, dict):
                     raise fail(dotted, kind, v, f"Can't get text on a START_OBJECT at [{dotted}]")
-                why = _value_error(kind, v)
+                why = _value_error(kind, v, mapping.get("format"))
                 if why is not None:
                     raise fail(dotted, kind, v, why)
 

@@ -165,6 +165,17 @@ def bulk_view(r: Reply) -> tuple[Any, ...]:
     return (r.status, r.body["errors"], items)
 
 
+def mapping_view(body: Any, index: str) -> Any:
+    """An index's mappings, without OpenSearch's own ``print_format`` of date fields."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k != "print_format"}
+        return node
+
+    return strip(body[index]["mappings"])
+
+
 def count_view(r: Reply) -> tuple[int, Any]:
     return r.status, (r.body or {}).get("count")
 
@@ -420,6 +431,63 @@ def test_refresh_parameters(compare: Callable[[Scenario], list[Any]]) -> None:
         out.append(http("PUT", f"/{timed}", {}).status)
         out.append(write_view(http("PUT", f"/{timed}/_doc/1?refresh=wait_for", {"n": 1})))
         out.append(count_view(http("GET", f"/{timed}/_count")))
+        return out
+
+    compare(scenario)
+
+
+def test_values_spark_rows_bring(compare: Callable[[Scenario], list[Any]]) -> None:
+    """Values as the client serialises Spark rows (ISO datetimes, dates, nulls, lists,
+    structs, large and fractional numbers), into typed fields and through dynamic mapping."""
+    typed = target_mapping(
+        {"ts": "date", "day": "date", "amount": "long", "ratio": "double", "tag": "keyword"},
+        "_epoch",
+    )
+    rows: list[dict[str, Any]] = [
+        {"ts": "2024-01-02T03:04:05.123456", "day": "2024-01-02", "amount": 2**62},
+        {"ts": "2024-01-02T03:04:05+00:00", "ratio": 1e-300, "tag": ["a", "b"]},
+        {"ts": "2024-01-02 03:04:05"},
+        {"ts": "2024/01/02"},
+        {"ts": 1_700_000_000_000, "day": "1700000000000"},
+        {"ts": "2024-13-45"},
+        {"amount": 1.5, "ratio": "2.5"},
+        {"amount": "1e3"},
+        {"amount": [1, 2, None], "tag": None},
+        {"tag": True, "ratio": -0.0},
+        {"_id": "inside"},
+        {"tag": ""},
+        {"amount": -(2**63)},
+        {"amount": 2**63},
+    ]
+    dynamic: list[dict[str, Any]] = [
+        {"when": "2024-01-02T03:04:05.123456", "day": "2024-01-02"},
+        {"spaced": "2024-01-02 03:04"},
+        {"slash": "2024/01/02"},
+        {"baddate": "2024-13-45"},
+        {"count": 3, "frac": 0.1, "numtext": "12", "flag": False},
+        {"big": 2**63 + 1},
+        {"nested": {"a": 1, "b": {"c": "x"}}},
+        {"list": [1.5, 2.5], "ints": [1, 2]},
+        {"empty": [], "nothing": None},
+        {"count": "3"},
+        {"count": "three"},
+    ]
+
+    def scenario(http: Http, p: str) -> list[Any]:
+        t, auto = f"{p}-typed", f"{p}-dyn"
+        out: list[Any] = [http("PUT", f"/{t}", {"mappings": typed}).status]
+        ops: list[Any] = []
+        for i, row in enumerate(rows):
+            ops += [{"index": {"_index": t, "_id": str(i)}}, row]
+        for i, row in enumerate(dynamic):
+            ops += [{"index": {"_index": auto, "_id": str(i)}}, row]
+        out.append(bulk_view(http("POST", "/_bulk", ops)))
+        out.append(mapping_view(http("GET", f"/{t}/_mapping").body, t))
+        out.append(mapping_view(http("GET", f"/{auto}/_mapping").body, auto))
+        slashed = [{"index": {"_index": auto, "_id": "s"}}, {"slash": "2024/02/03 04:05:06"}]
+        out.append(bulk_view(http("POST", "/_bulk", slashed)))
+        iso = [{"index": {"_index": auto, "_id": "i"}}, {"slash": "2024-02-03"}]
+        out.append(bulk_view(http("POST", "/_bulk", iso)))
         return out
 
     compare(scenario)
