@@ -15,13 +15,25 @@ Reproduced, as documented for Elasticsearch 8:
   ``es_rejected_execution_exception`` (fault injection); top-level ``errors`` and ``took``;
 - realtime ``GET``/``_mget`` by ``_id`` (see every acknowledged write) as opposed to
   ``_search``/``_count``, which see only what was refreshed (``_refresh``, ``?refresh=``);
-- ``_version``, ``_seq_no``, ``_primary_term``, ``op_type=create``, ``if_seq_no``;
+- ``_version``, ``_seq_no``, ``_primary_term``, ``op_type=create``, ``if_seq_no`` with
+  ``if_primary_term`` (409 when either differs, 400 when one comes without the other),
+  tombstones (a delete, even of nothing, bumps the ``_id``'s next version);
+- ``_source=false`` on GET/``_mget``; requests refused whole (400) before anything applies: a
+  bulk item or ``_mget`` doc without an index, an empty or malformed bulk body;
 - typed mappings (long, integer, short, byte, double, float, keyword, text, boolean, date,
-  object) with dynamic mapping of new fields, ``dynamic: strict``;
+  object) with dynamic mapping of new fields (dates: ``strict_date_optional_time`` and
+  ``yyyy/MM/dd``), ``dynamic: strict``; a mapping with an unknown field type is refused;
 - optional basic-auth/API-key requirement: 401 ``security_exception``.
 
+Checked against a genuine engine: tests/integration/test_es_stand_in.py sends the sink's
+requests to this server and to OpenSearch 2.19.6 (tests/opensearch_node.py) and compares
+statuses, item statuses, error types, versions, sequence numbers, ``found``, ``_source``,
+counts and mappings. OpenSearch keeps Elasticsearch 7's ``mapper_parsing_exception`` where
+this server answers Elasticsearch 8's ``document_parsing_exception``.
+
 Not reproduced: scoring, analysis (``match`` splits on whitespace), aggregations, aliases,
-scroll, shards and replicas, the periodic one-second refresh.
+scroll, shards and replicas, the periodic one-second refresh, the expiry of tombstones
+(``index.gc_deletes``, 60 s), the mixed-type arrays OpenSearch and Elasticsearch 7 refuse.
 
 Python API for tests (never over HTTP): per-``_id`` write counters (every successful
 index/create counts, also an overwrite), versions, documents, and fault injection
