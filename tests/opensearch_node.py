@@ -78,29 +78,38 @@ class Resolved:
 
 
 def resolve() -> Resolved:
-    """The node's jars and compiled main class, resolved and compiled on first use."""
-    mvn, javac = _tool("mvn"), _tool("javac")
+    """The node's jars and compiled main class, resolved and compiled on first use.
+
+    They live in a directory named after the pom and main class (:func:`_stamp`), built
+    under a temporary name and renamed into place, so concurrent sessions never see half.
+    """
     root = cache_dir()
-    lib, classes, done = root / "lib", root / "classes", root / "resolved.stamp"
+    ready = root / _stamp()
     began = time.monotonic()
-    fresh = not (done.exists() and done.read_text() == _stamp())
+    fresh = not ready.is_dir()
     if fresh:
-        shutil.rmtree(lib, ignore_errors=True)
-        shutil.rmtree(classes, ignore_errors=True)
+        mvn, javac = _tool("mvn"), _tool("javac")
+        root.mkdir(parents=True, exist_ok=True)
+        build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+        lib, classes = build / "lib", build / "classes"
         _run(
             [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
              f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
             "resolving OpenSearch's jars from Maven Central",
         )  # fmt: skip
-        classes.mkdir(parents=True)
+        classes.mkdir()
         _run(
             [javac, "-d", str(classes), "-cp", f"{lib}{os.sep}*", str(MAIN)],
             "compiling tests/opensearch/OpenSearchNode.java",
         )
-        done.write_text(_stamp())
-    jars = sorted(lib.glob("*.jar"))
+        try:
+            build.rename(ready)
+        except OSError:  # another session got there first: use its copy
+            shutil.rmtree(build, ignore_errors=True)
+    jars = sorted((ready / "lib").glob("*.jar"))
     size = sum(j.stat().st_size for j in jars) / 1e6
-    return Resolved(lib, classes, len(jars), size, time.monotonic() - began if fresh else 0.0)
+    seconds = time.monotonic() - began if fresh else 0.0
+    return Resolved(ready / "lib", ready / "classes", len(jars), size, seconds)
 
 
 def _run(cmd: list[str], what: str) -> None:
