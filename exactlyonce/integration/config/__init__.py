@@ -25,7 +25,6 @@ naming the field by its dotted path (``sink.id_columns``). No message and no ``r
 shows a DSN: DSNs are :class:`pydantic.SecretStr`, and messages never echo input values.
 """
 
-
 from __future__ import annotations
 
 from exactlyonce.integration.config.loading import load_config, parse_config
