@@ -41,6 +41,7 @@ from exactlyonce.integration.config.sinks import (
 )
 from exactlyonce.integration.config.sources import (
     FilesSourceConfig,
+    KafkaSourceConfig,
     RateSourceConfig,
     SourceConfig,
     ddl_column_names,
@@ -49,6 +50,7 @@ from exactlyonce.integration.config.sources import (
 __all__ = [
     "ElasticsearchSinkConfig",
     "FilesSourceConfig",
+    "KafkaSourceConfig",
     "KafkaBufferSettings",
     "KafkaSinkConfig",
     "PipelineConfig",
