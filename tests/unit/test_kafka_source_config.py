@@ -3,15 +3,22 @@ columns the stream gets, Spark's reader options, and errors that name the field.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from exactlyonce.dedup.ids import KAFKA_SOURCE_COLUMNS, RecordIdSpec
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.config import KafkaSourceConfig, PipelineConfig, parse_config
+from exactlyonce.integration.config import (
+    KafkaSourceConfig,
+    PipelineConfig,
+    load_config,
+    parse_config,
+)
 
 DSN = "postgresql://app:s3cr3t@db.example:5432/app"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCHEMA = "event_id STRING, user_id BIGINT, action STRING"
 
 
@@ -212,3 +219,14 @@ def test_id_from_source_works_for_every_sink(sink_type: str) -> None:
     data = pipeline()
     data["sink"] = {"type": sink_type, "id_from": "source", **sinks[sink_type]}
     assert load(data).sink.id_columns == KAFKA_SOURCE_COLUMNS
+
+
+def test_the_kafka_pipeline_example_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXACTLYONCE_PG_DSN", DSN)
+    monkeypatch.setenv("EXACTLYONCE_REDIS_URL", "redis://localhost:6379/0")
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    cfg = load_config(EXAMPLES / "kafka_pipeline.yaml")
+    assert isinstance(cfg.source, KafkaSourceConfig)
+    assert cfg.source.bootstrap_servers == "127.0.0.1:19092"
+    assert cfg.sink.id_columns == ("event_id",)
+    assert cfg.trigger_kwargs() == {"available_now": True}
