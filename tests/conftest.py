@@ -45,8 +45,24 @@ def pg_dsn(services: dict[str, str]) -> str:
 
 @pytest.fixture(scope="session")
 def bootstrap(services: dict[str, str]) -> str:
-    """The Kafka-protocol broker's bootstrap servers."""
+    """The Kafka broker's bootstrap servers: genuine Apache Kafka (``make services``), or
+    the broker ``KAFKA_BOOTSTRAP_SERVERS`` names."""
     return services["KAFKA_BOOTSTRAP_SERVERS"]
+
+
+@pytest.fixture(scope="session")
+def tansu_bootstrap(services: dict[str, str]) -> str:
+    """Tansu, a Kafka-protocol broker that delivers aborted records to read_committed readers
+    and never times out a transaction: started here (it is not in ``make services``), for
+    the tests that keep the consumption recipe for such brokers honest."""
+    from exactlyonce.integration.services import start_service
+    from exactlyonce.integration.services.tansu import bootstrap as tansu
+
+    try:
+        start_service("tansu")
+    except RuntimeError as exc:
+        pytest.fail(f"Tansu did not start: {exc}")
+    return tansu()
 
 
 @pytest.fixture

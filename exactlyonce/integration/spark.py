@@ -31,10 +31,16 @@ def session(
     app_name: str = "exactlyonce",
     master: str | None = None,
     extra: dict[str, str] | None = None,
+    *,
+    connectors: bool = True,
 ) -> SparkSession:
     """A SparkSession whose Python workers run this interpreter (so they import exactlyonce).
 
-    ``master`` defaults to ``$SPARK_MASTER`` or ``local[2]``.
+    ``master`` defaults to ``$SPARK_MASTER`` or ``local[2]``. With ``connectors`` (the
+    default), Spark's own Kafka source and sink and ``spark-avro``, for this pyspark's
+    version, are on its class path (``spark.jars``, resolved from Maven Central once:
+    :func:`exactlyonce.integration.jars.spark_connector_jars`); a ``spark.jars`` in ``extra``
+    is added to them.
     """
     from pyspark.sql import SparkSession
 
@@ -51,11 +57,20 @@ def session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", sys.executable)
     )
-    for key, value in (extra or {}).items():
+    settings = dict(extra or {})
+    if connectors:
+        settings["spark.jars"] = _with_connectors(settings.get("spark.jars"))
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("EXACTLYONCE_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def _with_connectors(jars: str | None) -> str:
+    from exactlyonce.integration.jars import spark_connector_jars
+
+    return ",".join([*(str(p) for p in spark_connector_jars()), *filter(None, [jars])])
 
 
 _UNIT_SECONDS = {

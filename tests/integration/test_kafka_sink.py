@@ -150,13 +150,15 @@ def _abandon_transaction(bootstrap: str, topic: str, tid: str) -> None:
 
 
 def test_an_abandoned_transaction_on_the_control_topic_holds_no_reader_back(
-    spark: SparkSession, bootstrap: str, unique_name: str
+    spark: SparkSession, tansu_bootstrap: str, unique_name: str
 ) -> None:
     """Tansu never times an open transaction out, and a transaction that touched a partition
     holding one leaves every partition it wrote held back from read_committed readers. Every
     shard transaction writes its commit marker to the control topic, so one abandoned
     transaction there would hold back the data of every later epoch. The recipe reads
-    read_uncommitted and lets the confirmations decide; it must deliver everything."""
+    read_uncommitted and lets the confirmations decide; it must deliver everything. On Tansu:
+    Apache Kafka aborts the abandoned transaction itself (test_kafka_genuine.py)."""
+    bootstrap = tansu_bootstrap
     control = f"{unique_name}-control"
     sink = new_sink(bootstrap, unique_name, control_topic=control)
     sink(events(spark, 0, 100), 0)  # creates the control topic
@@ -187,13 +189,14 @@ def test_an_abandoned_transaction_on_the_control_topic_holds_no_reader_back(
 
 
 def test_an_abandoned_transaction_on_the_control_topic_leaves_the_broker_probe_conclusive(
-    bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
+    tansu_bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
     """The preflight probe (does a read_committed consumer skip aborted records?) reads
     read_committed. On the control topic, an abandoned transaction (Tansu never times one
     out) held it back: every query start waited 30 s, then fell back to "inconclusive",
     which on a real Kafka also gives up what a plain read_committed consumer is promised.
-    The probe has a topic of its own, where only probes write."""
+    The probe has a topic of its own, where only probes write. On Tansu."""
+    bootstrap = tansu_bootstrap
     import logging
 
     import exactlyonce.connectors.kafka.preflight as kafka_module

@@ -25,7 +25,6 @@ naming the field by its dotted path (``sink.id_columns``). No message and no ``r
 shows a DSN: DSNs are :class:`pydantic.SecretStr`, and messages never echo input values.
 """
 
-
 from __future__ import annotations
 
 from exactlyonce.integration.config.loading import load_config, parse_config
@@ -42,6 +41,7 @@ from exactlyonce.integration.config.sinks import (
 )
 from exactlyonce.integration.config.sources import (
     FilesSourceConfig,
+    KafkaSourceConfig,
     RateSourceConfig,
     SourceConfig,
     ddl_column_names,
@@ -50,6 +50,7 @@ from exactlyonce.integration.config.sources import (
 __all__ = [
     "ElasticsearchSinkConfig",
     "FilesSourceConfig",
+    "KafkaSourceConfig",
     "KafkaBufferSettings",
     "KafkaSinkConfig",
     "PipelineConfig",

