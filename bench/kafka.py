@@ -16,10 +16,17 @@ Spark session (``local[2]``), each into its own new topic (2 partitions):
     sink's) and produces every value, then flushes. At-least-once; the ceiling for a Python
     writer through confluent-kafka. It is warmed up on a small topic first.
 
+``spark``
+    Spark's own Kafka sink, ``df.select(to_json(struct(*)).alias("value")).write
+    .format("kafka")`` (``spark-sql-kafka``, its default producer settings: idempotent,
+    ``acks=all``): what a user would pick instead. At-least-once (a re-run batch is written
+    again). Warmed up the same way.
+
 The result, ``bench/results/kafka.json``, holds ``rows``, ``eos_msgs_per_s``,
-``plain_msgs_per_s`` and ``ratio`` (eos / plain, best timed run of each; runs interleave the
-two paths so both see the same load) at the top level, ``ratio_median`` from the median runs,
-and details under ``paths``.
+``plain_msgs_per_s``, ``spark_kafka_sink_msgs_per_s``, ``ratio`` (eos / plain) and
+``ratio_vs_spark`` (eos / spark), from the best timed run of each (runs interleave the paths
+so all see the same load) at the top level, ``ratio_median``/``ratio_vs_spark_median`` from the
+median runs, and details under ``paths``. Targets: both ratios at least 0.7.
 The same run then measures the Kafka buffer ahead of a slow sink (:mod:`bench.buffer`: Spark
 batch durations to a 10x slowed PostgreSQL with and without the buffer against a fast-sink
 baseline, and drain throughput against direct writes) and adds its keys at the top level
@@ -127,6 +134,21 @@ def write_plain(df: DataFrame, bootstrap: str, topic: str) -> int:
     )
 
 
+def write_spark(df: DataFrame, bootstrap: str, topic: str) -> int:
+    """Spark's own Kafka sink (at-least-once), with its default producer settings."""
+    from pyspark.sql import functions as F
+
+    values = df.select(
+        F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"})
+        .cast("binary")
+        .alias("value")
+    )
+    values.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
+        "topic", topic
+    ).save()
+    return df.count()
+
+
 def create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -166,8 +188,10 @@ def run(
     warm = generate_rows(spark, WARM_ROWS, start=repeat * rows)
 
     plain_topic, eos_topic = f"bench-plain-{tag}", f"bench-eos-{tag}"
+    spark_topic = f"bench-spark-{tag}"
     query = f"bench-kafka-{tag}"
     create_topic(bootstrap, plain_topic)
+    create_topic(bootstrap, spark_topic)
     # The Bloom filter sized for the IDs this query will hold (the user's retention window):
     # the 1,000,000 default would saturate at 1.6M IDs and send ~20% to the catalog.
     dedup = DedupConfig(os.environ["EXACTLYONCE_REDIS_URL"], expected_ids=WARM_ROWS + repeat * rows)
@@ -183,9 +207,11 @@ def run(
     )
     progress("warm-up: plain, and the sink's first epoch (preflight, head, catalog)")
     write_plain(warm, bootstrap, plain_topic)
+    write_spark(warm, bootstrap, spark_topic)
     sink(warm, 0)
 
     plain_runs: list[float] = []
+    spark_runs: list[float] = []
     eos_runs: list[float] = []
     reports = []
     for i, df in enumerate(batches):  # interleaved, so both paths see the same machine load
@@ -194,6 +220,9 @@ def run(
         plain_runs.append(seconds)
         if written != rows:
             raise BenchError(f"plain: wrote {written:,} of {rows:,}")
+        progress(f"run {i + 1}/{repeat}: Spark's Kafka sink")
+        seconds, _ = timed(functools.partial(write_spark, df, bootstrap, spark_topic))
+        spark_runs.append(seconds)
         progress(f"run {i + 1}/{repeat}: eos")
         seconds, _ = timed(functools.partial(sink, df, i + 1))
         eos_runs.append(seconds)
@@ -205,9 +234,13 @@ def run(
     total = WARM_ROWS + repeat * rows
     progress("checking both topics")
     plain_held = topic_messages(bootstrap, plain_topic)
+    spark_held = topic_messages(bootstrap, spark_topic)
     delivered = sum(1 for _ in read_exactly_once(bootstrap, eos_topic, query))
-    if plain_held != total or delivered != total:
-        raise BenchError(f"plain topic holds {plain_held:,}, the recipe reads {delivered:,}")
+    if plain_held != total or spark_held != total or delivered != total:
+        raise BenchError(
+            f"of {total:,}: the plain topic holds {plain_held:,}, Spark's {spark_held:,}, "
+            f"the recipe reads {delivered:,} of the sink's"
+        )
     buffer_figures: dict[str, Any] = {}
     if buffer_args is not None:
         from bench import buffer as buffer_bench
@@ -223,13 +256,17 @@ def run(
     spark.stop()
 
     eos_rate, plain_rate = rows / min(eos_runs), rows / min(plain_runs)
+    spark_rate = rows / min(spark_runs)
     best = reports[eos_runs.index(min(eos_runs))]
     return {
         "rows": rows,
         "eos_msgs_per_s": round(eos_rate),
         "plain_msgs_per_s": round(plain_rate),
+        "spark_kafka_sink_msgs_per_s": round(spark_rate),
         "ratio": ratio(eos_rate, plain_rate),
         "ratio_median": ratio(statistics.median(plain_runs), statistics.median(eos_runs)),
+        "ratio_vs_spark": ratio(eos_rate, spark_rate),
+        "ratio_vs_spark_median": ratio(statistics.median(spark_runs), statistics.median(eos_runs)),
         "target_ratio": TARGET_RATIO,
         "paths": {
             "eos": {
@@ -243,6 +280,7 @@ def run(
                 "read_back_by_recipe": delivered,
             },
             "plain": {"runs_seconds": [round(s, 3) for s in plain_runs], "topic_holds": plain_held},
+            "spark": {"runs_seconds": [round(s, 3) for s in spark_runs], "topic_holds": spark_held},
         },
         **buffer_figures,
     }
@@ -280,7 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_results(NAME, data, args.results_dir)
     print(
         f"eos {figures['eos_msgs_per_s']:,} msgs/s, plain {figures['plain_msgs_per_s']:,} "
-        f"msgs/s, ratio {figures['ratio']:.3f} (target {TARGET_RATIO})",
+        f"msgs/s, ratio {figures['ratio']:.3f} (target {TARGET_RATIO}); Spark's Kafka sink "
+        f"{figures['spark_kafka_sink_msgs_per_s']:,} msgs/s, ratio {figures['ratio_vs_spark']:.3f} "
+        f"(target {TARGET_RATIO})",
         flush=True,
     )
     if buffer_args is not None:
