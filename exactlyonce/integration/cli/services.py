@@ -9,9 +9,9 @@ from exactlyonce.integration.cli.common import EXIT_FAILED, err
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    services = sub.add_parser("services", help="local PostgreSQL, Redis and Kafka broker")
+    services = sub.add_parser("services", help="local PostgreSQL, Redis and Apache Kafka")
     services.add_argument("action", choices=["up", "status", "down", "env"])
-    services.add_argument("--only", help="comma-separated subset of pg,redis,kafka")
+    services.add_argument("--only", help="comma-separated subset of pg,redis,kafka,tansu")
     services.set_defaults(func=cmd_services)
 
 
