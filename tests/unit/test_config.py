@@ -316,3 +316,19 @@ def test_a_kafka_sink_can_write_kafka_connect_envelopes(
     body = OTHER_SINKS["kafka"] + "  value: json-with-schema\n"
     sink = load_config(write(tmp_path, _with_sink(body))).build_sink(check=False)
     assert getattr(sink, "value", None) == "json-with-schema"
+
+
+def test_a_kafka_sink_can_write_avro_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXACTLYONCE_REDIS_URL", "redis://catalog.example:6379/0")
+    body = OTHER_SINKS["kafka"] + "  value: avro\n"
+    sink = load_config(write(tmp_path, _with_sink(body))).build_sink(check=False)
+    assert getattr(sink, "value", None) == "avro"
+
+
+def test_an_empty_kafka_value_setting_is_refused_naming_it(tmp_path: Path) -> None:
+    body = OTHER_SINKS["kafka"] + "  value: ''\n"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, _with_sink(body)))
+    assert err.value.field == "sink.value"

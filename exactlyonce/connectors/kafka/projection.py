@@ -1,7 +1,8 @@
 """The Kafka sink's Spark projection: a stream's rows as record ID, key and value bytes.
 
 ``value`` is ``"json"`` (the row as JSON), ``"json-with-schema"`` (Kafka Connect's envelope,
-:mod:`.connect_json`) or the name of a string or binary column; ``key_column`` is an optional
+:mod:`.connect_json`), ``"avro"`` (an Avro datum, :mod:`.avro`) or the name of a string or
+binary column; ``key_column`` is an optional
 column, cast to its string form unless binary. Built once per schema on the driver; Spark
 evaluates it in the executors.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN
+from exactlyonce.connectors.kafka.avro import AVRO, avro_schema, avro_value
 from exactlyonce.connectors.kafka.connect_json import (
     JSON_WITH_SCHEMA,
     connect_schema,
@@ -46,15 +48,21 @@ def check_key_and_value(schema: StructType, key_column: str | None, value: str) 
         raise ConfigError("key_column", f"{key_column!r} not in the stream's columns")
     if value == JSON_WITH_SCHEMA:
         connect_schema(schema)  # refuses, naming the column, what Connect cannot hold
+    elif value == AVRO:
+        avro_schema(schema)  # refuses, naming the column, what Avro cannot hold
     elif value != "json":
         if value not in names:
-            raise ConfigError("value", f"'json' or a column of the stream; {value!r} is neither")
+            raise ConfigError(
+                "value",
+                f"'json', {JSON_WITH_SCHEMA!r}, {AVRO!r} or a column of the stream; "
+                f"{value!r} is none of these",
+            )
         kind = schema[value].dataType.typeName()
         if kind not in ("string", "binary"):
             raise ConfigError(
                 "value",
                 f"column {value!r} is {kind}; a value column must be string "
-                f"or binary (or use value='json' or {JSON_WITH_SCHEMA!r})",
+                f"or binary (or use value='json', {JSON_WITH_SCHEMA!r} or {AVRO!r})",
             )
 
 
@@ -73,6 +81,8 @@ def projection(schema: StructType, key_column: str | None, value: str) -> list[C
         if reason is not None:  # a dead letter, not a value Connect would misread
             error = F.coalesce(error, reason)
             payload = F.coalesce(payload, F.when(reason.isNotNull(), row_json))
+    elif value == AVRO:
+        value_column = avro_value(schema)
     else:
         value_column = F.col(value)
     columns = [F.col(ID_COLUMN)]
