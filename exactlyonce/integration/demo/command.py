@@ -15,6 +15,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from exactlyonce.errors import ConfigError
@@ -25,7 +26,7 @@ from exactlyonce.integration.demo.inputs import Expected, generate
 from exactlyonce.integration.demo.pipeline import demo_pipelines
 from exactlyonce.integration.demo.producer import produce
 from exactlyonce.integration.demo.reset import reset_state
-from exactlyonce.integration.demo.runs import head_epoch, run_with_kills
+from exactlyonce.integration.demo.runs import head_epoch, kill_all, run_with_kills
 from exactlyonce.integration.demo.topic_audit import print_topic_audit, read_topic_audit
 from exactlyonce.integration.services import service_env
 
@@ -47,9 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     expected = _fresh_input(pg, kafka, seed, args.events)
     log_dir = Path(pg.checkpoint).parent.parent / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed + 1)
-    pg_kills = run_with_kills(pg, args.pg_config, args.kills, rng, log_dir, "pg")
-    kafka_kills = run_with_kills(kafka, args.kafka_config, args.kills, rng, log_dir, "kafka")
+    pg_kills, kafka_kills = _run_both(pg, kafka, args, seed, log_dir)
 
     print_dedup_totals()
     ok = _audits(pg, kafka, expected, (pg_kills, kafka_kills))
@@ -72,6 +71,27 @@ def _fresh_input(pg: PipelineConfig, kafka: PipelineConfig, seed: int, events: i
         flush=True,
     )
     return expected
+
+
+def _run_both(
+    pg: PipelineConfig, kafka: PipelineConfig, args: argparse.Namespace, seed: int, log_dir: Path
+) -> tuple[int, int]:
+    """Both pipelines' runs and kills, side by side (one thread each, own seeded schedule);
+    the kills done. A failed run of either ends the demo, its other runs killed."""
+    jobs = ((pg, args.pg_config, "pg"), (kafka, args.kafka_config, "kafka"))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [
+            pool.submit(
+                run_with_kills, cfg, path, args.kills, random.Random(seed + i), log_dir, name
+            )
+            for i, (cfg, path, name) in enumerate(jobs, start=1)
+        ]
+        try:
+            pg_kills, kafka_kills = (f.result() for f in futures)
+        except BaseException:
+            kill_all()
+            raise
+    return pg_kills, kafka_kills
 
 
 def _audits(

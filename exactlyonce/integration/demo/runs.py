@@ -21,6 +21,7 @@ from exactlyonce.integration.services.processes import START_POLL, poll_until
 
 IDLE_SECONDS = 15
 RUN_TIMEOUT_SECONDS = 300
+_LIVE: set[subprocess.Popen[str]] = set()  # runs started and not yet reaped
 
 
 def head_epoch(sink: ExactlyOnceSink) -> int:
@@ -51,6 +52,7 @@ def start_run(config: str, log_path: Path, label: str) -> subprocess.Popen[str]:
             env=env,
             start_new_session=True,
         )
+    _LIVE.add(proc)
     threading.Thread(target=echo, args=(proc, label), daemon=True).start()
     return proc
 
@@ -81,6 +83,15 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL ``proc``'s whole process group (the CLI, Spark's JVM and its Python workers)."""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    _LIVE.discard(proc)
+
+
+def kill_all() -> None:
+    """SIGKILL every run still going (a failed demo leaves none behind)."""
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            kill_group(proc)
+        _LIVE.discard(proc)
 
 
 def run_with_kills(
@@ -120,6 +131,7 @@ def _run_until_done(config: str, label: str, log_path: Path) -> None:
         code = proc.wait(timeout=RUN_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
         _fail_run(proc, log_path, "did not finish in time")
+    _LIVE.discard(proc)
     if code != 0:
         _fail_run(proc, log_path, f"exited with {code}")
 
