@@ -33,7 +33,6 @@ class TopicAudit:
     expected_dead_letters: int
     head_epoch: int | None = None
     kills: int | None = None
-    uncommitted: int | None = None  # records a read_uncommitted consumer gets (aborted too)
 
     @property
     def read(self) -> int:
@@ -72,7 +71,6 @@ def read_topic_audit(
         if headers.get(H_QUERY, b"").decode() == query_name
     )
     found = set(seen)
-    everything = len(read_headers(bootstrap, topic, "read_uncommitted"))
     return TopicAudit(
         query_name=query_name,
         topic=topic,
@@ -82,21 +80,17 @@ def read_topic_audit(
         unexpected=len(found - expected),
         dead_letters=dead,
         expected_dead_letters=expected_dead_letters,
-        uncommitted=everything,
     )
 
 
-def read_headers(
-    bootstrap: str, topic: str, isolation: str = "read_committed"
-) -> list[dict[str, bytes]]:
+def read_headers(bootstrap: str, topic: str) -> list[dict[str, bytes]]:
     """Every committed record's headers, every partition from offset 0 to its end (the last
-    stable offset: read_committed), read with assign(), no offsets committed.
-    ``isolation="read_uncommitted"``: aborted records too."""
+    stable offset: read_committed), read with assign() and no consumer group."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "exactlyonce-demo-audit",  # required by librdkafka; nothing committed
-            "isolation.level": isolation,
+            "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
@@ -145,9 +139,6 @@ def print_topic_audit(a: TopicAudit) -> None:
     line("duplicates", a.duplicates, "must be 0")
     line("missing", a.missing, "must be 0")
     line("unexpected IDs", a.unexpected, "must be 0")
-    if a.uncommitted is not None:
-        hidden = a.uncommitted - a.read
-        line("aborted, hidden", hidden, "records of killed transactions (read_uncommitted)")
     line("dead letters", a.dead_letters, f"must be {a.expected_dead_letters}")
     if a.kills is not None:
         line("kills (SIGKILL)", a.kills)
