@@ -1,10 +1,12 @@
-"""A run's progress lines: echoed under the run's label, with the dedup counters each batch
-reports summed over every run of the demo (killed runs included) and printed at the end."""
+"""A run's progress lines: echoed under the run's label (``pg run 2``), with the dedup
+counters each batch reports summed over every run of the demo (both pipelines, killed runs
+included) and printed at the end."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import threading
 
 _DEDUP_LINE = re.compile(
     r"\| dedup: (\d+) checked, (\d+) bloom negatives, (\d+) catalog lookups, "
@@ -19,6 +21,7 @@ DEDUP_FIELDS = (
 )
 # Dedup counters summed over every batch of every run (killed runs included).
 DEDUP_TOTALS = dict.fromkeys(DEDUP_FIELDS, 0)
+_TOTALS_LOCK = threading.Lock()  # runs of both pipelines are echoed at once
 
 
 def echo(proc: subprocess.Popen[str], label: str) -> None:
@@ -30,15 +33,16 @@ def echo(proc: subprocess.Popen[str], label: str) -> None:
         print(f"  [{label}] {text}", flush=True)
         found = _DEDUP_LINE.search(line)
         if found:
-            for name, value in zip(DEDUP_FIELDS, found.groups(), strict=True):
-                DEDUP_TOTALS[name] += int(value)
+            with _TOTALS_LOCK:
+                for name, value in zip(DEDUP_FIELDS, found.groups(), strict=True):
+                    DEDUP_TOTALS[name] += int(value)
 
 
 def print_dedup_totals() -> None:
     """The dedup layer's counters over the whole demo, and the observed false-positive rate."""
     t = DEDUP_TOTALS
     new = t["bloom negatives"] + t["false positives"]
-    print("DEDUP (Bloom filter + Redis catalog, all batches of all runs)")
+    print("DEDUP (Bloom filter + Redis catalog, all batches of all runs of both pipelines)")
     for name in DEDUP_FIELDS:
         print(f"  {'IDs ' + name if name == 'checked' else name:<22}{t[name]:>10}")
     rate = t["false positives"] / new if new else 0.0

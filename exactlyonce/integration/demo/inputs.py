@@ -1,20 +1,24 @@
-"""The demo's input, generated up front from a seed (a replayable source, so the expected set
-is known): JSON-lines files in which about a quarter of the records repeat an earlier one and
-a few have a null ``event_id`` (dead letters)."""
+"""The demo's input, planned up front from a seed (Kafka is replayable, so the expected set is
+known): the events an at-least-once producer sends, in send order, duplicates included.
+
+Two kinds of duplicate, as a producer without idempotence makes them: a *retry* (an event
+whose acknowledgement was "lost" is sent again a few sends later, at a later offset) and a
+*replay* (a producer restarted from an old position sends a block of earlier events again).
+``NULL_KEYS`` records have a null ``event_id``: bad records the sinks must dead-letter.
+"""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 from exactlyonce.dedup.ids import record_id
 
-DUPLICATE_RATE = 0.25
+RETRY_RATE = 0.08  # share of events sent a second time, 1-30 sends later
+REPLAYS = 3  # blocks of earlier events sent again
+REPLAY_BLOCK = (150, 400)  # events per replayed block
 NULL_KEYS = 3
 FIELDS = ("event_id", "user_id", "action", "ts")
 ACTIONS = ("view", "click", "cart", "buy", "share")
@@ -22,38 +26,43 @@ ACTIONS = ("view", "click", "cart", "buy", "share")
 Record = dict[str, Any]
 
 
-def generate(rng: random.Random, files: int, rows_per_file: int) -> list[list[Record]]:
-    """Records per file. A duplicate repeats a whole earlier record, from the same file or an
-    earlier one; ``NULL_KEYS`` records with a null key are mixed in at random places."""
+@dataclass(frozen=True)
+class Plan:
+    """The records in send order, and how many of them are retries and replays."""
+
+    records: list[Record]
+    retries: int
+    replayed: int
+
+
+def generate(rng: random.Random, events: int) -> Plan:
+    """``events`` distinct events, sent in order with retries, replays and null keys mixed in.
+
+    Deterministic from ``rng``'s state. Every duplicate is a whole earlier record."""
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    earlier: list[Record] = []
-    out: list[list[Record]] = []
-    n = 0
-    for _ in range(files):
-        batch: list[Record] = []
-        for _ in range(rows_per_file):
-            pool = batch if batch and (not earlier or rng.random() < 0.5) else earlier
-            if pool and rng.random() < DUPLICATE_RATE:
-                batch.append(dict(rng.choice(pool)))
-            else:
-                batch.append(_record(f"evt-{n:07d}", rng, start + timedelta(seconds=n)))
-                n += 1
-        out.append(batch)
-        earlier.extend(_first_of_each(batch, earlier))
+    fresh = [_record(f"evt-{n:07d}", rng, start + timedelta(seconds=n)) for n in range(events)]
+    replay_at = sorted(rng.sample(range(events // 4, events), REPLAYS)) if events >= 8 else []
+    sent: list[Record] = []
+    pending: dict[int, list[Record]] = {}  # retries due at a later send
+    retries = replayed = 0
+    for n, record in enumerate(fresh):
+        sent.append(record)
+        if rng.random() < RETRY_RATE:
+            pending.setdefault(n + rng.randint(1, 30), []).append(record)
+        for again in pending.pop(n, []):
+            sent.append(dict(again))
+            retries += 1
+        if n in replay_at:
+            size = min(rng.randint(*REPLAY_BLOCK), len(sent))
+            begin = rng.randrange(len(sent) - size + 1)
+            sent.extend(dict(r) for r in sent[begin : begin + size])
+            replayed += size
+    for later in pending.values():  # retries due past the last event
+        sent.extend(dict(r) for r in later)
+        retries += len(later)
     for i in range(NULL_KEYS):
-        target = out[rng.randrange(len(out))]
-        target.insert(rng.randrange(len(target) + 1), _record(None, rng, start, salt=i))
-    return out
-
-
-def _first_of_each(batch: list[Record], earlier: list[Record]) -> list[Record]:
-    known = {r["event_id"] for r in earlier}
-    fresh = []
-    for r in batch:
-        if r["event_id"] not in known:
-            known.add(r["event_id"])
-            fresh.append(r)
-    return fresh
+        sent.insert(rng.randrange(len(sent) + 1), _record(None, rng, start, salt=i))
+    return Plan(sent, retries, replayed)
 
 
 def _record(event_id: str | None, rng: random.Random, ts: datetime, salt: int = 0) -> Record:
@@ -65,37 +74,34 @@ def _record(event_id: str | None, rng: random.Random, ts: datetime, salt: int = 
     }
 
 
-def write_files(input_dir: Path, files: list[list[Record]]) -> None:
-    """Each file is written beside the directory, then renamed in: Spark never sees half."""
-    staging = input_dir.with_name(input_dir.name + ".staging")
-    staging.mkdir(parents=True, exist_ok=True)
-    input_dir.mkdir(parents=True, exist_ok=True)
-    for i, records in enumerate(files):
-        name = f"part-{i:05d}.json"
-        tmp = staging / name
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        os.rename(tmp, input_dir / name)
-    staging.rmdir()
-
-
 @dataclass(frozen=True)
 class Expected:
-    """What the sink must hold once the input is written exactly once."""
+    """What each sink must hold once the input is written exactly once."""
 
-    files: int
     records: int
     ids: set[str]
     null_keys: int
+    retries: int
+    replayed: int
 
     @classmethod
-    def of(cls, files: list[list[Record]]) -> Expected:
-        keys = [r["event_id"] for batch in files for r in batch]
-        ids = {record_id([k]) for k in keys if k is not None}
-        return cls(files=len(files), records=len(keys), ids=ids, null_keys=keys.count(None))
+    def of(cls, plan: Plan) -> Expected:
+        keys = [r["event_id"] for r in plan.records]
+        return cls(
+            records=len(keys),
+            ids={record_id([k]) for k in keys if k is not None},
+            null_keys=keys.count(None),
+            retries=plan.retries,
+            replayed=plan.replayed,
+        )
+
+    @property
+    def duplicates(self) -> int:
+        return self.records - self.null_keys - len(self.ids)
 
     def describe(self) -> str:
-        duplicates = self.records - self.null_keys - len(self.ids)
         return (
-            f"input: {self.files} files, {self.records} records, {len(self.ids)} distinct IDs, "
-            f"{duplicates} duplicates, {self.null_keys} null keys"
+            f"input: {self.records} records, {len(self.ids)} distinct IDs, {self.duplicates} "
+            f"duplicates ({self.retries} retries, {self.replayed} replayed), "
+            f"{self.null_keys} null keys"
         )

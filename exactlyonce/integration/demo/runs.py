@@ -1,5 +1,6 @@
 """Runs of ``exactlyonce run``: start one in its own process group, wait until the sink's head
-shows new epochs, SIGKILL the whole group, restart; the last run goes on until idle."""
+shows new epochs, SIGKILL the whole group, restart; the last run goes on until its query
+ends (``available_now``: all input read) or is idle."""
 
 from __future__ import annotations
 
@@ -13,30 +14,21 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-import psycopg
-from psycopg import sql
-
-from exactlyonce.connectors.postgres.schema import HEADS, TableName, regclass
+from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.demo.echo import echo
-from exactlyonce.integration.demo.pipeline import pg_sink
 from exactlyonce.integration.services.processes import START_POLL, poll_until
 
 IDLE_SECONDS = 15
 RUN_TIMEOUT_SECONDS = 300
+_LIVE: set[subprocess.Popen[str]] = set()  # runs started and not yet reaped
 
 
-def head_epoch(cfg: PipelineConfig) -> int:
-    """The query's committed head in PostgreSQL, -1 before the first commit."""
-    table = TableName.parse(pg_sink(cfg).table)
-    with psycopg.connect(pg_sink(cfg).dsn.get_secret_value(), autocommit=True) as conn:
-        if regclass(conn, TableName(table.schema, HEADS)) is None:
-            return -1
-        row = conn.execute(
-            sql.SQL("SELECT max(epoch) FROM {} WHERE query_name = %s").format(table.sibling(HEADS)),
-            [cfg.query_name],
-        ).fetchone()
-    return -1 if row is None or row[0] is None else int(row[0])
+def head_epoch(sink: ExactlyOnceSink) -> int:
+    """The sink's committed head (its table of heads, or its control topic), -1 before the
+    first commit. Read from the service every time."""
+    head = sink.head()
+    return -1 if head is None else head.epoch
 
 
 def start_run(config: str, log_path: Path, label: str) -> subprocess.Popen[str]:
@@ -60,12 +52,13 @@ def start_run(config: str, log_path: Path, label: str) -> subprocess.Popen[str]:
             env=env,
             start_new_session=True,
         )
+    _LIVE.add(proc)
     threading.Thread(target=echo, args=(proc, label), daemon=True).start()
     return proc
 
 
 def wait_for_new_epoch(
-    cfg: PipelineConfig, proc: subprocess.Popen[str], after: int, timeout: float
+    sink: ExactlyOnceSink, proc: subprocess.Popen[str], after: int, timeout: float
 ) -> int | None:
     """The head once it passes ``after``; None if the run ended or timed out first.
 
@@ -76,7 +69,7 @@ def wait_for_new_epoch(
     def passed_or_ended() -> bool:
         if proc.poll() is not None:
             return True
-        epoch = head_epoch(cfg)
+        epoch = head_epoch(sink)
         if epoch > after:
             passed.append(epoch)
             return True
@@ -90,45 +83,55 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL ``proc``'s whole process group (the CLI, Spark's JVM and its Python workers)."""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    _LIVE.discard(proc)
+
+
+def kill_all() -> None:
+    """SIGKILL every run still going (a failed demo leaves none behind)."""
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            kill_group(proc)
+        _LIVE.discard(proc)
 
 
 def run_with_kills(
-    cfg: PipelineConfig, config: str, kills: int, rng: random.Random, log_dir: Path
+    cfg: PipelineConfig, config: str, kills: int, rng: random.Random, log_dir: Path, name: str
 ) -> int:
-    """Run, SIGKILL after each new epoch ``kills`` times, then run until idle; kills done.
+    """Run, SIGKILL after new epochs ``kills`` times, then run until done or idle; kills done.
 
-    A run that ends before committing, or a last run that fails or outlasts
-    ``RUN_TIMEOUT_SECONDS``, ends the demo with ``SystemExit`` and the tail of its log."""
+    ``name`` labels the runs' lines and log files (``<name>-run-1.log``). A run that ends
+    before committing, or a last run that fails or outlasts ``RUN_TIMEOUT_SECONDS``, ends
+    the demo with ``SystemExit`` and the tail of its log."""
+    sink = cfg.build_sink(check=False)  # the head's reader, kept: one preflight, not one a poll
     for attempt in range(1, kills + 1):
-        _run_and_kill(cfg, config, attempt, kills, rng, log_dir)
-    _run_until_idle(config, kills + 1, log_dir)
+        log_path = log_dir / f"{name}-run-{attempt}.log"
+        _run_and_kill(sink, config, f"{name} run {attempt}", rng, log_path)
+        print(f"{name}: kill {attempt}/{kills} at epoch {head_epoch(sink)}", flush=True)
+    _run_until_done(config, f"{name} run {kills + 1}", log_dir / f"{name}-run-{kills + 1}.log")
     return kills
 
 
 def _run_and_kill(
-    cfg: PipelineConfig, config: str, attempt: int, kills: int, rng: random.Random, log_dir: Path
+    sink: ExactlyOnceSink, config: str, label: str, rng: random.Random, log_path: Path
 ) -> None:
-    log_path = log_dir / f"run-{attempt}.log"
-    proc = start_run(config, log_path, f"run {attempt}")
+    proc = start_run(config, log_path, label)
     # 1-3 epochs: after the first, a warm JVM's batches are short, so the 0-2 s delay
-    # lands anywhere from before the write, through the COPY, to after Spark's commit.
-    after = head_epoch(cfg) + rng.randint(0, 2)
-    epoch = wait_for_new_epoch(cfg, proc, after, RUN_TIMEOUT_SECONDS)
+    # lands anywhere from before the write, through the commit, to after Spark's commit.
+    after = head_epoch(sink) + rng.randint(0, 2)
+    epoch = wait_for_new_epoch(sink, proc, after, RUN_TIMEOUT_SECONDS)
     if epoch is None:
         _fail_run(proc, log_path, "ended before committing an epoch")
     time.sleep(rng.uniform(0.0, 2.0))
-    at = head_epoch(cfg)
     kill_group(proc)
-    print(f"kill {attempt}/{kills} at epoch {at} (pid {proc.pid})", flush=True)
 
 
-def _run_until_idle(config: str, number: int, log_dir: Path) -> None:
-    log_path = log_dir / f"run-{number}.log"
-    proc = start_run(config, log_path, f"run {number}")
+def _run_until_done(config: str, label: str, log_path: Path) -> None:
+    proc = start_run(config, log_path, label)
     try:
         code = proc.wait(timeout=RUN_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
         _fail_run(proc, log_path, "did not finish in time")
+    _LIVE.discard(proc)
     if code != 0:
         _fail_run(proc, log_path, f"exited with {code}")
 

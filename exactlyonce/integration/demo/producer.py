@@ -1,0 +1,58 @@
+"""The demo's upstream: an at-least-once producer (confluent-kafka, no idempotence, acks=all)
+that writes the planned records (:mod:`.inputs`) into the input topic, in order, keyed by
+``event_id``. Its duplicates are the plan's: every record is sent once, and all are
+acknowledged before :func:`produce` returns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from exactlyonce.integration.demo.inputs import Record
+
+FLUSH_TIMEOUT_S = 60.0
+
+
+def producer_config(bootstrap: str) -> dict[str, Any]:
+    """At least once: acks from every in-sync replica, retries that may duplicate."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": False,
+        "acks": "all",
+        "linger.ms": 20,
+    }
+
+
+def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
+    """Send every record (key: its ``event_id``, value: JSON) and wait for every ack.
+
+    Raises ``SystemExit`` naming the first failure if any record was not acknowledged."""
+    producer = Producer(producer_config(bootstrap))
+    failures: list[str] = []
+
+    def delivered(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    for record in records:
+        key = record["event_id"]
+        value = json.dumps(record).encode()
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=None if key is None else str(key).encode(),
+                    on_delivery=delivered,
+                )
+                break
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.1)
+        producer.poll(0)
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    if left or failures:
+        why = failures[0] if failures else f"{left} record(s) unacknowledged"
+        raise SystemExit(f"producing to {topic} failed: {why}")
