@@ -28,8 +28,18 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from pyspark.sql import SparkSession
 
-from exactlyonce.connectors.kafka import MIN_TRANSACTION_TIMEOUT_MS, KafkaSink
+from exactlyonce.connectors.base import TaskResult
+from exactlyonce.connectors.kafka import (
+    ID_COLUMN,
+    MIN_TRANSACTION_TIMEOUT_MS,
+    VALUE_COLUMN,
+    KafkaShardTask,
+    KafkaSink,
+    KafkaTarget,
+)
+from exactlyonce.dedup.ids import record_id
 from tests.events import events, ids
+from tests.integration.test_kafka_sink import _batch
 from tests.kafka_audit import (
     PLAIN_CLIENTS,
     assert_plain_exactly_once,
@@ -248,6 +258,56 @@ def test_a_zombie_producer_is_fenced_by_the_broker(bootstrap: str, unique_name: 
     for client in PLAIN_CLIENTS:
         values = _values(bootstrap, unique_name, client)
         assert values == Counter({b"newer": 1}), f"{client}: {values}"
+
+
+def test_a_transaction_open_longer_than_its_timeout_is_aborted_and_retried(
+    spark: SparkSession, bootstrap: str, unique_name: str
+) -> None:
+    """A shard's whole write must fit inside ``transaction.timeout.ms``: an attempt that keeps
+    its transaction open longer (here past 10 s) is aborted by the broker, its commit fails,
+    and the retry of the shard (what Spark's task retry does) ends exactly once."""
+    control = f"{unique_name}-control"
+    sink = KafkaSink(
+        bootstrap,
+        unique_name,
+        ["event_id"],
+        unique_name,
+        control_topic=control,
+        create_topic=True,
+        partitions=3,
+        shards=1,
+        dedup=False,
+        transaction_timeout_ms=TIMEOUT_MS,
+    )
+    sink(events(spark, 0, 10), 0)
+    failure: list[BaseException] = []
+
+    def write(epoch: int, shards: int) -> list[TaskResult]:
+        writer = sink._task_writer(epoch, [ID_COLUMN, VALUE_COLUMN])
+        target: KafkaTarget = writer.target  # type: ignore[attr-defined]
+        slow = KafkaShardTask(target, epoch)
+        slow.write(_batch(0, 0, 50))  # the data transaction is open from here
+        assert slow.producer is not None
+        slow.producer.flush()
+        time.sleep(TIMEOUT_MS / 1000 + SWEEP_S + 2)
+        began = time.monotonic()
+        try:
+            slow.commit()
+        except Exception as exc:  # what the commit raises is printed and checked below
+            failure.append(exc)
+        finally:
+            slow.close()
+        print(f"commit past the timeout failed after {time.monotonic() - began:.1f}s: {failure}")
+        return [KafkaShardTask(target, epoch).run(iter([_batch(0, 0, 50)]))]
+
+    report = sink.run_epoch(1, None, events(spark, 0, 1).schema, lambda: 1, write)
+    assert report.written == 50
+    assert failure, "the broker did not abort a transaction older than its timeout"
+    expected = ids(0, 10) | {record_id([f"z{i}"]) for i in range(50)}
+    assert_plain_exactly_once(bootstrap, unique_name, unique_name, expected)
+    result = audit(bootstrap, unique_name, unique_name, control_topic=control, read_committed=True)
+    result.assert_exactly_once(expected)
+    assert len({a for a in result.confirmed if a[0] == 1}) == 1, "one confirmed attempt"
 
 
 def _values(bootstrap: str, topic: str, client: str) -> Counter[bytes | None]:
