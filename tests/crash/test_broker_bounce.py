@@ -39,7 +39,7 @@ ROUNDS = [
     ("after_head", "hard", "kill"),
     ("before_write", "soft", "kill"),
 ]
-FILES = 12
+FILES = 14
 ROWS = 60
 
 
