@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import time
@@ -24,10 +25,20 @@ from exactlyonce.integration.services.processes import pid_alive
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on now (the kernel's choice)."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A TCP port nobody holds now, below the kernel's ephemeral range. Not one the kernel
+    picks: while the broker is down, its clients keep reconnecting, and a connect from an
+    ephemeral port equal to the broker's connects to itself (TCP simultaneous open) and
+    holds the port, so the broker could not start again (seen here)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(100):
+        candidate = random.randrange(20_000, min(low, 32_768))
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, candidate))
+            except OSError:
+                continue
+            return candidate
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 @dataclass
