@@ -21,14 +21,13 @@ from pathlib import Path
 
 from exactlyonce.integration.services import kafka
 from exactlyonce.integration.services.env import HOST, PORT_ENV
-from exactlyonce.integration.services.processes import pid_alive
+from exactlyonce.integration.services.processes import pid_alive, tcp_open
 
 
 def free_port() -> int:
-    """A TCP port nobody holds now, below the kernel's ephemeral range. Not one the kernel
-    picks: while the broker is down, its clients keep reconnecting, and a connect from an
-    ephemeral port equal to the broker's connects to itself (TCP simultaneous open) and
-    holds the port, so the broker could not start again (seen here)."""
+    """A TCP port nobody holds now, below the kernel's ephemeral range: while the broker is
+    down its clients keep reconnecting, and a connect whose ephemeral source port equals the
+    broker's port would connect to itself (TCP simultaneous open) and hold the port."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(100):
         candidate = random.randrange(20_000, min(low, 32_768))
@@ -95,19 +94,22 @@ class PrivateKafka:
         old = kafka.pid(self.home)
         assert old is not None and pid_alive(old, kafka.PROCESS_NAME), "the broker is not up"
         began = time.monotonic()
-        if kind == "hard":
-            os.kill(old, signal.SIGKILL)
-            deadline = time.monotonic() + 30
-            while pid_alive(old, kafka.PROCESS_NAME):
-                assert time.monotonic() < deadline, "the SIGKILLed broker did not exit"
-                time.sleep(0.05)
-        else:
-            assert kind == "soft", kind
-            self.stop()  # SIGTERM: a controlled shutdown
-            assert not pid_alive(old, kafka.PROCESS_NAME)
+        assert kind in ("hard", "soft"), kind
+        # soft: SIGTERM only, a controlled shutdown; it must end by itself (no SIGKILL after).
+        os.kill(old, signal.SIGKILL if kind == "hard" else signal.SIGTERM)
+        self._wait_gone(old)
         new = self.start()
         assert new != old
         done = Bounce(kind, where, old, new, time.monotonic() - began)
         self.bounces.append(done)
         print(f"broker bounce {len(self.bounces)}: {done}", flush=True)
         return done
+
+    def _wait_gone(self, old: int) -> None:
+        """Until the old process is reaped or a zombie and its ports are closed. Not by its
+        name: an exiting process's command line is empty before its sockets are closed, and
+        a start in that moment found the port still taken (seen here)."""
+        deadline = time.monotonic() + 60
+        while pid_alive(old) or tcp_open(self.port) or tcp_open(self.controller_port):
+            assert time.monotonic() < deadline, f"the broker {old} did not go away"
+            time.sleep(0.05)
