@@ -174,7 +174,7 @@ PLAIN_CLIENTS = ("kafka-python", "confluent-kafka")
 
 def read_topic_confluent(
     bootstrap: str, topic: str, isolation: str = "read_committed", timeout_s: float = 60
-) -> list[tuple[int, int, list[tuple[str, bytes]], bytes | None]]:
+) -> list[tuple[int, int, list[Any], bytes | None]]:
     """Every record of every partition as (partition, offset, headers, value), from offset 0 until
     librdkafka reports the end of each partition (for read_committed: the last stable
     offset), with a plain confluent-kafka consumer (assign, no group offsets)."""
@@ -192,20 +192,21 @@ def read_topic_confluent(
         partitions = client.list_topics(topic, timeout=10).topics[topic].partitions
         assert partitions, f"topic {topic} has no partitions"
         client.assign([ConfluentPartition(topic, p, 0) for p in sorted(partitions)])
-        records: list[tuple[int, int, list[tuple[str, bytes]], bytes | None]] = []
+        records: list[tuple[int, int, list[Any], bytes | None]] = []
         at_end: set[int] = set()
         deadline = time.monotonic() + timeout_s
         while len(at_end) < len(partitions):
             assert time.monotonic() < deadline, f"reading {topic} timed out (confluent-kafka)"
             for msg in client.consume(num_messages=10_000, timeout=0.3):
-                error = msg.error()
+                error, partition, offset = msg.error(), msg.partition(), msg.offset()
+                assert partition is not None
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
+                    at_end.add(partition)
                     continue
-                assert error is None, f"reading {topic}: {error}"
-                at_end.discard(msg.partition())
-                headers = list(msg.headers() or [])
-                records.append((msg.partition(), msg.offset(), headers, msg.value()))
+                assert error is None and offset is not None, f"reading {topic}: {error}"
+                at_end.discard(partition)
+                headers: list[Any] = list(msg.headers() or [])
+                records.append((partition, offset, headers, msg.value()))
         return records
     finally:
         client.close()

@@ -22,6 +22,7 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -110,8 +111,8 @@ class Watcher:
     def seen(self, wanted: set[str]) -> bool:
         return wanted <= set(self.arrivals)
 
-    def note(self, headers: list[tuple[str, bytes]] | None) -> None:
-        h = dict(headers or [])
+    def note(self, headers: Any) -> None:
+        h: dict[str, bytes] = dict(headers or [])
         if (h.get("eo-query") or b"").decode() == self.query:
             rid = (h.get("eo-record-id") or b"<none>").decode()
             self.arrivals.setdefault(rid, []).append(time.monotonic())
