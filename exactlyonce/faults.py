@@ -59,6 +59,12 @@ def crash_point(name: str, epoch: int) -> None:
         time.sleep(0.05)
 
 
+def armed(name: str) -> bool:
+    """True when a crash or a hold is set for point ``name`` (at any epoch): a caller may
+    then prepare the moment (flush what it wrote) before :func:`crash_point`."""
+    return any((os.environ.get(env) or "").partition("@")[0] == name for env in (_ENV, _HOLD_ENV))
+
+
 def _matches(spec: str | None, name: str, epoch: int) -> bool:
     if not spec:
         return False

@@ -30,6 +30,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaConsumer, TopicPartition
 
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import TopicPartition as ConfluentPartition
+
 CONTROL_TOPIC = "exactlyonce-control"
 
 
@@ -162,3 +165,89 @@ def audit(
             if record.offset >= int(frontier.get(str(record.partition), 0)):
                 result.beyond_frontier += 1
     return result
+
+
+# The two Kafka clients a plain consumer may be built on: the Java client's protocol
+# reimplemented in Python (kafka-python) and librdkafka (confluent-kafka).
+PLAIN_CLIENTS = ("kafka-python", "confluent-kafka")
+
+
+def read_topic_confluent(
+    bootstrap: str, topic: str, isolation: str = "read_committed", timeout_s: float = 60
+) -> list[tuple[int, int, list[Any], bytes | None]]:
+    """Every record of every partition as (partition, offset, headers, value), from offset 0 until
+    librdkafka reports the end of each partition (for read_committed: the last stable
+    offset), with a plain confluent-kafka consumer (assign, no group offsets)."""
+    client = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"audit-{time.monotonic_ns()}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        partitions = client.list_topics(topic, timeout=10).topics[topic].partitions
+        assert partitions, f"topic {topic} has no partitions"
+        client.assign([ConfluentPartition(topic, p, 0) for p in sorted(partitions)])
+        records: list[tuple[int, int, list[Any], bytes | None]] = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(at_end) < len(partitions):
+            assert time.monotonic() < deadline, f"reading {topic} timed out (confluent-kafka)"
+            for msg in client.consume(num_messages=10_000, timeout=0.3):
+                error, partition, offset = msg.error(), msg.partition(), msg.offset()
+                assert partition is not None
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(partition)
+                    continue
+                assert error is None and offset is not None, f"reading {topic}: {error}"
+                at_end.discard(partition)
+                headers: list[Any] = list(msg.headers() or [])
+                records.append((partition, offset, headers, msg.value()))
+        return records
+    finally:
+        client.close()
+
+
+def plain_counts(bootstrap: str, topic: str, query: str, client: str) -> Counter[str]:
+    """What a plain ``isolation.level=read_committed`` consumer built on ``client`` (one of
+    :data:`PLAIN_CLIENTS`) reads of ``query`` in ``topic``: records per ``eo-record-id``
+    (``<none>`` for records without one, such as dead letters of null keys). No recipe."""
+    if client == "kafka-python":
+        rows = [(r.headers or []) for r in read_topic(bootstrap, topic, "read_committed")]
+    else:
+        assert client == "confluent-kafka", client
+        rows = [h for _, _, h, _ in read_topic_confluent(bootstrap, topic, "read_committed")]
+    counts: Counter[str] = Counter()
+    for raw in rows:
+        headers = {k: v for k, v in raw}
+        if (headers.get("eo-query") or b"").decode() != query:
+            continue
+        rid = headers.get("eo-record-id")
+        counts[rid.decode() if rid else "<none>"] += 1
+    return counts
+
+
+def assert_plain_exactly_once(
+    bootstrap: str, topic: str, query: str, expected: set[str]
+) -> dict[str, Counter[str]]:
+    """Both plain read_committed consumers see each expected record ID exactly once: no
+    duplicate, none missing, none unexpected. Returns the counts per client."""
+    seen: dict[str, Counter[str]] = {}
+    for client in PLAIN_CLIENTS:
+        counts = plain_counts(bootstrap, topic, query, client)
+        twice = {i: n for i, n in counts.items() if n > 1}
+        missing = expected - set(counts)
+        extra = set(counts) - expected
+        print(
+            f"plain read_committed ({client}) on {topic}: {sum(counts.values())} records, "
+            f"{len(counts)} IDs, {len(twice)} duplicated, {len(missing)} missing"
+        )
+        assert not twice, f"{client}: {len(twice)} IDs read twice: {list(twice.items())[:5]}"
+        assert not missing, f"{client}: {len(missing)} IDs missing: {sorted(missing)[:5]}"
+        assert not extra, f"{client}: {len(extra)} unexpected IDs: {sorted(extra)[:5]}"
+        seen[client] = counts
+    return seen

@@ -10,7 +10,6 @@ go to the dead-letter topic in the same transaction.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +35,7 @@ from exactlyonce.connectors.kafka.protocol import (
 )
 from exactlyonce.connectors.kafka.target import KafkaTarget
 from exactlyonce.connectors.kafka.transaction import TransactionSteps, TxnState
-from exactlyonce.faults import crash_point
+from exactlyonce.faults import armed, crash_point
 
 _TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE,)  # librdkafka refuses it in produce()
 
@@ -50,10 +49,6 @@ def produce_waiting(producer: Producer, topic: str, value: Any, key: Any, **kwar
             return
         except BufferError:
             producer.poll(0.05)  # local queue full: let deliveries drain
-
-
-def _crash_armed(point: str) -> bool:
-    return os.environ.get("EXACTLYONCE_CRASH_AT", "").partition("@")[0] == point
 
 
 class KafkaShardWriter(ShardWriter[KafkaTarget]):
@@ -130,7 +125,7 @@ class KafkaShardTask(TransactionSteps, ShardTask):
         if too_large:
             self._dead_letter_too_large(too_large, ids, values)
         self.chunks += 1
-        if self.chunks == 1 and _crash_armed("mid_produce"):
+        if self.chunks == 1 and armed("mid_produce"):
             self.producer.flush()  # so the first chunk really is on the broker
             crash_point("mid_produce", self.epoch)
 
