@@ -64,14 +64,18 @@ def _split_top_level(text: str) -> Iterator[str]:
     yield text[start:]
 
 
-class FilesSourceConfig(Settings):
-    """Files in a directory (replayable): Spark's streaming file source."""
+def distinct_ddl_columns(ddl: str) -> list[str]:
+    """The DDL's column names; raises ``ValueError`` naming any given twice."""
+    names = ddl_column_names(ddl)
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate column(s) {duplicates}")
+    return names
 
-    type: Literal["files"]
-    format: Literal["json", "csv", "parquet", "orc", "text"] = "json"
-    path: str = Field(min_length=1)
-    ddl: str = Field(alias="schema", min_length=1)
-    max_files_per_trigger: int | None = Field(default=None, ge=1)
+
+class _ReaderSettings(Settings):
+    """What every source has: ``options`` passed to Spark's reader as given (as text)."""
+
     options: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("options", mode="before")
@@ -79,13 +83,20 @@ class FilesSourceConfig(Settings):
     def _texts(cls, value: Any) -> Any:
         return as_text_mapping(value)
 
+
+class FilesSourceConfig(_ReaderSettings):
+    """Files in a directory (replayable): Spark's streaming file source."""
+
+    type: Literal["files"]
+    format: Literal["json", "csv", "parquet", "orc", "text"] = "json"
+    path: str = Field(min_length=1)
+    ddl: str = Field(alias="schema", min_length=1)
+    max_files_per_trigger: int | None = Field(default=None, ge=1)
+
     @field_validator("ddl")
     @classmethod
     def _ddl(cls, value: str) -> str:
-        names = ddl_column_names(value)
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate column(s) {duplicates}")
+        distinct_ddl_columns(value)
         return value
 
     def columns(self) -> list[str]:
@@ -132,7 +143,7 @@ class RateSourceConfig(Settings):
 KAFKA_COORDINATES = ("topic", "partition", "offset", "timestamp")
 
 
-class KafkaSourceConfig(Settings):
+class KafkaSourceConfig(_ReaderSettings):
     """A Kafka topic (replayable by offset): Spark's own Kafka source (``spark-sql-kafka``).
 
     ``topic`` (one name or a comma-separated list) or ``subscribe_pattern`` (a regex) says
@@ -153,22 +164,13 @@ class KafkaSourceConfig(Settings):
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
     fail_on_data_loss: bool = True
     ddl: str | None = Field(default=None, alias="schema", min_length=1)
-    options: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("options", mode="before")
-    @classmethod
-    def _texts(cls, value: Any) -> Any:
-        return as_text_mapping(value)
 
     @field_validator("ddl")
     @classmethod
     def _ddl(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        names = ddl_column_names(value)
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate column(s) {duplicates}")
+        names = distinct_ddl_columns(value)
         clash = [n for n in names if n in KAFKA_COORDINATES]
         if clash:
             raise ValueError(f"column(s) {clash} clash with the source's own {KAFKA_COORDINATES}")

@@ -17,16 +17,16 @@ downloaded from anywhere but the Maven repository Maven is configured with.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from exactlyonce.integration.locking import exclusive
 
 _HERE = Path(__file__).resolve().parent
 MAVEN_TIMEOUT_S = 900.0
@@ -106,7 +106,7 @@ def resolve(jars: JarSet) -> list[Path]:
     if resolution fails, naming what to install if Maven is missing."""
     target = folder(jars)
     if not target.is_dir():
-        with _locked(cache_root()):
+        with exclusive(cache_root() / ".lock"):
             if not target.is_dir():
                 _copy_dependencies(jars, target)
     return sorted(target.glob("*.jar"))
@@ -115,17 +115,6 @@ def resolve(jars: JarSet) -> list[Path]:
 def classpath(jars: JarSet) -> str:
     """The resolved jars as one class path string."""
     return os.pathsep.join(str(p) for p in resolve(jars))
-
-
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _copy_dependencies(jars: JarSet, target: Path) -> None:

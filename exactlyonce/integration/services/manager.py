@@ -7,14 +7,13 @@ tests and ``make services`` can run side by side. Each service module (``postgre
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from exactlyonce.integration.locking import exclusive
 from exactlyonce.integration.services import kafka, postgres, redis, tansu
 from exactlyonce.integration.services.docker import docker_down, docker_up, use_docker
 from exactlyonce.integration.services.env import (
@@ -49,25 +48,13 @@ def _validate(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-@contextlib.contextmanager
-def _locked(home: Path) -> Iterator[None]:
-    """Serialize start/stop between processes sharing one home dir."""
-    home.mkdir(parents=True, exist_ok=True)
-    with (home / "services.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def start_service(name: str, home: Path | None = None) -> None:
     """Start one service if it is not running, and return once it answers. PostgreSQL and
     Kafka keep their data across stop/start; Redis and Tansu start empty. Also (re)writes
     the env file."""
     (name,) = _validate([name])
     root = home_dir(home)
-    with _locked(root):
+    with exclusive(root / "services.lock"):
         _MODULES[name].start(root)
         write_env_file(local_env(), root)
 
@@ -77,7 +64,7 @@ def stop_service(name: str, home: Path | None = None) -> None:
     service that is not running is left as is (its stale pid file removed)."""
     (name,) = _validate([name])
     root = home_dir(home)
-    with _locked(root):
+    with exclusive(root / "services.lock"):
         _MODULES[name].stop(root)
 
 
@@ -91,7 +78,7 @@ def up(names: Sequence[str] = SERVICES, home: Path | None = None) -> dict[str, s
         return docker_up(wanted, root)
     if os.environ.get("EXACTLYONCE_USE_DOCKER") == "1":
         print("note: no Docker engine answers; starting local processes", file=sys.stderr)
-    with _locked(root):
+    with exclusive(root / "services.lock"):
         for name in wanted:
             _MODULES[name].start(root)
         write_env_file(local_env(), root)
@@ -106,7 +93,7 @@ def down(names: Sequence[str] = KNOWN_SERVICES, home: Path | None = None) -> Non
     if use_docker():
         docker_down(wanted)
         return
-    with _locked(root):
+    with exclusive(root / "services.lock"):
         for name in reversed(wanted):
             _MODULES[name].stop(root)
 
