@@ -190,3 +190,19 @@ def test_a_reset_head_starts_a_fresh_catalog(
     again(df, 0)
     assert again.last_report is not None and again.last_report.written == 300
     assert_exactly_once(pg, unique_name, ids(0, 300))
+
+
+def test_head_is_none_before_the_first_epoch_even_without_the_heads_table(
+    pg: psycopg.Connection[Any], pg_dsn: str, unique_name: str
+) -> None:
+    """``head()`` is how a watcher (the demo, an operator) sees progress; on a fresh
+    database, before any query created the sink's tables, nothing was committed: None, not
+    an error."""
+    pg.execute(f'CREATE SCHEMA "{unique_name}"')
+    try:
+        sink = PostgresSink(
+            pg_dsn, f"{unique_name}.events", ["event_id"], unique_name, dedup=False, check=False
+        )
+        assert sink.head() is None
+    finally:
+        pg.execute(f'DROP SCHEMA "{unique_name}" CASCADE')

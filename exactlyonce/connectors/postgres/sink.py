@@ -260,8 +260,12 @@ class PostgresSink(ExactlyOnceSink):
         log.warning("%s: head reset", self)
 
     def head(self) -> Head | None:
-        """The committed head as the database has it now."""
-        return self._read_head()
+        """The committed head as the database has it now; None before the first epoch,
+        including before any query created the sink's tables."""
+        try:
+            return self._read_head()
+        except psycopg.errors.UndefinedTable:
+            return None
 
     # -- the write ---------------------------------------------------------------------
 
