@@ -89,14 +89,18 @@ def bootstrap() -> str:
 
 
 def answers() -> bool:
-    """True if a TCP connect succeeds and an AdminClient gets the cluster metadata with a
-    broker in it."""
-    if not tcp_open(port("kafka")):
+    return metadata_answers(port("kafka"))
+
+
+def metadata_answers(port_: int) -> bool:
+    """True if a TCP connect to the Kafka-protocol broker on ``port_`` succeeds and an
+    AdminClient gets the cluster metadata with a broker in it."""
+    if not tcp_open(port_):
         return False
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap(), "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port_}", "log_level": 0})
     try:
         return bool(admin.list_topics(timeout=5).brokers)
     except KafkaException:

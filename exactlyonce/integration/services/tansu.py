@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from exactlyonce.integration.services.env import HOST, port, port_taken
+from exactlyonce.integration.services.kafka import metadata_answers
 from exactlyonce.integration.services.processes import (
     adopt_running,
     read_pid,
@@ -53,18 +54,7 @@ def bootstrap() -> str:
 
 
 def answers() -> bool:
-    """True if a TCP connect succeeds and an AdminClient gets the cluster metadata."""
-    if not tcp_open(port("tansu")):
-        return False
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap(), "log_level": 0})
-    try:
-        admin.list_topics(timeout=5)
-        return True
-    except KafkaException:
-        return False
+    return metadata_answers(port("tansu"))
 
 
 def start(home: Path) -> None:
