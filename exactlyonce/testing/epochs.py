@@ -9,6 +9,12 @@ per shard on the sink's real task writer; :func:`run_in_process` runs the whole 
 its destination from this process (a :class:`~exactlyonce.testing.MemorySink`, or a real
 sink against real services).
 
+For a sink in ``mode="upsert"`` the batches are built as Spark builds them: the tombstone
+column becomes ``_eo_delete``, and each shard is sorted by (record ID, canonical encoding,
+descending). The canonical encoding here is ``json.dumps`` of the record, which need not sort
+like Spark's ``to_json``: when an epoch holds several rows of one key, the row that wins
+in-process may differ from the one that wins in Spark (each is deterministic).
+
 Limits: string and integer key values hash exactly as in Spark; other types follow Python's
 ``str``, which Spark's cast to string need not match.
 """
@@ -29,6 +35,7 @@ from exactlyonce.connectors.base import (
     ExactlyOnceSink,
     TaskResult,
 )
+from exactlyonce.connectors.base.columns import DELETE_COLUMN, ORDER_COLUMN
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.dedup.murmur3 import spark_shard
 
@@ -53,6 +60,11 @@ def shard_batches(
 ) -> dict[int, pa.RecordBatch]:
     """One Arrow batch per shard, with the columns Spark gives ``sink``'s task writer."""
     columns = list(records[0]) if records else []
+    upsert = sink.upsert
+    if upsert is not None:  # one shard's rows by (ID, canonical encoding descending)
+        records = sorted(records, key=lambda r: json.dumps(dict(r), default=str), reverse=True)
+        records = sorted(records, key=lambda r: _id_of(r, sink.ids.columns) or "")
+        columns = upsert.stored_names(columns)
     ids = [_id_of(r, sink.ids.columns) for r in records]
     known = [i for i in ids if i is not None]
     owners = iter(spark_shard(known, shards).tolist() if known else [])
@@ -70,6 +82,14 @@ def shard_batches(
             [None if ids[n] else json.dumps(dict(records[n]), default=str) for n in rows],
             pa.string(),
         )
+        if upsert is not None:
+            tomb = upsert.tombstone_column
+            data[DELETE_COLUMN] = pa.array(
+                [bool(tomb and records[n].get(tomb)) for n in rows], pa.bool_()
+            )
+            data[ORDER_COLUMN] = pa.array(
+                [json.dumps(dict(records[n]), default=str) for n in rows], pa.string()
+            )
         out[s] = pa.RecordBatch.from_pydict(data)
     return out
 

@@ -38,6 +38,7 @@ from exactlyonce.connectors.base.report import (
     TaskResult,
     bloom_over_capacity,
 )
+from exactlyonce.connectors.base.upsert import UpsertSpec, shard_order, upsert_expressions
 from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
@@ -194,6 +195,13 @@ class ExactlyOnceSink(ABC):
         """True when the destination itself refuses a second copy of an ID."""
         return True
 
+    @property
+    def upsert(self) -> UpsertSpec | None:
+        """Set in ``mode="upsert"`` (see :mod:`.upsert`): each shard then reaches its task
+        sorted by (record ID, canonical encoding), with the ``_eo_delete`` flag, and the
+        task keeps one row per ID and writes under the sink's epoch guard."""
+        return None
+
     def _rebuild_source(self) -> RebuildSource | None:
         """The sink's own recent IDs, to rebuild a lost catalog; None if it cannot list them."""
         return None
@@ -334,23 +342,32 @@ class ExactlyOnceSink(ABC):
         sharded = projected.withColumn(SHARD_COLUMN, shard).repartition(
             num_shards, F.col(self.id_column)
         )
-        if self.sort_within_shard:
+        if self.upsert is not None:
+            sharded = sharded.sortWithinPartitions(*shard_order(self.id_column))
+        elif self.sort_within_shard:
             sharded = sharded.sortWithinPartitions(self.id_column)
         writer = self._task_writer(epoch, columns)
         rows = sharded.mapInArrow(writer, TASK_RESULT_SCHEMA).collect()
         return [TaskResult(**row.asDict()) for row in rows]
 
     def _with_ids(self, df: DataFrame, epoch_column: str, epoch: int) -> DataFrame:
-        """Add the record ID, the epoch, and for bad records the reason and payload."""
+        """Add the record ID, the epoch, and for bad records the reason and payload; in
+        upsert mode the tombstone column becomes ``_eo_delete``, and ``_eo_order`` is added."""
         from pyspark.sql import functions as F
 
         names = tuple(df.columns)
+        upsert = self.upsert
 
         def build() -> tuple[list[Column], list[Column]]:
             self._check_id_columns(names)
-            return id_expressions(self.ids, names, self.id_column)
+            before, after = id_expressions(self.ids, names, self.id_column)
+            if upsert is None:
+                return before, after
+            stored = set(upsert.stored_names(names))
+            kept = [c for name, c in zip(names, before, strict=False) if name in stored]
+            return [*kept, before[-1]], [*after, *upsert_expressions(upsert, names)]
 
-        before, after = self._memo(("with_ids", names, epoch_column), build)
+        before, after = self._memo(("with_ids", names, epoch_column, upsert), build)
         return df.select(*before, F.lit(epoch).cast("long").alias(epoch_column), *after)
 
     def _memo(self, key: Hashable, build: Callable[[], MemoT]) -> MemoT:
@@ -378,6 +395,14 @@ class ExactlyOnceSink(ABC):
                 report.shards_skipped,
                 report.seconds,
             )
+            if self.upsert is not None:
+                log.info(
+                    "%s epoch %d: upserts: %d stale (a newer epoch is stored), %d deleted",
+                    self,
+                    report.epoch,
+                    report.stale,
+                    report.deleted,
+                )
             warning = bloom_over_capacity(report, self.dedup_config)
             if warning is not None and not self.__dict__.get("_capacity_warned"):
                 log.warning("%s %s", self, warning)  # once per sink object: not every epoch
