@@ -17,7 +17,8 @@ from exactlyonce.connectors.base import (
 )
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
 from exactlyonce.connectors.redis import lua
-from exactlyonce.connectors.redis.config import RedisSinkConfig, Write
+from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.redis.config import Mode, RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
     BUSY_POLICY,
     connect,
@@ -75,6 +76,8 @@ class RedisSink(ExactlyOnceSink):
         query_name: str,
         *,
         write: Write | Unset = UNSET,
+        mode: Mode | Unset = UNSET,
+        tombstone_column: str | None | Unset = UNSET,
         ttl_seconds: float | None | Unset = UNSET,
         pipeline_size: int | Unset = UNSET,
         prefix: str | None | Unset = UNSET,
@@ -123,6 +126,12 @@ class RedisSink(ExactlyOnceSink):
         return self.id_field
 
     @property
+    def upsert(self) -> UpsertSpec | None:
+        if self.config.mode != "upsert":
+            return None
+        return UpsertSpec(self.config.tombstone_column)
+
+    @property
     def head_key(self) -> str:
         return f"{self.prefix}:head"
 
@@ -164,7 +173,7 @@ class RedisSink(ExactlyOnceSink):
     def preflight(self, schema: StructType | None = None) -> None:
         """Check the server (reachable, not a cluster) and, with ``schema``, the columns."""
         if schema is not None:
-            self._check_columns(list(schema.names))
+            self._check_columns(list(self._stored(schema).names))
         if self._ready:
             return
         probe = connect(
@@ -180,6 +189,11 @@ class RedisSink(ExactlyOnceSink):
         finally:
             probe.close()
         self._ready = True
+
+    def _stored(self, schema: StructType) -> StructType:
+        """The stream's columns the sink stores (upsert: all but the tombstone flag)."""
+        upsert = self.upsert
+        return schema if upsert is None else upsert.stored_schema(schema)
 
     def _check_columns(self, names: list[str]) -> None:
         self._check_id_columns(names)
@@ -260,10 +274,18 @@ class RedisSink(ExactlyOnceSink):
 
     def _project(self, df: DataFrame, epoch: int) -> DataFrame:
         """Stored columns as their Spark string form; null template columns are bad records."""
-        self._check_columns(list(df.columns))
-        schema = df.schema
+        schema = self._stored(df.schema)
+        self._check_columns(list(schema.names))
         with_ids = self._with_ids(df, self.epoch_field, epoch)
-        return project(with_ids, schema, self.template, self.write, self.id_field, self.epoch_field)
+        return project(
+            with_ids,
+            schema,
+            self.template,
+            self.write,
+            self.id_field,
+            self.epoch_field,
+            upsert=self.upsert is not None,
+        )
 
     def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
         assert self._head is not None
@@ -288,6 +310,7 @@ class RedisSink(ExactlyOnceSink):
             retries=self.retries,
             dedup=self.dedup_plan,
             busy=self.busy,
+            upsert=self.upsert,
         )
         return RedisShardWriter(target, epoch)
 
