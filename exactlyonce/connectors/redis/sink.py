@@ -16,8 +16,8 @@ from exactlyonce.connectors.base import (
     TaskWriter,
 )
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
-from exactlyonce.connectors.redis import lua
 from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.redis import lua
 from exactlyonce.connectors.redis.config import Mode, RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
     BUSY_POLICY,
