@@ -14,7 +14,8 @@ from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
-from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
+from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, Mode, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import default_policy
 from exactlyonce.connectors.elasticsearch.schema import (
@@ -69,6 +70,8 @@ class ElasticsearchSink(ExactlyOnceSink):
         query_name: str,
         *,
         op_type: OpType | Unset = UNSET,
+        mode: Mode | Unset = UNSET,
+        tombstone_column: str | None | Unset = UNSET,
         api_key: str | tuple[str, str] | None | Unset = UNSET,
         basic_auth: str | tuple[str, str] | None = None,
         ca_certs: str | None | Unset = UNSET,
@@ -130,6 +133,12 @@ class ElasticsearchSink(ExactlyOnceSink):
         return ID_COLUMN
 
     @property
+    def upsert(self) -> UpsertSpec | None:
+        if self.config.mode != "upsert":
+            return None
+        return UpsertSpec(self.config.tombstone_column)
+
+    @property
     def _client(self) -> Elasticsearch:
         if self._es is None:
             self._es = self.conn.client()
@@ -156,6 +165,8 @@ class ElasticsearchSink(ExactlyOnceSink):
         self._ready, self._checked_schema = True, schema
 
     def _check_stream_columns(self, schema: StructType) -> None:
+        if self.upsert is not None:
+            schema = self.upsert.stored_schema(schema)
         self._refuse_reserved_columns(
             schema.names,
             [(self.epoch_field, "epoch_field"), (ID_COLUMN, "id_columns")],
@@ -322,6 +333,7 @@ class ElasticsearchSink(ExactlyOnceSink):
             bulk_max_actions=self.bulk_max_actions,
             bulk_max_bytes=self.bulk_max_bytes,
             dedup=self.dedup_plan,
+            upsert=self.upsert is not None,
         )
         return ElasticsearchShardWriter(target, epoch)
 
