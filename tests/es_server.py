@@ -41,7 +41,8 @@ scroll, shards and replicas, the periodic one-second refresh, the expiry of tomb
 (``index.gc_deletes``, 60 s), the mixed-type arrays OpenSearch and Elasticsearch 7 refuse.
 
 Python API for tests (never over HTTP): per-``_id`` write counters (every successful
-index/create counts, also an overwrite), versions, documents, and fault injection
+index/create counts, also an overwrite) and the version each write left, versions,
+documents, and fault injection
 (:meth:`EsTestServer.reject_bulk_items`, :meth:`~EsTestServer.reject_for`,
 :meth:`~EsTestServer.drop_after_apply`, :meth:`~EsTestServer.slow`).
 
@@ -245,6 +246,7 @@ class Index:
     seq_no: int = -1
     writes: collections.Counter[str] = field(default_factory=collections.Counter)
     attempts: collections.Counter[str] = field(default_factory=collections.Counter)
+    versions: dict[str, list[int]] = field(default_factory=dict)  # every applied write's
 
     def mappings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"properties": self.properties}
@@ -356,6 +358,7 @@ class Index:
         self.docs[doc_id] = Doc(source, new_version, self.seq_no)
         self.tombstones.pop(doc_id, None)
         self.writes[doc_id] += 1
+        self.versions.setdefault(doc_id, []).append(new_version)
         if current is None:
             return 201, self._item(doc_id, new_version, "created")
         return 200, self._item(doc_id, new_version, "updated")
@@ -752,6 +755,13 @@ class EsTestServer:
 
     def write_count(self, index: str, doc_id: str) -> int:
         return self.write_counts(index).get(doc_id, 0)
+
+    def versions_written(self, index: str) -> dict[str, list[int]]:
+        """Per ``_id``, the version of every successful index/create, in order (with external
+        versions: the versions the writer gave)."""
+        with self.lock:
+            found = self.indices.get(index)
+            return {k: list(v) for k, v in found.versions.items()} if found else {}
 
     def attempts(self, index: str) -> dict[str, int]:
         """Bulk items received per ``_id``, whatever their outcome (rejected ones too)."""

@@ -9,7 +9,9 @@ The protocol, in the order it runs (DESIGN.md, "One batch, in order"):
 
 1. On the first call after a (re)start, :meth:`_start` preflights the destination, reads the
    sink head back from it, and checks the head belongs to this Spark checkpoint.
-2. An epoch at or below the head is skipped whole, without touching the destination.
+2. An epoch at or below the head is skipped whole, without touching the destination. Its
+   plan still runs, into Spark's ``noop`` sink (:func:`run_without_writing`), so that a
+   stateful query's operators commit their state for the batch.
 3. Every record gets a deterministic ID; records are spread over shards by ID hash.
 4. Each executor task writes its shard's records and a "(query, epoch, shard) committed"
    marker in one atomic step; a shard already committed by an earlier attempt is skipped.
@@ -70,6 +72,19 @@ def spark_query_id(df: DataFrame) -> str | None:
     except Exception:  # Spark Connect has no SparkContext
         return None
     return str(value) if value else None
+
+
+def run_without_writing(df: DataFrame) -> None:
+    """Run a batch's whole plan and discard its rows (Spark's ``noop`` sink).
+
+    For an epoch the sink skips: a stateful query's operators (``dropDuplicates``,
+    aggregations) commit their state for the batch only when every partition of it ran. A
+    batch Spark re-runs after a crash between the sink head and its own commit log would
+    otherwise leave its state uncommitted: Spark 4 then fails the query
+    (STATE_STORE_COMMIT_VALIDATION_FAILED), older Spark the next batch. A stateless batch
+    pays one extra read of its input, and only on these rare re-runs.
+    """
+    df.write.format("noop").mode("overwrite").save()
 
 
 class ExactlyOnceSink(ABC):
@@ -213,13 +228,15 @@ class ExactlyOnceSink(ABC):
     # -- the protocol ------------------------------------------------------------------
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.run_epoch(
+        report = self.run_epoch(
             batch_id,
             spark_query_id(df),
             df.schema,
             default_shards=lambda: df.sparkSession.sparkContext.defaultParallelism,
             write=lambda epoch, shards: self._write_epoch(df, epoch, shards),
         )
+        if report.skipped:
+            run_without_writing(df)
 
     def run_epoch(
         self,
