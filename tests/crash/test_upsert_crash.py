@@ -25,7 +25,9 @@ Replay a failure with ``EXACTLYONCE_CRASH_SEED=<seed>`` (printed).
 from __future__ import annotations
 
 import json
+import os
 import random
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,7 @@ from tests.upsert_audit import install_upsert_audit, upsert_writes
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-FILES = 8
+FILES = 9  # epochs 0-8: the named kills land in 1-4, the random one after 5
 KEYS = 24
 MID_WRITE = {"postgres": "mid_copy", "redis": "mid_write", "elasticsearch": "mid_bulk"}
 SINKS = ["postgres", "redis", "elasticsearch"]
@@ -63,6 +65,7 @@ def make_events(directory: Path, seed: int, files: int = FILES, rows: int = 45) 
     (a retry), and every third file ends with a replay of a block of an earlier file."""
     rng = random.Random(seed)
     directory.mkdir(parents=True)
+    base = int(time.time()) - 3600
     sent: list[dict[str, Any]] = []
     seen: set[str] = set()
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -90,6 +93,9 @@ def make_events(directory: Path, seed: int, files: int = FILES, rows: int = 45) 
                 epochs[event["key"]].append(n)
         tmp = directory.parent / f".{n:04d}.json.tmp"
         tmp.write_text("".join(json.dumps(e) + "\n" for e in lines))
+        # Spark's file source orders files by modification time only: files written in one
+        # clock tick could swap epochs. One second apart, file n is epoch n.
+        os.utime(tmp, (base + n, base + n))
         tmp.rename(directory / f"part-{n:04d}.json")
     return Events({k: (v[0], v[1]) for k, v in totals.items()}, dict(epochs))
 
