@@ -10,10 +10,11 @@ its destination from this process (a :class:`~exactlyonce.testing.MemorySink`, o
 sink against real services).
 
 For a sink in ``mode="upsert"`` the batches are built as Spark builds them: the tombstone
-column becomes ``_eo_delete``, and each shard is sorted by (record ID, canonical encoding,
-descending). The canonical encoding here is ``json.dumps`` of the record, which need not sort
-like Spark's ``to_json``: when an epoch holds several rows of one key, the row that wins
-in-process may differ from the one that wins in Spark (each is deterministic).
+column becomes ``_eo_delete``, and each shard is sorted by record ID, then ``order_by`` and
+canonical encoding, descending. The canonical encoding here is ``json.dumps`` of the
+record, which need not sort like Spark's ``to_json``: when an epoch holds several rows of
+one key with equal ``order_by`` values, the row that wins in-process may differ from the one
+that wins in Spark (each is deterministic).
 
 Limits: string and integer key values hash exactly as in Spark; other types follow Python's
 ``str``, which Spark's cast to string need not match.
@@ -61,8 +62,13 @@ def shard_batches(
     """One Arrow batch per shard, with the columns Spark gives ``sink``'s task writer."""
     columns = list(records[0]) if records else []
     upsert = sink.upsert
-    if upsert is not None:  # one shard's rows by (ID, canonical encoding descending)
-        records = sorted(records, key=lambda r: json.dumps(dict(r), default=str), reverse=True)
+    if upsert is not None:  # one shard's rows by (ID, order_by and encoding descending)
+
+        def rank(r: Record) -> tuple[Any, ...]:
+            by = tuple((r.get(c) is not None, r.get(c)) for c in upsert.order_by)
+            return (*by, json.dumps(dict(r), default=str))
+
+        records = sorted(records, key=rank, reverse=True)
         records = sorted(records, key=lambda r: _id_of(r, sink.ids.columns) or "")
         columns = upsert.stored_names(columns)
     ids = [_id_of(r, sink.ids.columns) for r in records]

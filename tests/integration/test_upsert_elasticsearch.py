@@ -148,3 +148,13 @@ def test_upsert_refusals_name_the_field(es: EsHandle) -> None:
     with pytest.raises(ConfigError) as dedup:
         ElasticsearchSink(es.url, "x", ["k"], "q", mode="upsert", dedup=True, check=False)
     assert dedup.value.field == "dedup"
+
+
+def test_order_by_picks_the_row_of_a_key_within_an_epoch(
+    spark: SparkSession, es: EsHandle, index: str
+) -> None:
+    rows = [("k1", 9, 100), ("k1", 10, 1), ("k2", 3, 6)]
+    sink = new_sink(es, index, order_by="n")
+    sink(frame(spark, rows[::-1]).repartition(2), 0)
+    got = {k: v[:2] for k, v in stored(es, index, ["k1", "k2"]).items()}
+    assert got == {"k1": (10, 1), "k2": (3, 6)}

@@ -185,3 +185,21 @@ def test_tombstone_column_must_be_a_boolean_of_the_stream(
             ).schema
         )
     assert not_boolean.value.field == "tombstone_column" and "boolean" in not_boolean.value.reason
+
+
+def test_order_by_picks_the_row_of_a_key_within_an_epoch(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """A changelog with several changes of a key in one epoch: the greatest ``order_by``
+    wins (10 > 9 as numbers; their JSON forms would sort the other way)."""
+    rows = [("k1", 9, 100), ("k1", 10, 1), ("k2", None, 5), ("k2", 3, 6), ("k3", 1, 1)]
+    sink = prepared(pg_dsn, pg, unique_name, frame(spark, rows), order_by="n")
+    sink(frame(spark, rows[::-1]).repartition(2), 0)
+    assert {k: v[:2] for k, v in stored(pg, unique_name).items()} == {
+        "k1": (10, 1),
+        "k2": (3, 6),  # a null order_by value is the lowest
+        "k3": (1, 1),
+    }
+    with pytest.raises(ConfigError) as err:
+        new_sink(pg_dsn, unique_name, order_by="missing").preflight(frame(spark, rows).schema)
+    assert err.value.field == "order_by"

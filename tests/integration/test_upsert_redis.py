@@ -183,3 +183,16 @@ def test_upsert_refusals_name_the_field(sink_redis: SinkRedis) -> None:
     with pytest.raises(ConfigError) as template:
         RedisSink(sink_redis.url, "s:{k}:{n}", ["k"], "q", mode="upsert", check=False)
     assert template.value.field == "key_template"
+
+
+@pytest.mark.parametrize("write", WRITES)
+def test_order_by_picks_the_row_of_a_key_within_an_epoch(
+    write: str, spark: SparkSession, sink_redis: SinkRedis, unique_name: str
+) -> None:
+    """The greatest ``order_by`` wins, compared as Spark typed it (Redis stores text: 10 > 9
+    here, though "10" < "9")."""
+    rows = [("k1", 9, 100), ("k1", 10, 1), ("k2", 3, 6), ("k2", 3, 7)]
+    sink = new_sink(sink_redis, unique_name, write, order_by=["n"])
+    sink(frame(spark, rows[::-1]).repartition(2), 0)
+    got = {k: v[:2] for k, v in stored(sink_redis, unique_name, write).items()}
+    assert got == {"k1": (10, 1), "k2": (3, 7)}  # a tie: the canonical encoding decides

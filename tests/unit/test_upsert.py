@@ -58,6 +58,18 @@ def test_tombstone_column_needs_upsert_and_is_no_key_column(kind: str) -> None:
     assert BUILDERS[kind](mode="upsert", tombstone_column="gone").upsert is not None
 
 
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_order_by_needs_upsert_and_is_no_key_column(kind: str) -> None:
+    with pytest.raises(ConfigError) as without:
+        BUILDERS[kind](order_by="ts", dedup=False)
+    assert without.value.field == "order_by" and "upsert" in without.value.reason
+    with pytest.raises(ConfigError) as key:
+        BUILDERS[kind](mode="upsert", order_by=["ts", "k"])
+    assert key.value.field == "order_by" and "id columns" in key.value.reason
+    sink = BUILDERS[kind](mode="upsert", order_by="ts")
+    assert sink.upsert is not None and sink.upsert.order_by == ("ts",)
+
+
 def test_other_modes_are_not_upserts() -> None:
     assert pg(redis_url=REDIS).upsert is None
     assert redis(redis_url=REDIS).upsert is None

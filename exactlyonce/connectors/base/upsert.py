@@ -14,11 +14,14 @@ What this module holds, shared by the three sinks that upsert:
 - the columns Spark adds (:func:`upsert_expressions`): ``_eo_delete`` (the tombstone flag;
   a null tombstone value is ``false``) and ``_eo_order``, the row's canonical encoding;
 - the within-epoch rule (:class:`OnePerKey`): Spark sorts each shard by (record ID,
-  ``_eo_order`` descending), and the task keeps the first row of each ID. So when one epoch
-  holds several rows of a key, the row whose canonical encoding (Spark's ``to_json`` of all
-  its columns, null fields included) sorts last wins, whatever the partition order. Spark's
-  ``update`` output mode emits one row per key and epoch, so the rule only matters for
-  changelog input that does not.
+  ``_eo_order`` descending), and the task keeps the first row of each ID. ``_eo_order`` is
+  the row's ``order_by`` columns (none by default), then its canonical encoding (Spark's
+  ``to_json`` of all its columns, null fields included). So when one epoch holds several
+  rows of a key, the row with the greatest ``order_by`` values wins (a null is the lowest),
+  and among equal ones the row whose canonical encoding sorts last, whatever the partition
+  order. Spark's ``update`` output mode emits one row per key and epoch, so the rule only
+  matters for changelog input that does not; there, name the column that orders the changes
+  (a Kafka offset, a log sequence number, an update time) as ``order_by``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class UpsertSpec:
     None when the stream never deletes."""
 
     tombstone_column: str | None = None
+    order_by: tuple[str, ...] = ()
 
     def stored_names(self, names: Sequence[str]) -> list[str]:
         """The stream's columns the sink stores: all but the tombstone flag."""
@@ -54,10 +58,13 @@ class UpsertSpec:
         """``schema`` without the tombstone column, which must be there and boolean."""
         from pyspark.sql import types as T
 
+        kinds = {f.name: f.dataType for f in schema.fields}
+        missing = [c for c in self.order_by if c not in kinds]
+        if missing:
+            raise ConfigError("order_by", f"{missing} not in the stream's columns {schema.names}")
         column = self.tombstone_column
         if column is None:
             return schema
-        kinds = {f.name: f.dataType for f in schema.fields}
         if column not in kinds:
             raise ConfigError(
                 "tombstone_column", f"{column!r} is not in the stream's columns {schema.names}"
@@ -92,8 +99,19 @@ def upsert_defaults(data: Any, refused: Mapping[str, str] | None = None) -> Any:
     return {**data, "dedup": False}
 
 
-def check_upsert(mode: str, tombstone_column: str | None, id_columns: Sequence[str]) -> None:
-    """The cross-field rules of ``tombstone_column`` (a ``mode="after"`` model validator)."""
+def check_upsert(
+    mode: str,
+    tombstone_column: str | None,
+    id_columns: Sequence[str],
+    order_by: Sequence[str] = (),
+) -> None:
+    """The cross-field rules of ``tombstone_column`` and ``order_by`` (a ``mode="after"``
+    model validator)."""
+    if order_by and mode != "upsert":
+        raise field_error("order_by", "orders the rows of a key within an epoch: mode 'upsert'")
+    keys = [c for c in order_by if c in id_columns]
+    if keys:
+        raise field_error("order_by", f"{keys}: id columns are equal in every row of a key")
     if tombstone_column is None:
         return
     if mode != "upsert":
@@ -117,7 +135,9 @@ def upsert_expressions(spec: UpsertSpec, names: Sequence[str]) -> list[Column]:
     if spec.tombstone_column is not None:
         delete = F.coalesce(F.col(spec.tombstone_column), F.lit(False))
     every_column = F.struct(*[F.col(n) for n in names])
-    order = F.to_json(every_column, {"ignoreNullFields": "false"})
+    canonical = F.to_json(every_column, {"ignoreNullFields": "false"})
+    ranks = [F.col(c).alias(f"by{i}") for i, c in enumerate(spec.order_by)]
+    order = F.struct(*ranks, canonical.alias("row"))  # compared field by field
     return [delete.alias(DELETE_COLUMN), order.alias(ORDER_COLUMN)]
 
 

@@ -38,6 +38,8 @@ class ElasticsearchSinkConfig(SinkConfig):
     mode: Mode = "insert"
     # mode="upsert": a boolean stream column; true deletes the document (not stored).
     tombstone_column: str | None = None
+    # mode="upsert": the columns whose greatest values win among rows of one key in one epoch.
+    order_by: Names = ()
     api_key: SecretStr | None = None
     username: str | None = None
     password: SecretStr | None = None
@@ -86,7 +88,7 @@ class ElasticsearchSinkConfig(SinkConfig):
 
     @model_validator(mode="after")
     def _upsert(self) -> ElasticsearchSinkConfig:
-        check_upsert(self.mode, self.tombstone_column, self.id_columns)
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by)
         return self
 
     @model_validator(mode="after")

@@ -53,6 +53,11 @@ class ElasticsearchSink(ExactlyOnceSink):
     Retries follow ``retry_policy`` (by default ``max_retries`` retries, waits from 0.5 s
     doubling up to 30 s). The whole story is in :mod:`exactlyonce.connectors.elasticsearch`.
 
+    ``mode="upsert"``: one document per key, at the latest epoch that wrote it; an older
+    epoch never overwrites a newer one. Mechanism: ``index``/``delete`` with the epoch as
+    external version (``version_type=external_gte``), so Elasticsearch applies the guard; a
+    409 is a no-op counted ``stale``. Deletes are guarded only for ``index.gc_deletes``.
+
     Example::
 
         sink = ElasticsearchSink(hosts="https://es:9200", index="events", id_columns=["event_id"],
@@ -72,6 +77,7 @@ class ElasticsearchSink(ExactlyOnceSink):
         op_type: OpType | Unset = UNSET,
         mode: Mode | Unset = UNSET,
         tombstone_column: str | None | Unset = UNSET,
+        order_by: Sequence[str] | str | Unset = UNSET,
         api_key: str | tuple[str, str] | None | Unset = UNSET,
         basic_auth: str | tuple[str, str] | None = None,
         ca_certs: str | None | Unset = UNSET,
@@ -136,7 +142,7 @@ class ElasticsearchSink(ExactlyOnceSink):
     def upsert(self) -> UpsertSpec | None:
         if self.config.mode != "upsert":
             return None
-        return UpsertSpec(self.config.tombstone_column)
+        return UpsertSpec(self.config.tombstone_column, self.config.order_by)
 
     @property
     def _client(self) -> Elasticsearch:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from exactlyonce.connectors.base.config import SinkConfig, field_error
+from exactlyonce.connectors.base.config import Names, SinkConfig, field_error
 from exactlyonce.connectors.base.upsert import check_upsert, upsert_defaults
 
 Mode = Literal["insert", "append", "upsert"]
@@ -54,6 +54,8 @@ class PostgresSinkConfig(TableSettings):
     connect_timeout: int = Field(default=10, ge=1)
     # mode="upsert": a boolean stream column; true deletes the key (not stored as a column).
     tombstone_column: str | None = None
+    # mode="upsert": the columns whose greatest values win among rows of one key in one epoch.
+    order_by: Names = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -62,7 +64,7 @@ class PostgresSinkConfig(TableSettings):
 
     @model_validator(mode="after")
     def _upsert(self) -> PostgresSinkConfig:
-        check_upsert(self.mode, self.tombstone_column, self.id_columns)
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by)
         return self
 
     @field_validator("dsn")

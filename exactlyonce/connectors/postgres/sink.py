@@ -14,6 +14,18 @@ Mechanism:
 - the driver advances the head row in ``exactlyonce_heads`` after every task committed, and
   skips whole epochs at or below it after a restart.
 
+``mode="upsert"``, for update and changelog streams (an aggregation in ``update`` output
+mode): ``id_columns`` name a row that changes over time. Guarantee: per key, the table holds
+the value of the latest epoch that wrote it (no row if that epoch deleted it), through the
+same crashes and re-runs; a re-run of an older epoch never rolls a row back nor brings a
+deleted key back (DESIGN invariant 12). Mechanism (:mod:`.upsert`): each task COPYs its rows
+into a temporary staging table and applies each batch with one ``INSERT ... SELECT ... ON
+CONFLICT (record_id) DO UPDATE ... WHERE t.epoch <= EXCLUDED.epoch``, in the shard's
+transaction with its shard-commit row; a ``tombstone_column`` deletes under the same guard
+and keeps (table, record ID, epoch) in ``exactlyonce_tombstones``, which every upsert
+consults. One row per key and epoch (``connectors/base/upsert.py``: the row whose JSON form
+sorts last wins). No dedup catalog: the key and the epoch guard are the idempotence.
+
 Example::
 
     sink = PostgresSink(dsn="postgresql://app@db/app", table="events",
@@ -59,7 +71,9 @@ log = logging.getLogger("exactlyonce.postgres")
 
 
 class PostgresSink(ExactlyOnceSink):
-    """Writes a stream into a PostgreSQL table exactly once. See the module docstring."""
+    """Writes a stream into a PostgreSQL table exactly once (``mode="insert"``/``"append"``),
+    or keeps one row per key at its latest epoch (``mode="upsert"``). Guarantee and
+    mechanism of each: the module docstring."""
 
     kind = "postgres"
     sort_within_shard = True
@@ -77,6 +91,7 @@ class PostgresSink(ExactlyOnceSink):
         epoch_column: str | Unset = UNSET,
         connect_timeout: int | Unset = UNSET,
         tombstone_column: str | None | Unset = UNSET,
+        order_by: Sequence[str] | str | Unset = UNSET,
         shards: int | None | Unset = UNSET,
         sink_name: str | None | Unset = UNSET,
         dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
@@ -114,7 +129,7 @@ class PostgresSink(ExactlyOnceSink):
     def upsert(self) -> UpsertSpec | None:
         if self.mode != "upsert":
             return None
-        return UpsertSpec(self.config.tombstone_column)
+        return UpsertSpec(self.config.tombstone_column, self.config.order_by)
 
     def _stored(self, schema: StructType) -> StructType:
         """The stream's columns the table holds (upsert: all but the tombstone flag)."""

@@ -12,6 +12,10 @@ Runs inside Spark's Python workers through ``mapInArrow``. Per task, in ONE tran
    to find it, write the rest, and dead-letter that record with the error;
 6. insert a "(query, epoch, shard) committed" row for every shard seen, and commit.
 
+In ``mode="upsert"`` steps 3-5 are replaced by :mod:`.upsert`: each batch is staged by COPY
+and applied under the epoch guard with one ``INSERT ... ON CONFLICT DO UPDATE``; refused
+records are bisected out the same way.
+
 A crash anywhere before the commit leaves nothing of the task; after it, a re-run finds the
 shard committed and skips it. Ambiguous commits (connection lost during COMMIT) surface as an
 error; the re-run then reads the shard-commit row, so the outcome is verified, never guessed.

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, StrictInt, field_validator, model_validator
 from redis.connection import parse_url
 
-from exactlyonce.connectors.base.config import SinkConfig, field_error
+from exactlyonce.connectors.base.config import Names, SinkConfig, field_error
 from exactlyonce.connectors.base.upsert import check_upsert, upsert_defaults
 from exactlyonce.connectors.redis.template import KeyTemplate
 from exactlyonce.errors import ConfigError
@@ -34,6 +34,8 @@ class RedisSinkConfig(SinkConfig):
     mode: Mode = "insert"
     # mode="upsert": a boolean stream column; true deletes the key (not stored).
     tombstone_column: str | None = None
+    # mode="upsert": the columns whose greatest values win among rows of one key in one epoch.
+    order_by: Names = ()
     ttl_seconds: float | None = Field(default=None, ge=0.001)
     pipeline_size: StrictInt = Field(default=10_000, ge=1)
     prefix: str | None = None
@@ -76,7 +78,7 @@ class RedisSinkConfig(SinkConfig):
 
     @model_validator(mode="after")
     def _upsert(self) -> RedisSinkConfig:
-        check_upsert(self.mode, self.tombstone_column, self.id_columns)
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by)
         if self.mode != "upsert":
             return self
         if self.write == "stream":

@@ -59,6 +59,14 @@ class RedisSink(ExactlyOnceSink):
     Re-runs are no-ops decided server-side; a lost reply finds its own marker. The whole story,
     with the key layout, is in :mod:`exactlyonce.connectors.redis`.
 
+    ``mode="upsert"`` (hash and string writes; ``key_template`` names exactly the
+    ``id_columns``): each key holds the value of the latest epoch that wrote it, and an older
+    epoch never rolls it back. Mechanism: the same apply script compares each record's epoch
+    with the key's stored one (a hash's ``epoch_field``; for strings the companion key
+    ``<prefix>:epoch:<key>``) and skips it, counted ``stale``, when the stored one is newer;
+    a write replaces the whole value. Deletes (``tombstone_column``) leave their epoch behind
+    (``<prefix>:tomb:<key>`` for hashes, the companion key for strings), with the sink's TTL.
+
     Example::
 
         sink = RedisSink("redis://:pw@cache:6379/0", "user:{user_id}", id_columns=["event_id"],
@@ -78,6 +86,7 @@ class RedisSink(ExactlyOnceSink):
         write: Write | Unset = UNSET,
         mode: Mode | Unset = UNSET,
         tombstone_column: str | None | Unset = UNSET,
+        order_by: Sequence[str] | str | Unset = UNSET,
         ttl_seconds: float | None | Unset = UNSET,
         pipeline_size: int | Unset = UNSET,
         prefix: str | None | Unset = UNSET,
@@ -129,7 +138,7 @@ class RedisSink(ExactlyOnceSink):
     def upsert(self) -> UpsertSpec | None:
         if self.config.mode != "upsert":
             return None
-        return UpsertSpec(self.config.tombstone_column)
+        return UpsertSpec(self.config.tombstone_column, self.config.order_by)
 
     @property
     def head_key(self) -> str:
