@@ -31,7 +31,9 @@ error, and a replay of the same epoch rewrites the same document. A delete leave
 tombstone at its epoch, but Elasticsearch forgets tombstones after ``index.gc_deletes``
 (60 s by default): a re-run of an epoch older than a delete, later than that, would bring
 the document back. Raise ``index.gc_deletes`` on the index to cover how far back your
-queries can be re-run (a restored checkpoint). No dedup catalog, no ``op_type``.
+queries can be re-run (a restored checkpoint). No dedup catalog, no ``op_type``. Start
+upserts on a fresh index: a document written before with internal versions (``_version`` 1
+and up) refuses, as stale, every epoch below its version.
 
 Example::
 
