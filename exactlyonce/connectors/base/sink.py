@@ -38,7 +38,6 @@ from exactlyonce.connectors.base.report import (
     TaskResult,
     bloom_over_capacity,
 )
-from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CatalogLostError, CheckpointResetError, ConfigError
@@ -52,6 +51,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+    from exactlyonce.dedup.ids import RecordIdSpec
 
 
 log = logging.getLogger("exactlyonce")
@@ -98,7 +99,7 @@ class ExactlyOnceSink(ABC):
         and :meth:`from_config` end here."""
         self.config = config
         self.query_name = config.query_name
-        self.ids = RecordIdSpec.from_columns(list(config.id_columns))
+        self.ids: RecordIdSpec = config.record_ids()
         self.shards = config.shards
         self._sink_name = config.sink_name
         self._head: Head | None = None
@@ -344,13 +345,13 @@ class ExactlyOnceSink(ABC):
         """Add the record ID, the epoch, and for bad records the reason and payload."""
         from pyspark.sql import functions as F
 
-        names = tuple(df.columns)
+        schema = df.schema
 
         def build() -> tuple[list[Column], list[Column]]:
-            self._check_id_columns(names)
-            return id_expressions(self.ids, names, self.id_column)
+            self._check_id_columns(schema.names)
+            return id_expressions(self.ids, schema, self.id_column)
 
-        before, after = self._memo(("with_ids", names, epoch_column), build)
+        before, after = self._memo(("with_ids", schema.json(), epoch_column), build)
         return df.select(*before, F.lit(epoch).cast("long").alias(epoch_column), *after)
 
     def _memo(self, key: Hashable, build: Callable[[], MemoT]) -> MemoT:

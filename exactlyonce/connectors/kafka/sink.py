@@ -50,7 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.kafka import preflight as _preflight
 from exactlyonce.connectors.kafka.clients import KafkaClients
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
@@ -89,9 +89,10 @@ class KafkaSink(ExactlyOnceSink):
         self,
         bootstrap_servers: str,
         topic: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         key_column: str | None | Unset = UNSET,
         value: str | Unset = UNSET,
         control_topic: str | Unset = UNSET,
