@@ -94,7 +94,14 @@ class Settings(BaseModel):
 
 
 class DedupSettings(Settings):
-    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`)."""
+    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`).
+
+    ``retention_epochs`` (default 1000): the horizon after which an ID can no longer be
+    recognised by the catalog (it is remembered for at least that many epochs, at most about
+    1.25 times that). ``expected_ids`` (default 1,000,000): the distinct IDs the query writes
+    in ``retention_epochs`` epochs, over all shards; the Bloom filters are sized for it.
+    Each batch report shows what the catalog holds (``catalog_ids``, ``catalog_bytes``).
+    """
 
     expected_ids: int | None = Field(default=None, ge=1)
     fp_rate: float | None = Field(default=None, gt=0, lt=1)

@@ -37,6 +37,7 @@ from exactlyonce.connectors.base.report import (
     BatchReport,
     TaskResult,
     bloom_over_capacity,
+    catalog_summary,
 )
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
@@ -245,7 +246,11 @@ class ExactlyOnceSink(ABC):
         crash_point("after_head", batch_id)
         report = BatchReport.from_tasks(self.query_name, self.sink_name, batch_id, tasks)
         report.seconds = time.monotonic() - began
-        report.catalog_rebuilds = (self._keeper.rebuilds if self._keeper else 0) - rebuilds_before
+        if self._keeper is not None:
+            report.catalog_rebuilds = self._keeper.rebuilds - rebuilds_before
+            usage = self._keeper.usage(batch_id)
+            if usage is not None:
+                report.catalog_ids, report.catalog_bytes = usage.ids, usage.memory_bytes
         self._record(report)
         return report
 
@@ -368,7 +373,7 @@ class ExactlyOnceSink(ABC):
         if not report.skipped:
             log.info(
                 "%s epoch %d: %d rows, %d written, %d duplicates, %d dead letters, "
-                "%d shards committed, %d skipped (%.2fs)",
+                "%d shards committed, %d skipped (%.2fs); %s",
                 self,
                 report.epoch,
                 report.rows,
@@ -378,6 +383,7 @@ class ExactlyOnceSink(ABC):
                 report.shards_committed,
                 report.shards_skipped,
                 report.seconds,
+                catalog_summary(report),
             )
             warning = bloom_over_capacity(report, self.dedup_config)
             if warning is not None and not self.__dict__.get("_capacity_warned"):
