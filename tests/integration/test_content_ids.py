@@ -1,7 +1,8 @@
 """Content IDs (``id_from="content"``) on real Spark: they equal the Python twin's for every
-column type the twin encodes, nulls included, whatever the row order and partitioning; and
+column type the twin encodes, nulls included, whatever the row order and partitioning;
 through a real PostgresSink two identical lines of a batch are two rows, while re-running
-the epoch adds nothing (counted by writes)."""
+the epoch adds nothing (counted by writes); through a real KafkaSink identical lines are
+messages, each ID once, and a later epoch adds only occurrences no earlier epoch had."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from exactlyonce.connectors import PostgresSink
+from exactlyonce.connectors import KafkaSink, PostgresSink
 from exactlyonce.dedup.content import (
     canonical_encoding,
     content_hash_column,
@@ -25,6 +26,7 @@ from exactlyonce.dedup.content import (
 )
 from exactlyonce.dedup.ids import RecordIdSpec
 from tests.audit import install_audit, sink_ids, write_counts
+from tests.kafka_audit import audit
 
 pytestmark = pytest.mark.integration
 
@@ -136,3 +138,22 @@ def test_postgres_identical_lines_are_rows_and_a_rerun_of_the_epoch_adds_nothing
     counts = write_counts(pg, unique_name)
     assert len(counts) == 6 and set(counts.values()) == {1}, "a write happened twice"
     assert sorted(sink_ids(pg, unique_name)) == sorted(counts)
+
+
+def test_kafka_identical_lines_are_messages_and_a_later_epoch_adds_only_new_occurrences(
+    spark: SparkSession, bootstrap: str, unique_name: str
+) -> None:
+    sink = KafkaSink(
+        bootstrap, unique_name, None, unique_name, id_from="content", create_topic=True
+    )
+    schema = "line STRING, n BIGINT"
+    first = [("disk full", 1), ("disk full", 1), ("GET /", None)]
+    later = [("disk full", 1)] * 3 + [("login ok", 2)]
+    sink(spark.createDataFrame(first, schema), 0)
+    sink(spark.createDataFrame(later, schema), 1)
+    assert [(r.written, r.duplicates) for r in sink.reports] == [(3, 0), (2, 2)]
+    rows = [[{"line": line, "n": n} for line, n in batch] for batch in (first, later)]
+    expected = {i for batch in rows for i in content_record_ids(batch)}
+    assert len(expected) == 5  # disk full #1-#3, GET /, login ok
+    result = audit(bootstrap, unique_name, unique_name, read_committed=bool(sink.hides_aborted))
+    result.assert_exactly_once(expected)
