@@ -10,7 +10,10 @@ The scripts that change the catalog also keep its usage counters, in the same at
 the stats hash (``<prefix>:stats``, see :mod:`..keys`) holds per generation ``ids:<gen>``
 (IDs held in its buckets) and ``bytes:<gen>`` (what Redis's ``MEMORY USAGE`` says its bucket
 and Bloom keys take, summed as the change of each key a script touches). The driver reads it
-with one HGETALL per batch; expiry deletes a generation's fields with its keys.
+with one HGETALL per batch; expiry deletes a generation's fields with its keys. Calling
+``MEMORY USAGE`` before writes in a script needs Redis 5 or later (scripts replicate their
+effects); it costs about a fifth of the mark rate (2.4-2.8M instead of 3.3-3.5M IDs/s, 50,000
+IDs per call in 2,048 buckets, measured on the local Redis 7.0).
 
 - :data:`LUA_MARK` (``mark.lua``): ``KEYS = meta, stats``; ``ARGV = instance, bucket
   prefix, blob, groups, generation``. Appends each group's IDs to its bucket; returns 1.
