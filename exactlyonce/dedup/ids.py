@@ -87,12 +87,14 @@ class RecordIdSpec:
     def missing_from(self, available: Sequence[str]) -> list[str]:
         return [c for c in self.columns if c not in available]
 
-    def column(self, schema: StructType) -> Column:
-        """The Spark expression of the ID over a stream of ``schema``: 32 hex digits, or null
-        when a key column is null (content IDs are never null)."""
+    def column(self, schema: StructType | None = None) -> Column:
+        """The Spark expression of the ID: 32 hex digits, or null when a key column is null.
+        Content IDs (never null) hash every column of ``schema``, the stream's."""
         from pyspark.sql import functions as F
 
         if self.content:
+            if schema is None:
+                raise ValueError("content IDs hash every column: pass the stream's schema")
             return content_id_column(schema)
         as_text = [F.col(c).cast("string") for c in self.columns]
         any_null = F.lit(False)
