@@ -9,7 +9,8 @@ record exactly once too.
 
 Mechanism, per epoch:
 
-- each record gets a deterministic ID (hashed ``id_columns``) and a shard (ID hash);
+- each record gets a deterministic ID (hashed ``id_columns``, or with ``id_from="content"``
+  the row and its occurrence number in the epoch) and a shard (ID hash);
 - each executor task writes its shard in ONE Kafka transaction, from an idempotent producer
   whose ``transactional.id`` is ``eo-<query>-<sha1(sink)[:8]>-<shard>``: stable across
   re-runs, so a new attempt's ``init_transactions()`` fences the zombie of an older one and
