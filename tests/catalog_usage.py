@@ -21,11 +21,7 @@ class Held:
 def generation_of(catalog: RedisCatalog, key: str) -> int | None:
     """The generation of a bucket (``:c:s:g:b``) or filter (``:b:s:g``, ``:bv:s:g``) key."""
     rest = key[len(catalog.prefix) + 1 :].split(":")
-    if rest[0] == "c":
-        return int(rest[2])
-    if rest[0] in ("b", "bv"):
-        return int(rest[2])
-    return None
+    return int(rest[2]) if rest[0] in ("c", "b", "bv") else None
 
 
 def held(catalog: RedisCatalog, layout: Layout, epoch: int) -> Held:
