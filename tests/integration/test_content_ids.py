@@ -2,7 +2,8 @@
 column type the twin encodes, nulls included, whatever the row order and partitioning;
 through a real PostgresSink two identical lines of a batch are two rows, while re-running
 the epoch adds nothing (counted by writes); through a real KafkaSink identical lines are
-messages, each ID once, and a later epoch adds only occurrences no earlier epoch had."""
+messages, each ID once, and a later epoch adds only occurrences no earlier epoch had; and a
+buffered PostgreSQL sink carries Spark's content IDs through the buffer and the drainer."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
 from exactlyonce.connectors import KafkaSink, PostgresSink
 from exactlyonce.dedup.content import (
     canonical_encoding,
@@ -157,3 +159,25 @@ def test_kafka_identical_lines_are_messages_and_a_later_epoch_adds_only_new_occu
     assert len(expected) == 5  # disk full #1-#3, GET /, login ok
     result = audit(bootstrap, unique_name, unique_name, read_committed=bool(sink.hides_aborted))
     result.assert_exactly_once(expected)
+
+
+def test_buffered_postgres_carries_content_ids_through_the_drainer(
+    spark: SparkSession,
+    bootstrap: str,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+) -> None:
+    target = PostgresSink(pg_dsn, unique_name, None, unique_name, id_from="content")
+    buffer = KafkaBuffer(topic=unique_name, bootstrap_servers=bootstrap, partitions=2)
+    buffered = Buffered(target, buffer)
+    batch = [("disk full", 1), ("disk full", 1), ("GET /", None), ("disk full", 1)]
+    df = spark.createDataFrame(batch, "line STRING, n BIGINT")
+    buffered.preflight(df.schema)
+    install_audit(pg, unique_name)
+    buffered(df, 0)
+    with Drainer(target, buffer) as drainer:
+        assert drainer.drain_available(timeout_s=60).written == 4
+    expected = content_record_ids([{"line": line, "n": n} for line, n in batch])
+    counts = write_counts(pg, unique_name)
+    assert sorted(counts) == sorted(expected) and set(counts.values()) == {1}
