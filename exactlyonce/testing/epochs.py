@@ -10,7 +10,8 @@ its destination from this process (a :class:`~exactlyonce.testing.MemorySink`, o
 sink against real services).
 
 Limits: string and integer key values hash exactly as in Spark; other types follow Python's
-``str``, which Spark's cast to string need not match.
+``str``, which Spark's cast to string need not match. Content IDs (``id_from="content"``)
+come from :func:`~exactlyonce.dedup.content.content_record_ids`, the twin of Spark's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from exactlyonce.connectors.base import (
     ExactlyOnceSink,
     TaskResult,
 )
-from exactlyonce.dedup.ids import record_id
+from exactlyonce.dedup.content import content_record_ids
+from exactlyonce.dedup.ids import RecordIdSpec, record_id
 from exactlyonce.dedup.murmur3 import spark_shard
 
 if TYPE_CHECKING:
@@ -44,6 +46,14 @@ def _id_of(record: Record, id_columns: Sequence[str]) -> str | None:
     return None if any(v is None for v in values) else record_id(values)
 
 
+def record_ids(records: Sequence[Record], spec: RecordIdSpec) -> list[str | None]:
+    """The IDs Spark gives an epoch's ``records`` under ``spec`` (None: a null key)."""
+    if spec.content:
+        columns = list(records[0]) if records else []
+        return list(content_record_ids([{c: r.get(c) for c in columns} for r in records]))
+    return [_id_of(r, spec.columns) for r in records]
+
+
 def shard_batches(
     records: Sequence[Record],
     sink: ExactlyOnceSink,
@@ -53,7 +63,7 @@ def shard_batches(
 ) -> dict[int, pa.RecordBatch]:
     """One Arrow batch per shard, with the columns Spark gives ``sink``'s task writer."""
     columns = list(records[0]) if records else []
-    ids = [_id_of(r, sink.ids.columns) for r in records]
+    ids = record_ids(records, sink.ids)
     known = [i for i in ids if i is not None]
     owners = iter(spark_shard(known, shards).tolist() if known else [])
     # A null key has no ID; Spark's hash of a null is its seed (42), so pmod(42, shards).

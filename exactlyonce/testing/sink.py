@@ -33,7 +33,7 @@ from exactlyonce.connectors.base import (
     ShardWriter,
     TaskWriter,
 )
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.postgres.config import Mode, TableSettings
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
@@ -120,9 +120,10 @@ class MemorySink(ExactlyOnceSink):
         self,
         store: MemoryStore,
         table: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         mode: Mode | Unset = UNSET,
         shards: int | None | Unset = UNSET,
         id_column: str | Unset = UNSET,

@@ -37,8 +37,8 @@ from exactlyonce.connectors.base.report import (
     BatchReport,
     TaskResult,
     bloom_over_capacity,
+    catalog_summary,
 )
-from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CatalogLostError, CheckpointResetError, ConfigError
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+    from exactlyonce.dedup.ids import RecordIdSpec
 
 
 log = logging.getLogger("exactlyonce")
@@ -98,7 +100,7 @@ class ExactlyOnceSink(ABC):
         and :meth:`from_config` end here."""
         self.config = config
         self.query_name = config.query_name
-        self.ids = RecordIdSpec.from_columns(list(config.id_columns))
+        self.ids: RecordIdSpec = config.record_ids()
         self.shards = config.shards
         self._sink_name = config.sink_name
         self._head: Head | None = None
@@ -244,7 +246,11 @@ class ExactlyOnceSink(ABC):
         crash_point("after_head", batch_id)
         report = BatchReport.from_tasks(self.query_name, self.sink_name, batch_id, tasks)
         report.seconds = time.monotonic() - began
-        report.catalog_rebuilds = (self._keeper.rebuilds if self._keeper else 0) - rebuilds_before
+        if self._keeper is not None:
+            report.catalog_rebuilds = self._keeper.rebuilds - rebuilds_before
+            usage = self._keeper.usage(batch_id)
+            if usage is not None:
+                report.catalog_ids, report.catalog_bytes = usage.ids, usage.memory_bytes
         self._record(report)
         return report
 
@@ -344,13 +350,13 @@ class ExactlyOnceSink(ABC):
         """Add the record ID, the epoch, and for bad records the reason and payload."""
         from pyspark.sql import functions as F
 
-        names = tuple(df.columns)
+        schema = df.schema
 
         def build() -> tuple[list[Column], list[Column]]:
-            self._check_id_columns(names)
-            return id_expressions(self.ids, names, self.id_column)
+            self._check_id_columns(schema.names)
+            return id_expressions(self.ids, schema, self.id_column)
 
-        before, after = self._memo(("with_ids", names, epoch_column), build)
+        before, after = self._memo(("with_ids", schema.json(), epoch_column), build)
         return df.select(*before, F.lit(epoch).cast("long").alias(epoch_column), *after)
 
     def _memo(self, key: Hashable, build: Callable[[], MemoT]) -> MemoT:
@@ -367,7 +373,7 @@ class ExactlyOnceSink(ABC):
         if not report.skipped:
             log.info(
                 "%s epoch %d: %d rows, %d written, %d duplicates, %d dead letters, "
-                "%d shards committed, %d skipped (%.2fs)",
+                "%d shards committed, %d skipped (%.2fs); %s",
                 self,
                 report.epoch,
                 report.rows,
@@ -377,6 +383,7 @@ class ExactlyOnceSink(ABC):
                 report.shards_committed,
                 report.shards_skipped,
                 report.seconds,
+                catalog_summary(report),
             )
             warning = bloom_over_capacity(report, self.dedup_config)
             if warning is not None and not self.__dict__.get("_capacity_warned"):

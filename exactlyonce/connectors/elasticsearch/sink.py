@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import default_policy
@@ -65,9 +65,10 @@ class ElasticsearchSink(ExactlyOnceSink):
         self,
         hosts: str | Sequence[str],
         index: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         op_type: OpType | Unset = UNSET,
         api_key: str | tuple[str, str] | None | Unset = UNSET,
         basic_auth: str | tuple[str, str] | None = None,

@@ -15,7 +15,7 @@ from exactlyonce.connectors.base import (
     Head,
     TaskWriter,
 )
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.redis import lua
 from exactlyonce.connectors.redis.config import RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
@@ -71,9 +71,10 @@ class RedisSink(ExactlyOnceSink):
         self,
         url: str,
         key_template: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         write: Write | Unset = UNSET,
         ttl_seconds: float | None | Unset = UNSET,
         pipeline_size: int | Unset = UNSET,
