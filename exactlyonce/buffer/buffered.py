@@ -13,7 +13,8 @@ head, its reports, ``reset_head``, the CLI's ``run``/``check`` work unchanged), 
 stay free of buffer code. The real sink is used for its names and its connection only.
 
 The buffer's records are the stream's rows as JSON objects (every column), with the record ID
-of the real sink's ``id_columns`` and the epoch in headers; the drainer adds them back as the
+of the real sink's ``id_columns`` (or, with ``id_from="content"``, of the whole row, computed
+by Spark before the buffer) and the epoch in headers; the drainer adds them back as the
 sink's ID and epoch columns. They travel in FRAMES: one message holds up to ``frame_records``
 records (one JSON value per line, their IDs in the ``eo-record-ids`` header), so the drainer
 handles a message per thousand records instead of one per record (per-message work in Python
@@ -129,7 +130,8 @@ def check_target(sink: object) -> PostgresSink:
 class Buffered(KafkaSink):
     """``sink`` behind a Kafka buffer: a KafkaSink into ``buffer.topic`` that names ``sink``.
 
-    The stream's query name and record-ID columns are the real sink's. Dedup (the Redis
+    The stream's query name and record identity (``id_columns`` or ``id_from``) are the real
+    sink's. Dedup (the Redis
     catalog) follows the real sink's setting unless ``dedup`` is given.
     """
 
@@ -150,8 +152,9 @@ class Buffered(KafkaSink):
         super().__init__(
             buffer.bootstrap_servers,
             buffer.topic,
-            list(sink.ids.columns),
+            list(sink.ids.columns) or None,
             sink.query_name,
+            id_from=sink.ids.id_from,
             value="json",
             control_topic=buffer.control_topic,
             dead_letter_topic=buffer.sink_dead_letter_topic,

@@ -8,12 +8,17 @@ catalog. What it relies on lives beside it: the settings in :mod:`.config`, the 
 All traffic is batched: one Lua call marks or looks up up to 200,000 IDs, grouped by bucket.
 Every call checks ``instance`` first, so a Redis that restarted empty is detected (it answers
 CATALOG_LOST) instead of answering "never seen" for everything.
+
+The scripts that change the catalog keep per-generation usage counters in its stats hash, in
+the same atomic step (see :mod:`.scripts`); :meth:`RedisCatalog.usage` reads them with one
+HGETALL: the IDs the catalog can still recognise and the Redis memory they take.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,15 +28,17 @@ from exactlyonce.dedup.bloom import BloomFilter, Ids
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keys import CatalogKeys, namespace
 from exactlyonce.dedup.layout import MAX_PER_CALL, Layout, buckets, pack_groups
-from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_UNMARK
+from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_UNMARK
 from exactlyonce.errors import CatalogLostError
 
 __all__ = [
     "LUA_LOOKUP",
     "LUA_MARK",
+    "LUA_MERGE",
     "LUA_UNMARK",
     "MAX_PER_CALL",
     "CatalogKeys",
+    "CatalogUsage",
     "DedupConfig",
     "Layout",
     "RedisCatalog",
@@ -40,6 +47,35 @@ __all__ = [
 ]
 
 Blooms = dict[int, tuple[int, BloomFilter]]  # generation -> (version, filter)
+
+
+@dataclass(frozen=True)
+class CatalogUsage:
+    """What the catalog holds in its live generations: the IDs it can still recognise (an ID
+    marked twice counts twice), and the Redis memory of their bucket and Bloom filter keys
+    (``MEMORY USAGE``; the small meta and stats hashes and the journals of epochs above the
+    head are not counted)."""
+
+    ids: int
+    memory_bytes: int
+
+    @property
+    def bytes_per_id(self) -> float | None:
+        return self.memory_bytes / self.ids if self.ids else None
+
+    @classmethod
+    def from_stats(cls, stats: dict[bytes, bytes], gens: Iterable[int]) -> CatalogUsage:
+        """The sum of the stats hash's counters over ``gens``."""
+        live = {str(g).encode() for g in gens}
+        ids = size = 0
+        for name, value in stats.items():
+            kind, _, gen = name.partition(b":")
+            if gen in live:
+                if kind == b"ids":
+                    ids += int(value)
+                elif kind == b"bytes":
+                    size += int(value)
+        return cls(ids, size)
 
 
 class RedisCatalog:
@@ -89,8 +125,15 @@ class RedisCatalog:
     def create(self, layout: Layout) -> str:
         """A new, empty catalog with a fresh instance id (after loss, or the first start)."""
         instance = uuid.uuid4().hex
-        self.redis.hset(self.keys.meta, mapping={"instance": instance, **layout.to_meta()})
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.keys.stats)
+        pipe.hset(self.keys.meta, mapping={"instance": instance, **layout.to_meta()})
+        pipe.execute()
         return instance
+
+    def usage(self, layout: Layout, epoch: int) -> CatalogUsage:
+        """The live generations' IDs and bytes at ``epoch``: one HGETALL of the counters."""
+        return CatalogUsage.from_stats(self.redis.hgetall(self.keys.stats), layout.live(epoch))
 
     def drop(self) -> int:
         """Delete every key of this catalog (after a head reset); the number deleted."""
@@ -133,19 +176,22 @@ class RedisCatalog:
         """
         if not len(ids):
             return
-        base = self.keys.bucket_prefix(shard, layout.gen(epoch))
+        gen = layout.gen(epoch)
+        base = self.keys.bucket_prefix(shard, gen)
         for start in range(0, len(ids), self.config.chunk_ids):
             chunk = ids[start : start + self.config.chunk_ids]
             packed = pack_groups(chunk, layout.bucket_bits)
-            self._call(LUA_MARK, [instance, base, packed.blob, packed.groups])
+            self._call(LUA_MARK, [instance, base, packed.blob, packed.groups, gen], stats=True)
         if journal:
             self.redis.append(self.keys.journal(shard, epoch), np.ascontiguousarray(ids).tobytes())
 
-    def _call(self, source: str, args: Sequence[Any]) -> bytes:
+    def _call(self, source: str, args: Sequence[Any], stats: bool = False) -> bytes:
+        """Run a script with the meta hash (and with ``stats``, the stats hash) as keys."""
         import redis
 
+        keys = [self.keys.meta, self.keys.stats] if stats else [self.keys.meta]
         try:
-            result: bytes = self._script(source)(keys=[self.keys.meta], args=args)
+            result: bytes = self._script(source)(keys=keys, args=args)
         except redis.ResponseError as exc:
             if "CATALOG_LOST" in str(exc):
                 raise self._lost() from None
@@ -194,18 +240,9 @@ class RedisCatalog:
         Idempotent in content (OR-ing twice changes nothing); the version grows every call.
         Callers merge before they :meth:`mark`, so the filter always covers the catalog.
         """
-        tmp = self.keys.tmp()
-        bloom = self.keys.bloom(shard, gen)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hget(self.keys.meta, "instance")
-        pipe.set(tmp, delta.to_bytes())
-        pipe.bitop("OR", bloom, bloom, tmp)
-        pipe.delete(tmp)
-        pipe.incr(self.keys.bloom_version(shard, gen))
-        got = pipe.execute()
-        if (got[0] or b"").decode() != instance:
-            raise self._lost()
-        return int(got[-1])
+        bloom, version = self.keys.bloom(shard, gen), self.keys.bloom_version(shard, gen)
+        args = [instance, bloom, version, self.keys.tmp(), delta.to_bytes(), gen]
+        return int(self._call(LUA_MERGE, args, stats=True))
 
     # -- driver-side maintenance -------------------------------------------------------
 
@@ -220,9 +257,9 @@ class RedisCatalog:
             shard, epoch = CatalogKeys.parse_journal(key.decode())
             if epoch > head_epoch:
                 blob = self.redis.get(key) or b""
-                base = self.keys.bucket_prefix(shard, layout.gen(epoch))
-                args = [base, blob, layout.bucket_bits]
-                removed += int(self._script(LUA_UNMARK)(keys=[], args=args))
+                gen = layout.gen(epoch)
+                args = [self.keys.bucket_prefix(shard, gen), blob, layout.bucket_bits, gen]
+                removed += int(self._script(LUA_UNMARK)(keys=[self.keys.stats], args=args))
             self.redis.delete(key)
         return removed
 
@@ -231,7 +268,8 @@ class RedisCatalog:
         self.redis.delete(*[self.keys.journal(s, epoch) for s in range(shards)])
 
     def expire_before(self, layout: Layout, epoch: int) -> int:
-        """Delete whole generations older than the retention window; returns keys deleted."""
+        """Delete whole generations older than the retention window, then their counters;
+        returns keys deleted."""
         oldest_live = min(layout.live(epoch))
         deleted = 0
         for gen in range(max(0, oldest_live - 2), oldest_live):
@@ -241,7 +279,18 @@ class RedisCatalog:
                 keys += [self.keys.bucket(s, gen, b) for b in range(1 << layout.bucket_bits)]
             for i in range(0, len(keys), 10_000):
                 deleted += int(self.redis.unlink(*keys[i : i + 10_000]))
+        self._forget_counters(oldest_live)
         return deleted
+
+    def _forget_counters(self, oldest_live: int) -> None:
+        """Drop the stats of every generation before ``oldest_live`` (after their keys)."""
+        names = [
+            name
+            for name in self.redis.hkeys(self.keys.stats)
+            if int(name.partition(b":")[2]) < oldest_live
+        ]
+        if names:
+            self.redis.hdel(self.keys.stats, *names)
 
     def memory_per_id(self, layout: Layout, epoch: int) -> float | None:
         """Redis bytes per live ID in this catalog (sampled with MEMORY USAGE)."""

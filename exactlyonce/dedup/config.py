@@ -25,7 +25,21 @@ def connect_redis(url: str) -> Any:
 
 @dataclass(frozen=True)
 class DedupConfig:
-    """Dedup settings. ``expected_ids`` is per retention window, over all shards.
+    """Dedup settings.
+
+    ``retention_epochs`` (default 1000) is the catalog's memory horizon: an ID marked at epoch
+    ``e`` is recognised until at least epoch ``e + retention_epochs`` (whole generations of
+    ``retention_epochs / 4`` epochs are deleted once all their epochs are that old, so at
+    most about ``1.25 x retention_epochs`` epochs are held). A replay of a record older than
+    that is no longer recognised by the catalog: the source must never replay so far back.
+    A destination that keeps one record per ID (PostgreSQL ``mode="insert"``, Elasticsearch)
+    still refuses the second copy; an appending one writes it again.
+
+    ``expected_ids`` (default 1,000,000) is the number of distinct IDs the query writes in
+    ``retention_epochs`` epochs, over all shards. Each generation's Bloom filter is sized for
+    all of them (a burst may land in one generation); more than that and the filters answer
+    "maybe" more often than ``fp_rate``, each "maybe" costing a catalog lookup. Sizing is
+    fixed when the catalog is created and kept after restarts.
 
     ``connect`` is the one seam to the catalog's Redis: it gets ``redis_url`` and returns a
     redis-py-like client. None (the default) is ``redis.Redis.from_url(url,

@@ -9,6 +9,11 @@ computed by Spark's JVM from the values alone. IDs never come from partition IDs
 
 A record with a null key column has no ID. It is a bad record and goes to the dead-letter
 destination; it never gets a random ID.
+
+Records without a key (log lines, metrics) take their ID from their content instead
+(:meth:`RecordIdSpec.from_content`, ``id_from="content"``): the whole row hashed, plus its
+occurrence number among identical rows of the epoch (see :mod:`.content`). Such an ID is
+never null.
 """
 
 from __future__ import annotations
@@ -17,23 +22,37 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from exactlyonce.dedup.content import content_id_column
 from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 KAFKA_SOURCE_COLUMNS = ("topic", "partition", "offset")
+
+# Where a sink's record IDs come from: the key columns it names, or the whole row.
+IdFrom = Literal["columns", "content"]
+ID_FROM: tuple[IdFrom, ...] = get_args(IdFrom)
 
 
 @dataclass(frozen=True)
 class RecordIdSpec:
-    """Which columns make a record's identity."""
+    """What makes a record's identity: the key ``columns``, or (``content``) the whole row
+    and its occurrence number among identical rows of the epoch."""
 
-    columns: tuple[str, ...]
+    columns: tuple[str, ...] = ()
+    content: bool = False
 
     def __post_init__(self) -> None:
+        if self.content:
+            if self.columns:
+                raise ConfigError(
+                    "id_from", "content IDs hash the whole row: name no id_columns with them"
+                )
+            return
         if not self.columns:
             raise ConfigError("id_columns", "name at least one column that identifies a record")
         for name in self.columns:
@@ -55,13 +74,28 @@ class RecordIdSpec:
         """IDs from source coordinates: Kafka topic, partition and offset."""
         return cls(KAFKA_SOURCE_COLUMNS)
 
+    @classmethod
+    def from_content(cls) -> RecordIdSpec:
+        """IDs from the whole row and its occurrence number (:mod:`.content`), for records
+        without a key. Safe only when every re-run of an epoch holds the same rows."""
+        return cls(content=True)
+
+    @property
+    def id_from(self) -> IdFrom:
+        return "content" if self.content else "columns"
+
     def missing_from(self, available: Sequence[str]) -> list[str]:
         return [c for c in self.columns if c not in available]
 
-    def column(self) -> Column:
-        """The Spark expression of the ID: 32 hex digits, or null when a key column is null."""
+    def column(self, schema: StructType | None = None) -> Column:
+        """The Spark expression of the ID: 32 hex digits, or null when a key column is null.
+        Content IDs (never null) hash every column of ``schema``, the stream's."""
         from pyspark.sql import functions as F
 
+        if self.content:
+            if schema is None:
+                raise ValueError("content IDs hash every column: pass the stream's schema")
+            return content_id_column(schema)
         as_text = [F.col(c).cast("string") for c in self.columns]
         any_null = F.lit(False)
         for c in self.columns:
@@ -70,6 +104,11 @@ class RecordIdSpec:
         # about twice as cheap in the JVM as building JSON). Several: a JSON array of texts.
         encoded = as_text[0] if len(as_text) == 1 else F.to_json(F.array(*as_text))
         return F.when(any_null, F.lit(None)).otherwise(F.md5(encoded))
+
+    @property
+    def may_be_null(self) -> bool:
+        """Whether a record can lack an ID (a null key column): content IDs never do."""
+        return not self.content
 
     def null_key_reason(self) -> Column:
         """A Spark expression naming the null key columns of a bad record."""
@@ -95,4 +134,4 @@ def record_id(values: Sequence[Any]) -> str:
 
 
 def with_record_ids(df: DataFrame, spec: RecordIdSpec, id_column: str) -> DataFrame:
-    return df.withColumn(id_column, spec.column())
+    return df.withColumn(id_column, spec.column(df.schema))

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from exactlyonce.dedup.bloom import ids_from_hex
-from exactlyonce.dedup.catalog import RedisCatalog
+from exactlyonce.dedup.catalog import CatalogUsage, RedisCatalog
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.dedup.murmur3 import spark_shard
@@ -166,6 +166,16 @@ class CatalogKeeper:
             total,
             start,
         )
+
+    def usage(self, epoch: int) -> CatalogUsage | None:
+        """The catalog's live IDs and bytes with the head at ``epoch`` (one HGETALL); None
+        when Redis does not answer: it only informs the batch report."""
+        assert self.layout is not None
+        try:
+            return self.catalog.usage(self.layout, epoch)
+        except Exception as exc:
+            log.debug("%s: catalog usage not read: %s", self.sink_name, type(exc).__name__)
+            return None
 
     def after_head(self, epoch: int) -> None:
         """The head reached ``epoch``: drop its journals, and expire old generations."""

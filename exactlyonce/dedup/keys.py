@@ -10,6 +10,9 @@ together. Under the prefix ``<p>``:
 ``<p>:j:<shard>:<epoch>``            the IDs first marked in an epoch the head has not passed
                                      yet (a journal), to roll them back on restart
 ``<p>:b:<shard>:<gen>`` / ``:bv:``    the shard's Bloom filter for a generation, and its version
+``<p>:stats``                        HASH of usage counters per generation, kept by the scripts:
+                                     ``ids:<gen>`` IDs held, ``bytes:<gen>`` Redis memory of the
+                                     generation's bucket and filter keys (``MEMORY USAGE``)
 ``<p>:tmp:<random>``                 a delta filter, only inside one MULTI
 
 The Redis sink builds its own keys under ``namespace(query, sink) + ":sink"``.
@@ -40,6 +43,10 @@ class CatalogKeys:
     @property
     def meta(self) -> str:
         return f"{self.prefix}:meta"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.prefix}:stats"
 
     def bucket_prefix(self, shard: int, gen: int) -> str:
         return f"{self.prefix}:c:{shard}:{gen}:"

@@ -6,8 +6,16 @@ remembered for at least ``retention_epochs`` epochs. The rule users must keep: t
 never replay a record older than that (Kafka retention, file source cleanup, upstream retries).
 
 Buckets: an ID's bucket is the top ``bucket_bits`` bits of its first two bytes. A bucket holds
-about 64-128 IDs (sized from ``expected_ids``), so a mark is one APPEND per bucket and a lookup
-scans ~2 KB. :func:`pack_groups` sorts a batch of IDs by bucket for the Lua scripts.
+about 64-128 IDs (sized from a generation's share of ``expected_ids``, as if IDs came evenly
+over the window), so a mark is one APPEND per bucket and a lookup scans ~2 KB.
+:func:`pack_groups` sorts a batch of IDs by bucket for the Lua scripts.
+
+Bloom filters: one per (shard, generation), each sized for the shard's part of ALL of
+``expected_ids``, not a generation's share: a burst can put the whole window's IDs into one
+generation (a backfill, a benchmark), and a filter past its capacity answers "maybe" far more
+often than ``fp_rate`` (a generation sized for a quarter, filled with everything, gave 3%).
+This costs up to ``live_gens`` filters of that size per shard (about 9 bytes of Redis per
+expected ID at ``fp_rate`` 0.001). Catalogs created before keep the capacity they stored.
 
 The layout is fixed when the catalog is created, stored in its meta hash and read back after
 every restart, so a changed config never reshuffles the IDs of a live catalog.
@@ -47,12 +55,13 @@ class Layout:
         per_gen = math.ceil(config.expected_ids * gen_epochs / config.retention_epochs)
         per_shard = max(64, math.ceil(per_gen / shards))
         bits = min(16, max(0, math.ceil(math.log2(per_shard / 64))))
+        bloom_capacity = max(64, math.ceil(config.expected_ids / shards))  # see the module doc
         return cls(
             shards,
             gen_epochs,
             live_gens,
             bits,
-            BloomSpec(per_shard, config.fp_rate, config.bloom_backend),
+            BloomSpec(bloom_capacity, config.fp_rate, config.bloom_backend),
         )
 
     def gen(self, epoch: int) -> int:

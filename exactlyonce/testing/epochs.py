@@ -17,7 +17,8 @@ one key with equal ``order_by`` values, the row that wins in-process may differ 
 that wins in Spark (each is deterministic).
 
 Limits: string and integer key values hash exactly as in Spark; other types follow Python's
-``str``, which Spark's cast to string need not match.
+``str``, which Spark's cast to string need not match. Content IDs (``id_from="content"``)
+come from :func:`~exactlyonce.dedup.content.content_record_ids`, the twin of Spark's.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from exactlyonce.connectors.base import (
     TaskResult,
 )
 from exactlyonce.connectors.base.columns import DELETE_COLUMN, ORDER_COLUMN
-from exactlyonce.dedup.ids import record_id
+from exactlyonce.dedup.content import content_record_ids
+from exactlyonce.dedup.ids import RecordIdSpec, record_id
 from exactlyonce.dedup.murmur3 import spark_shard
 
 if TYPE_CHECKING:
@@ -50,6 +52,14 @@ Write = Callable[[int, int], list[TaskResult]]
 def _id_of(record: Record, id_columns: Sequence[str]) -> str | None:
     values = [record.get(c) for c in id_columns]
     return None if any(v is None for v in values) else record_id(values)
+
+
+def record_ids(records: Sequence[Record], spec: RecordIdSpec) -> list[str | None]:
+    """The IDs Spark gives an epoch's ``records`` under ``spec`` (None: a null key)."""
+    if spec.content:
+        columns = list(records[0]) if records else []
+        return list(content_record_ids([{c: r.get(c) for c in columns} for r in records]))
+    return [_id_of(r, spec.columns) for r in records]
 
 
 def shard_batches(
@@ -71,7 +81,7 @@ def shard_batches(
         records = sorted(records, key=rank, reverse=True)
         records = sorted(records, key=lambda r: _id_of(r, sink.ids.columns) or "")
         columns = upsert.stored_names(columns)
-    ids = [_id_of(r, sink.ids.columns) for r in records]
+    ids = record_ids(records, sink.ids)
     known = [i for i in ids if i is not None]
     owners = iter(spark_shard(known, shards).tolist() if known else [])
     # A null key has no ID; Spark's hash of a null is its seed (42), so pmod(42, shards).

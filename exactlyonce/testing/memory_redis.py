@@ -9,7 +9,7 @@ every task's :class:`~exactlyonce.dedup.shard.TaskDedup` run unchanged against i
     config = server.dedup_config(expected_ids=1000)   # DedupConfig(connect=server.connect)
 
 It keeps redis-py's conventions: values come back as ``bytes``, a failed script raises
-``redis.ResponseError``, a MULTI pipeline runs its commands as one step. The catalog's three
+``redis.ResponseError``, a MULTI pipeline runs its commands as one step. The catalog's four
 Lua scripts are run by their Python twins in :mod:`.memory_scripts`. Anything else the
 catalog does not use is not there (an ``AttributeError`` says so).
 
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from exactlyonce.dedup.catalog import DedupConfig
-from exactlyonce.testing.memory_scripts import SCRIPTS, Data, wrong_type
+from exactlyonce.testing.memory_scripts import SCRIPTS, Data, memory_usage, wrong_type
 
 Value = bytes | dict[bytes, bytes]
 
@@ -182,6 +182,16 @@ class MemoryRedisClient:
     def hgetall(self, key: Any) -> dict[bytes, bytes]:
         return self._run(lambda: dict(self._hash(key)))  # type: ignore[no-any-return]
 
+    def hkeys(self, key: Any) -> list[bytes]:
+        return self._run(lambda: list(self._hash(key)))  # type: ignore[no-any-return]
+
+    def hdel(self, key: Any, *fields: Any) -> int:
+        def run() -> int:
+            current = self._hash(key)
+            return sum(current.pop(encode(f), None) is not None for f in fields)
+
+        return self._run(run)  # type: ignore[no-any-return]
+
     def hset(self, key: Any, mapping: dict[Any, Any]) -> int:
         def run() -> int:
             current = self._hash(key)
@@ -211,9 +221,9 @@ class MemoryRedisClient:
         return iter(self.keys(match))
 
     def memory_usage(self, key: Any) -> int | None:
-        """An estimate: the value's bytes plus a fixed overhead per key."""
-        value = self.get(key)
-        return None if value is None else len(value) + 50
+        """An estimate: the value's bytes plus a fixed overhead per key (what the script
+        twins count, see :func:`~.memory_scripts.memory_usage`)."""
+        return self._run(lambda: memory_usage(self.server.data, encode(key)))  # type: ignore[no-any-return]
 
     # -- scripts and transactions ------------------------------------------------------
 

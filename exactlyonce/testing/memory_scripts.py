@@ -1,10 +1,11 @@
 """Python twins of the catalog's Lua scripts, for :class:`~.memory_redis.MemoryRedis`.
 
 Each twin reads and writes the server's key dict as its script does in Redis, step by step
-(see :data:`exactlyonce.dedup.scripts.LUA_MARK`, ``LUA_LOOKUP`` and ``LUA_UNMARK``): the same
-instance check answering ``CATALOG_LOST``, the same packed groups of (bucket, start, end),
-the same buckets of 16-byte IDs matched only at multiples of 16. A twin runs under the
-server's lock, so it is atomic as a script is.
+(see :data:`exactlyonce.dedup.scripts.LUA_MARK`, ``LUA_LOOKUP``, ``LUA_UNMARK`` and
+``LUA_MERGE``): the same instance check answering ``CATALOG_LOST``, the same packed groups of
+(bucket, start, end), the same buckets of 16-byte IDs matched only at multiples of 16, the
+same usage counters in the stats hash (with :func:`memory_usage` standing for Redis's
+``MEMORY USAGE``). A twin runs under the server's lock, so it is atomic as a script is.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_UNMARK
+from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_UNMARK
 
 Data = dict[bytes, Any]  # a key's value: bytes (a string) or dict[bytes, bytes] (a hash)
 Script = Callable[[Data, list[bytes], list[bytes]], Any]
 ID = 16
+KEY_OVERHEAD = 50  # what memory_usage adds per key, standing for Redis's own bookkeeping
 
 
 def wrong_type() -> Exception:
@@ -49,6 +51,24 @@ def _string(data: Data, key: bytes) -> bytes | None:
     return value
 
 
+def memory_usage(data: Data, key: bytes) -> int | None:
+    """The stand-in for ``MEMORY USAGE``: a string's bytes plus a fixed overhead per key."""
+    value = data.get(key)
+    if value is None:
+        return None
+    size = sum(len(f) + len(v) for f, v in value.items()) if isinstance(value, dict) else len(value)
+    return size + KEY_OVERHEAD
+
+
+def _count(data: Data, stats_key: bytes, gen: bytes, ids: int, grown: int) -> None:
+    """HINCRBY of the generation's ``ids:`` and ``bytes:`` counters in the stats hash."""
+    stats = data.setdefault(stats_key, {})
+    if not isinstance(stats, dict):
+        raise wrong_type()
+    for name, delta in ((b"ids:" + gen, ids), (b"bytes:" + gen, grown)):
+        stats[name] = str(int(stats.get(name, b"0")) + delta).encode()
+
+
 def holds(bucket: bytes, record_id: bytes) -> bool:
     """True if ``record_id`` is one of the bucket's 16-byte IDs (a match off the grid is not)."""
     at = bucket.find(record_id)
@@ -60,12 +80,16 @@ def holds(bucket: bytes, record_id: bytes) -> bool:
 
 
 def mark(data: Data, keys: list[bytes], args: list[bytes]) -> int:
-    """LUA_MARK: append each group's IDs to its bucket."""
+    """LUA_MARK: append each group's IDs to its bucket; count them and the bytes."""
     _check_instance(data, keys[0], args[0])
     prefix, blob = args[1], args[2]
+    grown = 0
     for bucket, start, end in _groups(args[3]):
         key = _bucket_key(prefix, bucket)
+        before = memory_usage(data, key) or 0
         data[key] = (_string(data, key) or b"") + blob[start * ID : end * ID]
+        grown += (memory_usage(data, key) or 0) - before
+    _count(data, keys[1], args[4], len(blob) // ID, grown)
     return 1
 
 
@@ -90,15 +114,41 @@ def unmark(data: Data, keys: list[bytes], args: list[bytes]) -> int:
         record_id = blob[j : j + ID]
         bucket = ((record_id[0] << 8) | record_id[1]) >> (16 - bits)
         drop.setdefault(_bucket_key(prefix, bucket), set()).add(record_id)
-    removed = 0
+    removed = grown = 0
     for key, ids in drop.items():
         held = _string(data, key)
         if held is None:
             continue
         kept = [held[j : j + ID] for j in range(0, len(held), ID)]
         removed += sum(1 for i in kept if i in ids)
+        before = memory_usage(data, key) or 0
         data[key] = b"".join(i for i in kept if i not in ids)
+        grown += (memory_usage(data, key) or 0) - before
+    _count(data, keys[0], args[3], -removed, grown)
     return removed
 
 
-SCRIPTS: dict[str, Script] = {LUA_MARK: mark, LUA_LOOKUP: lookup, LUA_UNMARK: unmark}
+def merge(data: Data, keys: list[bytes], args: list[bytes]) -> int:
+    """LUA_MERGE: OR the delta into the filter, bump its version; count the bytes."""
+    _check_instance(data, keys[0], args[0])
+    bloom, version, delta = args[1], args[2], args[4]
+    before = (memory_usage(data, bloom) or 0) + (memory_usage(data, version) or 0)
+    held = _string(data, bloom) or b""
+    size = max(len(held), len(delta))
+    merged = int.from_bytes(held.ljust(size, b"\0"), "big") | int.from_bytes(
+        delta.ljust(size, b"\0"), "big"
+    )
+    data[bloom] = merged.to_bytes(size, "big")
+    new_version = int(_string(data, version) or b"0") + 1
+    data[version] = str(new_version).encode()
+    after = (memory_usage(data, bloom) or 0) + (memory_usage(data, version) or 0)
+    _count(data, keys[1], args[5], 0, after - before)
+    return new_version
+
+
+SCRIPTS: dict[str, Script] = {
+    LUA_MARK: mark,
+    LUA_LOOKUP: lookup,
+    LUA_UNMARK: unmark,
+    LUA_MERGE: merge,
+}

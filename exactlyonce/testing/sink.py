@@ -34,7 +34,14 @@ from exactlyonce.connectors.base import (
     ShardWriter,
     TaskWriter,
 )
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, field_error, given
+from exactlyonce.connectors.base.config import (
+    UNSET,
+    DedupSettings,
+    IdFrom,
+    Unset,
+    field_error,
+    given,
+)
 from exactlyonce.connectors.postgres.config import Mode, TableSettings
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
@@ -126,9 +133,10 @@ class MemorySink(ExactlyOnceSink):
         self,
         store: MemoryStore,
         table: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         mode: Mode | Unset = UNSET,
         shards: int | None | Unset = UNSET,
         id_column: str | Unset = UNSET,

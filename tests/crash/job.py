@@ -19,13 +19,16 @@ def main() -> None:
     parser.add_argument("--table", required=True)
     parser.add_argument("--mode", default="insert", choices=["insert", "append"])
     parser.add_argument("--on-catalog-loss", default="rebuild", choices=["rebuild", "fail"])
+    # content: keyless rows, IDs from the whole row and its occurrence number in the epoch
+    parser.add_argument("--id-from", default="columns", choices=["columns", "content"])
     args = parser.parse_args()
     spark = job_common.crash_session("crash-job", args.master)
     sink = PostgresSink(
         os.environ["EXACTLYONCE_PG_DSN"],
         args.table,
-        ["event_id"],
+        ["event_id"] if args.id_from == "columns" else None,
         args.query_name,
+        id_from=args.id_from,
         shards=args.shards,
         mode=args.mode,
         dedup=job_common.small_catalog(on_catalog_loss=args.on_catalog_loss),

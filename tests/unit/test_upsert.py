@@ -70,6 +70,15 @@ def test_order_by_needs_upsert_and_is_no_key_column(kind: str) -> None:
     assert sink.upsert is not None and sink.upsert.order_by == ("ts",)
 
 
+@pytest.mark.parametrize("kind", ["postgres", "elasticsearch"])
+def test_upsert_needs_a_key_not_content_ids(kind: str) -> None:
+    build = PostgresSink if kind == "postgres" else ElasticsearchSink
+    target = PG if kind == "postgres" else ES
+    with pytest.raises(ConfigError) as err:
+        build(target, "t", None, "q", id_from="content", mode="upsert", check=False)
+    assert err.value.field == "id_from"
+
+
 def test_other_modes_are_not_upserts() -> None:
     assert pg(redis_url=REDIS).upsert is None
     assert redis(redis_url=REDIS).upsert is None

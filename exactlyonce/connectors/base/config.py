@@ -29,9 +29,12 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from exactlyonce.dedup.catalog import DedupConfig
+from exactlyonce.dedup.ids import IdFrom as IdFrom  # re-exported for the constructors
+from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import secret_values
 
@@ -91,7 +94,14 @@ class Settings(BaseModel):
 
 
 class DedupSettings(Settings):
-    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`)."""
+    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`).
+
+    ``retention_epochs`` (default 1000): the horizon after which an ID can no longer be
+    recognised by the catalog (it is remembered for at least that many epochs, at most about
+    1.25 times that). ``expected_ids`` (default 1,000,000): the distinct IDs the query writes
+    in ``retention_epochs`` epochs, over all shards; the Bloom filters are sized for it.
+    Each batch report shows what the catalog holds (``catalog_ids``, ``catalog_bytes``).
+    """
 
     expected_ids: int | None = Field(default=None, ge=1)
     fp_rate: float | None = Field(default=None, gt=0, lt=1)
@@ -100,10 +110,17 @@ class DedupSettings(Settings):
 
 
 class SinkConfig(Settings):
-    """What every sink takes: the query, record identity, shards and the dedup catalog."""
+    """What every sink takes: the query, record identity, shards and the dedup catalog.
+
+    Record identity: ``id_from="columns"`` (the default) hashes the ``id_columns``;
+    ``id_from="content"`` (records without a key: log lines, metrics) hashes the whole row
+    with its occurrence number among identical rows of the epoch, and takes no
+    ``id_columns`` (see :mod:`exactlyonce.dedup.content` for when that is safe).
+    """
 
     query_name: str
-    id_columns: Names = Field(min_length=1)
+    id_columns: Names | None = None
+    id_from: IdFrom = "columns"
     shards: int | None = Field(default=None, ge=1, le=4096)
     sink_name: str | None = None
     # True: the catalog in redis_url (or $EXACTLYONCE_REDIS_URL); False: off.
@@ -120,12 +137,39 @@ class SinkConfig(Settings):
 
     @field_validator("id_columns")
     @classmethod
-    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _distinct(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("name at least 1 column that identifies a record")
         if any(not c for c in value):
             raise ValueError("column names must be non-empty")
         if len(set(value)) != len(value):
             raise ValueError(f"duplicate column in {list(value)}")
         return value
+
+    @model_validator(mode="after")
+    def _record_identity(self) -> SinkConfig:
+        if self.id_from == "content" and self.id_columns is not None:
+            raise field_error(
+                "id_from",
+                "with id_from 'content' the ID is a hash of the whole row: leave id_columns "
+                "out, or use id_from 'columns'",
+            )
+        if self.id_from == "columns" and self.id_columns is None:
+            raise field_error(
+                "id_columns",
+                "required: name the column(s) that identify a record, or set id_from "
+                "'content' for records without a key",
+            )
+        return self
+
+    def record_ids(self) -> RecordIdSpec:
+        """Where the sink's record IDs come from."""
+        if self.id_from == "content":
+            return RecordIdSpec.from_content()
+        assert self.id_columns is not None  # _record_identity
+        return RecordIdSpec.from_columns(list(self.id_columns))
 
     def _catalog_url(self) -> str | None:
         if self.redis_url is not None:

@@ -11,19 +11,28 @@ from exactlyonce.dedup.ids import RecordIdSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import StructType
 
 T = TypeVar("T")
 
 
 def id_expressions(
-    ids: RecordIdSpec, names: Sequence[str], id_column: str
+    ids: RecordIdSpec, schema: StructType, id_column: str
 ) -> tuple[list[Column], list[Column]]:
     """The columns before and after the epoch: the user's columns and the record ID, then
-    the dead-letter reason and payload (set only where the key is null)."""
+    the dead-letter reason and payload (set only where the key is null; content IDs are
+    never null, so theirs are null literals and the ID's window is evaluated once)."""
     from pyspark.sql import functions as F
 
-    rid = ids.column()
+    names: Sequence[str] = schema.names
+    rid = ids.column(schema)
     user_columns = [F.col(c) for c in names]
+    if not ids.may_be_null:
+        none = F.lit(None).cast("string")
+        return [*user_columns, rid.alias(id_column)], [
+            none.alias(ERROR_COLUMN),
+            none.alias(PAYLOAD_COLUMN),
+        ]
     payload = F.to_json(F.struct(*user_columns), {"ignoreNullFields": "false"})
     return [*user_columns, rid.alias(id_column)], [
         F.when(rid.isNull(), ids.null_key_reason()).alias(ERROR_COLUMN),

@@ -108,6 +108,16 @@ class BatchReport:
     catalog_duplicates: int = 0
     bloom_false_positives: int = 0
     catalog_rebuilds: int = 0
+    # The catalog after the epoch (its live generations): IDs it can still recognise and
+    # their Redis memory; None without dedup, or when Redis did not answer.
+    catalog_ids: int | None = None
+    catalog_bytes: int | None = None
+
+    @property
+    def catalog_bytes_per_id(self) -> float | None:
+        if self.catalog_ids and self.catalog_bytes is not None:
+            return self.catalog_bytes / self.catalog_ids
+        return None
 
     @property
     def observed_fp_rate(self) -> float:
@@ -128,6 +138,16 @@ class BatchReport:
             if t.writer:
                 report.writers.append(t.writer)
         return report
+
+
+def catalog_summary(report: BatchReport) -> str:
+    """The catalog part of the batch's log line: ``catalog 12,345 IDs, 1.2 MB (98 B/ID)``."""
+    if report.catalog_ids is None or report.catalog_bytes is None:
+        return "catalog -"
+    per_id = report.catalog_bytes_per_id
+    return f"catalog {report.catalog_ids:,} IDs, {report.catalog_bytes / 1e6:.1f} MB" + (
+        f" ({per_id:.0f} B/ID)" if per_id is not None else ""
+    )
 
 
 def bloom_over_capacity(report: BatchReport, config: DedupConfig | None) -> str | None:

@@ -39,9 +39,9 @@ from exactlyonce.connectors.base.report import (
     BatchReport,
     TaskResult,
     bloom_over_capacity,
+    catalog_summary,
 )
 from exactlyonce.connectors.base.upsert import UpsertSpec, shard_order, upsert_expressions
-from exactlyonce.dedup.ids import RecordIdSpec
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CatalogLostError, CheckpointResetError, ConfigError
@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+    from exactlyonce.dedup.ids import RecordIdSpec
 
 
 log = logging.getLogger("exactlyonce")
@@ -114,7 +116,7 @@ class ExactlyOnceSink(ABC):
         and :meth:`from_config` end here."""
         self.config = config
         self.query_name = config.query_name
-        self.ids = RecordIdSpec.from_columns(list(config.id_columns))
+        self.ids: RecordIdSpec = config.record_ids()
         self.shards = config.shards
         self._sink_name = config.sink_name
         self._head: Head | None = None
@@ -269,7 +271,11 @@ class ExactlyOnceSink(ABC):
         crash_point("after_head", batch_id)
         report = BatchReport.from_tasks(self.query_name, self.sink_name, batch_id, tasks)
         report.seconds = time.monotonic() - began
-        report.catalog_rebuilds = (self._keeper.rebuilds if self._keeper else 0) - rebuilds_before
+        if self._keeper is not None:
+            report.catalog_rebuilds = self._keeper.rebuilds - rebuilds_before
+            usage = self._keeper.usage(batch_id)
+            if usage is not None:
+                report.catalog_ids, report.catalog_bytes = usage.ids, usage.memory_bytes
         self._record(report)
         return report
 
@@ -372,19 +378,20 @@ class ExactlyOnceSink(ABC):
         upsert mode the tombstone column becomes ``_eo_delete``, and ``_eo_order`` is added."""
         from pyspark.sql import functions as F
 
-        names = tuple(df.columns)
+        schema = df.schema
+        names = tuple(schema.names)
         upsert = self.upsert
 
         def build() -> tuple[list[Column], list[Column]]:
             self._check_id_columns(names)
-            before, after = id_expressions(self.ids, names, self.id_column)
+            before, after = id_expressions(self.ids, schema, self.id_column)
             if upsert is None:
                 return before, after
             stored = set(upsert.stored_names(names))
             kept = [c for name, c in zip(names, before, strict=False) if name in stored]
             return [*kept, before[-1]], [*after, *upsert_expressions(upsert, names)]
 
-        before, after = self._memo(("with_ids", names, epoch_column, upsert), build)
+        before, after = self._memo(("with_ids", schema.json(), epoch_column, upsert), build)
         return df.select(*before, F.lit(epoch).cast("long").alias(epoch_column), *after)
 
     def _memo(self, key: Hashable, build: Callable[[], MemoT]) -> MemoT:
@@ -401,7 +408,7 @@ class ExactlyOnceSink(ABC):
         if not report.skipped:
             log.info(
                 "%s epoch %d: %d rows, %d written, %d duplicates, %d dead letters, "
-                "%d shards committed, %d skipped (%.2fs)",
+                "%d shards committed, %d skipped (%.2fs); %s",
                 self,
                 report.epoch,
                 report.rows,
@@ -411,6 +418,7 @@ class ExactlyOnceSink(ABC):
                 report.shards_committed,
                 report.shards_skipped,
                 report.seconds,
+                catalog_summary(report),
             )
             if self.upsert is not None:
                 log.info(

@@ -102,11 +102,17 @@ def upsert_defaults(data: Any, refused: Mapping[str, str] | None = None) -> Any:
 def check_upsert(
     mode: str,
     tombstone_column: str | None,
-    id_columns: Sequence[str],
+    id_columns: Sequence[str] | None,
     order_by: Sequence[str] = (),
+    id_from: str = "columns",
 ) -> None:
-    """The cross-field rules of ``tombstone_column`` and ``order_by`` (a ``mode="after"``
-    model validator)."""
+    """The cross-field rules of ``mode="upsert"``, ``tombstone_column`` and ``order_by`` (a
+    ``mode="after"`` model validator)."""
+    if mode == "upsert" and (id_from != "columns" or not id_columns):
+        raise field_error(
+            "id_from", "mode 'upsert' replaces a key's row: name the key with id_columns"
+        )
+    id_columns = id_columns or ()
     if order_by and mode != "upsert":
         raise field_error("order_by", "orders the rows of a key within an epoch: mode 'upsert'")
     keys = [c for c in order_by if c in id_columns]

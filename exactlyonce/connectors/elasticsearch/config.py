@@ -88,7 +88,7 @@ class ElasticsearchSinkConfig(SinkConfig):
 
     @model_validator(mode="after")
     def _upsert(self) -> ElasticsearchSinkConfig:
-        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by)
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by, self.id_from)
         return self
 
     @model_validator(mode="after")

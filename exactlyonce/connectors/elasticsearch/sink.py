@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, Mode, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
@@ -71,9 +71,10 @@ class ElasticsearchSink(ExactlyOnceSink):
         self,
         hosts: str | Sequence[str],
         index: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         op_type: OpType | Unset = UNSET,
         mode: Mode | Unset = UNSET,
         tombstone_column: str | None | Unset = UNSET,

@@ -9,7 +9,8 @@ record exactly once too.
 
 Mechanism, per epoch:
 
-- each record gets a deterministic ID (hashed ``id_columns``) and a shard (ID hash);
+- each record gets a deterministic ID (hashed ``id_columns``, or with ``id_from="content"``
+  the row and its occurrence number in the epoch) and a shard (ID hash);
 - each executor task writes its shard in ONE Kafka transaction, from an idempotent producer
   whose ``transactional.id`` is ``eo-<query>-<sha1(sink)[:8]>-<shard>``: stable across
   re-runs, so a new attempt's ``init_transactions()`` fences the zombie of an older one and
@@ -50,7 +51,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.kafka import preflight as _preflight
 from exactlyonce.connectors.kafka.clients import KafkaClients
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
@@ -89,9 +90,10 @@ class KafkaSink(ExactlyOnceSink):
         self,
         bootstrap_servers: str,
         topic: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         key_column: str | None | Unset = UNSET,
         value: str | Unset = UNSET,
         control_topic: str | Unset = UNSET,

@@ -64,7 +64,7 @@ class PostgresSinkConfig(TableSettings):
 
     @model_validator(mode="after")
     def _upsert(self) -> PostgresSinkConfig:
-        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by)
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by, self.id_from)
         return self
 
     @field_validator("dsn")

@@ -43,7 +43,7 @@ import psycopg
 from psycopg import sql
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.schema import (
@@ -82,9 +82,10 @@ class PostgresSink(ExactlyOnceSink):
         self,
         dsn: str,
         table: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         mode: Mode | Unset = UNSET,
         create_table: bool | Unset = UNSET,
         id_column: str | Unset = UNSET,

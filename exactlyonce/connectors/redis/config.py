@@ -78,17 +78,17 @@ class RedisSinkConfig(SinkConfig):
 
     @model_validator(mode="after")
     def _upsert(self) -> RedisSinkConfig:
-        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by)
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by, self.id_from)
         if self.mode != "upsert":
             return self
         if self.write == "stream":
             raise field_error(
                 "write", "mode 'upsert' replaces a key's value: write 'hash' or 'string'"
             )
-        if set(self.template.fields) != set(self.id_columns):
+        if set(self.template.fields) != set(self.id_columns or ()):
             raise field_error(
                 "key_template",
-                f"in mode 'upsert' it names exactly the id_columns {list(self.id_columns)} "
+                f"in mode 'upsert' it names exactly the id_columns {list(self.id_columns or ())} "
                 f"(one key per record, guarded by its epoch), not {list(self.template.fields)}",
             )
         return self

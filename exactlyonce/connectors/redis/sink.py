@@ -15,7 +15,7 @@ from exactlyonce.connectors.base import (
     Head,
     TaskWriter,
 )
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, Unset, given
+from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import lua
 from exactlyonce.connectors.redis.config import Mode, RedisSinkConfig, Write
@@ -80,9 +80,10 @@ class RedisSink(ExactlyOnceSink):
         self,
         url: str,
         key_template: str,
-        id_columns: Sequence[str] | str,
+        id_columns: Sequence[str] | str | None,
         query_name: str,
         *,
+        id_from: IdFrom | Unset = UNSET,
         write: Write | Unset = UNSET,
         mode: Mode | Unset = UNSET,
         tombstone_column: str | None | Unset = UNSET,

@@ -8,7 +8,7 @@ for j = 1, #blob, 16 do
   if not drop[key] then drop[key] = {}; keys[#keys + 1] = key end
   drop[key][id] = true
 end
-local removed = 0
+local removed = 0; local grown = 0
 for _, key in ipairs(keys) do
   local bucket = redis.call('GET', key)
   if bucket then
@@ -17,7 +17,11 @@ for _, key in ipairs(keys) do
       local id = string.sub(bucket, j, j + 15)
       if drop[key][id] then removed = removed + 1 else kept[#kept + 1] = id end
     end
+    local before = redis.call('MEMORY', 'USAGE', key)
     redis.call('SET', key, table.concat(kept))
+    grown = grown + redis.call('MEMORY', 'USAGE', key) - before
   end
 end
+redis.call('HINCRBY', KEYS[1], 'ids:' .. ARGV[4], 0 - removed)
+redis.call('HINCRBY', KEYS[1], 'bytes:' .. ARGV[4], grown)
 return removed

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from exactlyonce.connectors.base.config import Settings
-from exactlyonce.dedup.ids import RecordIdSpec
+from exactlyonce.dedup.ids import ID_FROM, RecordIdSpec
 from exactlyonce.integration.config.common import as_text_mapping
 from exactlyonce.integration.config.sinks import (
     RedisSinkConfig,
@@ -88,7 +88,7 @@ class PipelineConfig(Settings):
     @model_validator(mode="after")
     def _id_columns_in_schema(self) -> PipelineConfig:
         available = self.source.columns()
-        missing = [c for c in self.sink.id_columns if c not in available]
+        missing = [c for c in self.sink.id_columns or () if c not in available]
         if missing:
             raise PydanticCustomError(
                 "id_columns_not_in_schema",
@@ -128,30 +128,35 @@ class PipelineConfig(Settings):
     @model_validator(mode="before")
     @classmethod
     def _id_from(cls, data: Any) -> Any:
-        """``sink.id_from``: where record IDs come from, a setting of the file, not of the
-        sink. ``columns`` (the default) keeps ``id_columns``; ``source`` sets them to the Kafka
-        source's coordinates (topic, partition, offset), so re-reading the same offsets
-        collapses. The sink's own config never sees ``id_from``."""
+        """``sink.id_from``: where record IDs come from. ``columns`` (the default) and
+        ``content`` are the sink's own setting (its config model holds their rules);
+        ``source``, a setting of the file only, sets ``id_columns`` to the Kafka source's
+        coordinates (topic, partition, offset), so re-reading the same offsets collapses."""
         if not isinstance(data, Mapping) or not isinstance(data.get("sink"), Mapping):
             return data
         sink = dict(data["sink"])
-        id_from = sink.pop("id_from", "columns")
-        if id_from not in ("columns", "source"):
-            raise _id_from_error("must be 'columns' (ids from id_columns) or 'source'")
-        if id_from == "source":
-            source = data.get("source")
-            kind = source.get("type") if isinstance(source, Mapping) else None
-            if isinstance(kind, str) and kind != "kafka":
-                raise _id_from_error(
-                    f"'source' makes IDs from Kafka coordinates and needs a source of type "
-                    f"kafka, not {kind!r}; name the columns with id_columns instead"
-                )
-            if "id_columns" in sink:
-                raise _id_from_error(
-                    "with id_from 'source' the IDs are (topic, partition, offset): "
-                    "leave id_columns out, or use id_from 'columns'"
-                )
-            sink["id_columns"] = list(RecordIdSpec.from_kafka_source().columns)
+        id_from = sink.get("id_from", "columns")
+        if id_from not in (*ID_FROM, "source"):
+            raise _id_from_error(
+                "must be 'columns' (IDs from id_columns), 'content' (IDs from the whole row, "
+                "for records without a key) or 'source' (IDs from Kafka coordinates)"
+            )
+        if id_from != "source":
+            return data
+        del sink["id_from"]
+        source = data.get("source")
+        kind = source.get("type") if isinstance(source, Mapping) else None
+        if isinstance(kind, str) and kind != "kafka":
+            raise _id_from_error(
+                f"'source' makes IDs from Kafka coordinates and needs a source of type "
+                f"kafka, not {kind!r}; name the columns with id_columns instead"
+            )
+        if "id_columns" in sink:
+            raise _id_from_error(
+                "with id_from 'source' the IDs are (topic, partition, offset): "
+                "leave id_columns out, or use id_from 'columns'"
+            )
+        sink["id_columns"] = list(RecordIdSpec.from_kafka_source().columns)
         return {**data, "sink": sink}
 
     def build_sink(self, *, check: bool = True) -> ExactlyOnceSink:

@@ -42,7 +42,7 @@ def demo_source(cfg: PipelineConfig) -> KafkaSourceConfig:
     missing = [f for f in FIELDS if f not in source.columns()]
     if missing:
         raise ConfigError("source.schema", f"the demo's records need column(s) {missing}")
-    if tuple(cfg.sink.id_columns) != ("event_id",):
+    if tuple(cfg.sink.id_columns or ()) != ("event_id",):
         raise ConfigError("sink.id_columns", "the demo's records are keyed by [event_id]")
     return source
 
