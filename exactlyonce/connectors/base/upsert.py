@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class UpsertSpec:
-    """A sink in ``mode="upsert"``; ``tombstone_column`` (boolean, true deletes the key) or
-    None when the stream never deletes."""
+    """A sink in ``mode="upsert"``: ``tombstone_column`` (boolean, true deletes the key; None
+    when the stream never deletes) and ``order_by`` (the within-epoch rule's first columns)."""
 
     tombstone_column: str | None = None
     order_by: tuple[str, ...] = ()
@@ -55,7 +55,8 @@ class UpsertSpec:
         return [n for n in names if n != self.tombstone_column]
 
     def stored_schema(self, schema: StructType) -> StructType:
-        """``schema`` without the tombstone column, which must be there and boolean."""
+        """``schema`` without the tombstone column, which must be there and boolean; the
+        ``order_by`` columns must be there too (ConfigError naming the field)."""
         from pyspark.sql import types as T
 
         kinds = {f.name: f.dataType for f in schema.fields}
