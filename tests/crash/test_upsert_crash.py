@@ -57,7 +57,15 @@ class Events:
     """The input, and what the aggregation of its deduplicated events must end as."""
 
     totals: dict[str, tuple[int, int]]  # key -> (count, sum)
-    epochs: dict[str, list[int]]  # key -> the epochs (files) whose output holds it
+    changed: list[set[str]]  # per file: the keys it brings a new event of
+
+    def epochs(self, epoch_of_file: dict[int, int]) -> dict[str, list[int]]:
+        """key -> the epochs whose output held it, given which epoch read each file."""
+        out: dict[str, set[int]] = defaultdict(set)
+        for n, keys in enumerate(self.changed):
+            for key in keys:
+                out[key].add(epoch_of_file[n])
+        return {k: sorted(v) for k, v in out.items()}
 
 
 def make_events(directory: Path, seed: int, files: int = FILES, rows: int = 45) -> Events:
@@ -69,7 +77,7 @@ def make_events(directory: Path, seed: int, files: int = FILES, rows: int = 45) 
     sent: list[dict[str, Any]] = []
     seen: set[str] = set()
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    epochs: dict[str, list[int]] = defaultdict(list)
+    changed: list[set[str]] = []
     for n in range(files):
         lines = []
         for _ in range(rows):
@@ -83,21 +91,43 @@ def make_events(directory: Path, seed: int, files: int = FILES, rows: int = 45) 
         if n % 3 == 2:
             start = rng.randrange(len(sent) - 10)
             lines.extend(sent[start : start + 10])
+        changed.append(set())
         for event in lines:
             if event["event_id"] in seen:
                 continue
             seen.add(event["event_id"])
             totals[event["key"]][0] += 1
             totals[event["key"]][1] += event["amount"]
-            if not epochs[event["key"]] or epochs[event["key"]][-1] != n:
-                epochs[event["key"]].append(n)
+            changed[n].add(event["key"])
         tmp = directory.parent / f".{n:04d}.json.tmp"
         tmp.write_text("".join(json.dumps(e) + "\n" for e in lines))
-        # Spark's file source orders files by modification time only: files written in one
-        # clock tick could swap epochs. One second apart, file n is epoch n.
+        # Spark's file source orders files by modification time only: one second apart, the
+        # files are read in order (files written in one clock tick could swap).
         os.utime(tmp, (base + n, base + n))
         tmp.rename(directory / f"part-{n:04d}.json")
-    return Events({k: (v[0], v[1]) for k, v in totals.items()}, dict(epochs))
+    return Events({k: (v[0], v[1]) for k, v in totals.items()}, changed)
+
+
+def epoch_of_each_file(checkpoint: Path) -> dict[int, int]:
+    """Which epoch read each input file, from Spark's checkpoint: the file source's log gives
+    each file its log index, the offset log each epoch its last log index. Usually file n is
+    epoch n; a kill between the two logs' writes makes the next run read two files at once."""
+    index_of: dict[int, int] = {}
+    for log in (checkpoint / "sources" / "0").iterdir():
+        if log.name.startswith("."):
+            continue
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            index_of[int(Path(entry["path"]).stem.split("-")[1])] = int(entry["batchId"])
+    last_index = {
+        int(f.name): int(json.loads(f.read_text().splitlines()[-1])["logOffset"])
+        for f in (checkpoint / "offsets").iterdir()
+        if f.name.isdigit()
+    }
+    return {
+        n: min(e for e, last in last_index.items() if last >= index)
+        for n, index in index_of.items()
+    }
 
 
 @dataclass
@@ -233,12 +263,13 @@ def test_an_upserted_aggregation_survives_kill_9(
     batch = job.batch_result()
     assert batch == events.totals, "the Spark batch job and the Python count disagree"
     assert {k: v[:2] for k, v in state.items()} == batch, f"end state differs (seed {seed})"
-    last = {k: e[-1] for k, e in events.epochs.items()}
+    epochs = events.epochs(epoch_of_each_file(job.checkpoint))
+    last = {k: e[-1] for k, e in epochs.items()}
     assert {k: v[2] for k, v in state.items()} == last, f"a key's epoch is off (seed {seed})"
     if sink != "elasticsearch" or es.server is not None:
         backwards = {k: e for k, e in history.items() if e != sorted(e)}
         assert not backwards, f"writes went back an epoch: {list(backwards.items())[:3]}"
-        assert {k: sorted(set(e)) for k, e in history.items()} == events.epochs, (
+        assert {k: sorted(set(e)) for k, e in history.items()} == epochs, (
             f"the epochs written differ from the epochs whose output held each key (seed {seed})"
         )
-    assert job.last_commit() == FILES - 1
+    assert job.last_commit() == max(epoch_of_each_file(job.checkpoint).values())
