@@ -18,6 +18,11 @@ Reproduced, as documented for Elasticsearch 8:
 - ``_version``, ``_seq_no``, ``_primary_term``, ``op_type=create``, ``if_seq_no`` with
   ``if_primary_term`` (409 when either differs, 400 when one comes without the other),
   tombstones (a delete, even of nothing, bumps the ``_id``'s next version);
+- external versions on index and delete (``version`` with ``version_type`` ``external``: 409
+  unless above the current version, ``external_gte``: unless at least it; the current version
+  of a deleted ``_id`` is its tombstone's; the write takes the given version; a delete of
+  nothing leaves a tombstone at it and answers 404; 400 for a missing or negative version, a
+  ``create`` with one, an unknown ``version_type``);
 - ``_source=false`` on GET/``_mget``; requests refused whole (400) before anything applies: a
   bulk item or ``_mget`` doc without an index, an empty or malformed bulk body;
 - typed mappings (long, integer, short, byte, double, float, keyword, text, boolean, date,
@@ -36,7 +41,8 @@ scroll, shards and replicas, the periodic one-second refresh, the expiry of tomb
 (``index.gc_deletes``, 60 s), the mixed-type arrays OpenSearch and Elasticsearch 7 refuse.
 
 Python API for tests (never over HTTP): per-``_id`` write counters (every successful
-index/create counts, also an overwrite), versions, documents, and fault injection
+index/create counts, also an overwrite) and the version each write left, versions,
+documents, and fault injection
 (:meth:`EsTestServer.reject_bulk_items`, :meth:`~EsTestServer.reject_for`,
 :meth:`~EsTestServer.drop_after_apply`, :meth:`~EsTestServer.slow`).
 
@@ -130,6 +136,23 @@ def check_guard(if_seq_no: Any, if_primary_term: Any) -> str | None:
     return None
 
 
+_EXTERNAL = ("external", "external_gte")
+
+
+def check_versioning(op: str, version: Any, version_type: Any) -> str | None:
+    """Why a ``version``/``version_type`` pair is invalid for ``op`` (None: valid)."""
+    if version_type is None or version_type == "internal":
+        return None
+    if version_type not in _EXTERNAL:
+        return f"No version type match [{version_type}]"
+    if op == "create":
+        return "create operations only support internal versioning. use index instead"
+    if version is None or int(version) < 0:
+        value = -3 if version is None else int(version)
+        return f"illegal version value [{value}] for version type [{version_type.upper()}]"
+    return None
+
+
 def _invalid(problems: list[str]) -> EsError:
     listed = "".join(f"{i}: {p};" for i, p in enumerate(problems, 1))
     return EsError(400, "action_request_validation_exception", f"Validation Failed: {listed}")
@@ -162,6 +185,9 @@ def _parse_bulk(body: bytes, default_index: str | None) -> list[BulkOp]:
         guard = check_guard(meta.get("if_seq_no"), meta.get("if_primary_term"))
         if guard is not None:
             problems.append(guard)
+        versioning = check_versioning(op, meta.get("version"), meta.get("version_type"))
+        if versioning is not None:
+            problems.append(versioning)
         ops.append((op, meta, source))
     if problems:
         raise _invalid(problems)
@@ -220,6 +246,7 @@ class Index:
     seq_no: int = -1
     writes: collections.Counter[str] = field(default_factory=collections.Counter)
     attempts: collections.Counter[str] = field(default_factory=collections.Counter)
+    versions: dict[str, list[int]] = field(default_factory=dict)  # every applied write's
 
     def mappings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"properties": self.properties}
@@ -252,11 +279,15 @@ class Index:
         source: dict[str, Any] | None,
         if_seq_no: Any = None,
         if_primary_term: Any = None,
+        version: Any = None,
+        version_type: Any = None,
     ) -> tuple[int, dict[str, Any]]:
         """Apply one index/create/delete; (status, result item). Raises EsError on failure.
 
         ``if_seq_no`` and ``if_primary_term`` come together (:func:`check_guard`); the write
-        applies only if both match the document's.
+        applies only if both match the document's. An external ``version`` (checked by
+        :func:`check_versioning`) applies only above (``external``) or at least at
+        (``external_gte``) the current version, and becomes the new one.
         """
         current = self.docs.get(doc_id)
         if op == "create" and current is not None:
@@ -293,26 +324,44 @@ class Index:
                 index=self.name,
             )
         previous = current.version if current else self.tombstones.get(doc_id, 0)
+        new_version = previous + 1
+        if version_type in _EXTERNAL:
+            new_version = int(version)
+            known = current is not None or doc_id in self.tombstones
+            if known and (
+                previous > new_version or (previous == new_version and version_type == "external")
+            ):
+                higher = "higher than" if version_type == "external_gte" else "higher or equal to"
+                raise EsError(
+                    409,
+                    "version_conflict_engine_exception",
+                    f"[{doc_id}]: version conflict, current version [{previous}] is {higher} "
+                    f"the one provided [{new_version}]",
+                    index_uuid=self.uuid,
+                    shard="0",
+                    index=self.name,
+                )
         if op == "delete":
             if current is None:  # a delete of nothing still leaves a (newer) tombstone
                 self.seq_no += 1
-                self.tombstones[doc_id] = previous + 1
-                return 404, self._item(doc_id, previous + 1, "not_found")
+                self.tombstones[doc_id] = new_version
+                return 404, self._item(doc_id, new_version, "not_found")
             del self.docs[doc_id]
             self.seq_no += 1
-            self.tombstones[doc_id] = previous + 1
-            return 200, self._item(doc_id, previous + 1, "deleted")
+            self.tombstones[doc_id] = new_version
+            return 200, self._item(doc_id, new_version, "deleted")
         assert source is not None
         updates = check_document(self, doc_id, source)
         for path, mapping in updates:
             _put_path(self.properties, path, mapping)
         self.seq_no += 1
-        self.docs[doc_id] = Doc(source, previous + 1, self.seq_no)
+        self.docs[doc_id] = Doc(source, new_version, self.seq_no)
         self.tombstones.pop(doc_id, None)
         self.writes[doc_id] += 1
+        self.versions.setdefault(doc_id, []).append(new_version)
         if current is None:
-            return 201, self._item(doc_id, previous + 1, "created")
-        return 200, self._item(doc_id, previous + 1, "updated")
+            return 201, self._item(doc_id, new_version, "created")
+        return 200, self._item(doc_id, new_version, "updated")
 
     def _item(self, doc_id: str, version: int, result: str) -> dict[str, Any]:
         return {
@@ -707,6 +756,13 @@ class EsTestServer:
     def write_count(self, index: str, doc_id: str) -> int:
         return self.write_counts(index).get(doc_id, 0)
 
+    def versions_written(self, index: str) -> dict[str, list[int]]:
+        """Per ``_id``, the version of every successful index/create, in order (with external
+        versions: the versions the writer gave)."""
+        with self.lock:
+            found = self.indices.get(index)
+            return {k: list(v) for k, v in found.versions.items()} if found else {}
+
     def attempts(self, index: str) -> dict[str, int]:
         """Bulk items received per ``_id``, whatever their outcome (rejected ones too)."""
         with self.lock:
@@ -893,7 +949,13 @@ class EsTestServer:
             return 429, {"_index": name, "_id": doc_id, "error": error.cause()}
         try:
             status, item = index.write(
-                op, doc_id, source, meta.get("if_seq_no"), meta.get("if_primary_term")
+                op,
+                doc_id,
+                source,
+                meta.get("if_seq_no"),
+                meta.get("if_primary_term"),
+                meta.get("version"),
+                meta.get("version_type"),
             )
         except EsError as exc:
             cause = exc.cause()
@@ -1209,14 +1271,22 @@ class _Handler(BaseHTTPRequestHandler):
         if op != "delete" and not isinstance(source, dict):
             raise EsError(400, "parse_exception", "request body is required")
         guard = check_guard(params.get("if_seq_no"), params.get("if_primary_term"))
-        if guard is not None:
-            raise _invalid([guard])
+        versioning = check_versioning(op, params.get("version"), params.get("version_type"))
+        problems = [p for p in (guard, versioning) if p is not None]
+        if problems:
+            raise _invalid(problems)
         with es.lock:
             index = es._get_index(name) if op == "delete" else es._auto_index(name)
             if doc_id is None:
                 doc_id = base64.urlsafe_b64encode(uuid.uuid4().bytes[:15]).decode()
             status, item = index.write(
-                op, doc_id, source, params.get("if_seq_no"), params.get("if_primary_term")
+                op,
+                doc_id,
+                source,
+                params.get("if_seq_no"),
+                params.get("if_primary_term"),
+                params.get("version"),
+                params.get("version_type"),
             )
             if params.get("refresh") in _REFRESH:
                 index.refresh()

@@ -102,16 +102,20 @@ def start_stream(
     *,
     processing_time: str | None = None,
     available_now: bool = False,
+    output_mode: str | None = None,
 ) -> StreamingQuery:
     """Preflight the sink against the stream's schema, then start ``foreachBatch(sink)``.
 
     Bad configuration (a missing column, a table without a unique index) fails here, before
-    the stream starts, rather than at the first batch.
+    the stream starts, rather than at the first batch. ``output_mode`` is Spark's
+    (``"update"`` for an aggregation written by a sink in ``mode="upsert"``).
     """
     sink.check_trigger(interval_seconds(processing_time) if processing_time else None)
     sink.preflight(df.schema)
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     writer = writer.queryName(sink.query_name.replace("-", "_"))
+    if output_mode is not None:
+        writer = writer.outputMode(output_mode)
     if available_now:
         writer = writer.trigger(availableNow=True)
     elif processing_time:

@@ -9,6 +9,13 @@ per shard on the sink's real task writer; :func:`run_in_process` runs the whole 
 its destination from this process (a :class:`~exactlyonce.testing.MemorySink`, or a real
 sink against real services).
 
+For a sink in ``mode="upsert"`` the batches are built as Spark builds them: the tombstone
+column becomes ``_eo_delete``, and each shard is sorted by record ID, then ``order_by`` and
+canonical encoding, descending. The canonical encoding here is ``json.dumps`` of the
+record, which need not sort like Spark's ``to_json``: when an epoch holds several rows of
+one key with equal ``order_by`` values, the row that wins in-process may differ from the one
+that wins in Spark (each is deterministic).
+
 Limits: string and integer key values hash exactly as in Spark; other types follow Python's
 ``str``, which Spark's cast to string need not match. Content IDs (``id_from="content"``)
 come from :func:`~exactlyonce.dedup.content.content_record_ids`, the twin of Spark's.
@@ -30,6 +37,7 @@ from exactlyonce.connectors.base import (
     ExactlyOnceSink,
     TaskResult,
 )
+from exactlyonce.connectors.base.columns import DELETE_COLUMN, ORDER_COLUMN
 from exactlyonce.dedup.content import content_record_ids
 from exactlyonce.dedup.ids import RecordIdSpec, record_id
 from exactlyonce.dedup.murmur3 import spark_shard
@@ -63,6 +71,16 @@ def shard_batches(
 ) -> dict[int, pa.RecordBatch]:
     """One Arrow batch per shard, with the columns Spark gives ``sink``'s task writer."""
     columns = list(records[0]) if records else []
+    upsert = sink.upsert
+    if upsert is not None:  # one shard's rows by (ID, order_by and encoding descending)
+
+        def rank(r: Record) -> tuple[Any, ...]:
+            by = tuple((r.get(c) is not None, r.get(c)) for c in upsert.order_by)
+            return (*by, json.dumps(dict(r), default=str))
+
+        records = sorted(records, key=rank, reverse=True)
+        records = sorted(records, key=lambda r: _id_of(r, sink.ids.columns) or "")
+        columns = upsert.stored_names(columns)
     ids = record_ids(records, sink.ids)
     known = [i for i in ids if i is not None]
     owners = iter(spark_shard(known, shards).tolist() if known else [])
@@ -80,6 +98,14 @@ def shard_batches(
             [None if ids[n] else json.dumps(dict(records[n]), default=str) for n in rows],
             pa.string(),
         )
+        if upsert is not None:
+            tomb = upsert.tombstone_column
+            data[DELETE_COLUMN] = pa.array(
+                [bool(tomb and records[n].get(tomb)) for n in rows], pa.bool_()
+            )
+            data[ORDER_COLUMN] = pa.array(
+                [json.dumps(dict(records[n]), default=str) for n in rows], pa.string()
+            )
         out[s] = pa.RecordBatch.from_pydict(data)
     return out
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+from pydantic import model_validator
 
 from exactlyonce.connectors.base import (
     DeadLetter,
@@ -33,7 +34,14 @@ from exactlyonce.connectors.base import (
     ShardWriter,
     TaskWriter,
 )
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.config import (
+    UNSET,
+    DedupSettings,
+    IdFrom,
+    Unset,
+    field_error,
+    given,
+)
 from exactlyonce.connectors.postgres.config import Mode, TableSettings
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
@@ -46,12 +54,17 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
-
 class MemorySinkConfig(TableSettings):
     """:class:`MemorySink`'s settings: a PostgreSQL sink's table rules (``mode``,
     ``id_column``, ``epoch_column``) over a :class:`MemoryStore` instead of a server."""
 
     type: Literal["memory"] = "memory"
+
+    @model_validator(mode="after")
+    def _no_upsert(self) -> MemorySinkConfig:
+        if self.mode == "upsert":
+            raise field_error("mode", "MemorySink writes modes 'insert' and 'append' only")
+        return self
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,11 @@ def job_arguments() -> argparse.ArgumentParser:
     return parser
 
 
-def crash_session(app_name: str, master: str, extra: dict[str, str] | None = None) -> SparkSession:
-    """Logging set up, and a Spark session whose executors see the crash-point environment."""
+def crash_session(
+    app_name: str, master: str, extra: dict[str, str] | None = None, *, connectors: bool = True
+) -> SparkSession:
+    """Logging set up, and a Spark session whose executors see the crash-point environment
+    (``connectors=False``: without Spark's Kafka and Avro jars, for jobs that need neither)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # Executors launched by a standalone worker do not inherit this process's environment.
     crash_env = {
@@ -40,7 +43,9 @@ def crash_session(app_name: str, master: str, extra: dict[str, str] | None = Non
         for key, value in os.environ.items()
         if key.startswith("EXACTLYONCE_CRASH_")
     }
-    return session(app_name, master=master, extra={**crash_env, **(extra or {})})
+    return session(
+        app_name, master=master, extra={**crash_env, **(extra or {})}, connectors=connectors
+    )
 
 
 def json_files(spark: SparkSession, args: argparse.Namespace) -> DataFrame:

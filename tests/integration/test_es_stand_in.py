@@ -341,6 +341,52 @@ def test_bulk_items_statuses_and_errors(compare: Callable[[Scenario], list[Any]]
     compare(scenario)
 
 
+def test_external_versions_as_the_upsert_mode_writes_them(
+    compare: Callable[[Scenario], list[Any]],
+) -> None:
+    """``version`` with ``version_type`` ``external_gte``/``external`` on index and delete
+    (ElasticsearchSink mode="upsert" writes epochs as external versions): 409 below the
+    current version, tombstones that keep a deleted _id's version, a delete of nothing."""
+
+    def scenario(http: Http, p: str) -> list[Any]:
+        def op(kind: str, doc_id: str, version: int, vt: str = "external_gte") -> Any:
+            return {kind: {"_index": p, "_id": doc_id, "version": version, "version_type": vt}}
+
+        out: list[Any] = [http("PUT", f"/{p}", NO_REFRESH).status]
+        ops: list[Any] = [
+            op("index", "a", 3), {"n": 1},
+            op("index", "a", 3), {"n": 2},
+            op("index", "a", 2), {"n": 3},
+            op("index", "a", 5), {"n": 4},
+            op("index", "b", 0), {"n": 5},
+            op("delete", "b", 4),
+            op("index", "b", 3), {"n": 6},
+            op("index", "b", 4), {"n": 7},
+            op("delete", "c", 7),
+            op("delete", "c", 6),
+            op("index", "c", 6), {"n": 8},
+            op("index", "d", 2, "external"), {"n": 9},
+            op("index", "d", 2, "external"), {"n": 10},
+            op("delete", "d", 2, "external"),
+        ]  # fmt: skip
+        out.append(bulk_view(http("POST", "/_bulk", ops)))
+        out.append(write_view(http("PUT", f"/{p}/_doc/e?version=4&version_type=external_gte", {})))
+        out.append(write_view(http("PUT", f"/{p}/_doc/e?version=1&version_type=external_gte", {})))
+        out.append(write_view(http("DELETE", f"/{p}/_doc/e?version=4&version_type=external_gte")))
+        invalid = [
+            [{"index": {"_index": p, "_id": "x", "version_type": "external_gte"}}, {"n": 1}],
+            [op("index", "x", -1), {"n": 1}],
+            [op("create", "x", 1), {"n": 1}],
+        ]
+        out.extend(status_and_error(http("POST", "/_bulk", body)) for body in invalid)
+        for doc_id in ("a", "b", "c", "d"):
+            got = http("GET", f"/{p}/_doc/{doc_id}")
+            out.append((got.status, doc_view(got.body)))
+        return out
+
+    compare(scenario)
+
+
 def test_bulk_refused_as_a_whole(compare: Callable[[Scenario], list[Any]]) -> None:
     """Malformed or invalid requests are refused whole (400) and apply nothing."""
 

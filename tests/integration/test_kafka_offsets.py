@@ -52,6 +52,7 @@ def bootstrap(tansu_bootstrap: str) -> str:
     """Tansu, the broker whose EARLIEST is not the first record."""
     return tansu_bootstrap
 
+
 TRIES = 40
 WRITERS = 2
 RECORDS_EACH = 30

@@ -83,6 +83,5 @@ def test_failure_summary_keeps_the_python_error() -> None:
     )
     summary = cli.run._summarize(text)
     assert summary == (
-        "exactlyonce.errors.CheckpointResetError: postgres:public.t: use a new "
-        "query_name"
+        "exactlyonce.errors.CheckpointResetError: postgres:public.t: use a new query_name"
     )

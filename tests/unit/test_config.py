@@ -231,7 +231,7 @@ def test_append_mode_without_dedup_is_refused(tmp_path: Path) -> None:
     text = with_line("mode: insert", "mode: append\n  dedup: false")
     err = error_for(tmp_path, text)
     assert err.field == "sink.dedup"
-    err = error_for(tmp_path, with_line("mode: insert", "mode: upsert"))
+    err = error_for(tmp_path, with_line("mode: insert", "mode: merge"))
     assert err.field == "sink.mode"
 
 

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from elasticsearch import (
@@ -206,3 +207,36 @@ def test_standalone_process() -> None:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_external_versions_guard_index_and_delete(
+    client: Elasticsearch, server: EsTestServer
+) -> None:
+    """What ElasticsearchSink(mode="upsert") relies on: ``external_gte`` writes apply at or
+    above the current version (a tombstone's, after a delete) and 409 below it."""
+
+    def op(kind: str, doc_id: str, version: int) -> dict[str, object]:
+        return {
+            kind: {"_index": "v", "_id": doc_id, "version": version, "version_type": "external_gte"}
+        }
+
+    reply = bulk(
+        client,
+        op("index", "a", 2), {"n": 1},
+        op("index", "a", 2), {"n": 2},
+        op("index", "a", 1), {"n": 3},
+        op("delete", "a", 3),
+        op("index", "a", 2), {"n": 4},
+        op("delete", "never", 5),
+        op("index", "never", 4), {"n": 5},
+    )  # fmt: skip
+    items: list[Any] = reply["items"]  # type: ignore[assignment]
+    statuses = [next(iter(item.values()))["status"] for item in items]
+    assert statuses == [201, 200, 409, 200, 409, 404, 409]
+    assert server.write_count("v", "a") == 2 and server.version("v", "a") is None
+    client.index(index="v", id="a", document={"n": 6}, version=3, version_type="external_gte")
+    assert server.version("v", "a") == 3
+    with pytest.raises(ConflictError):
+        client.index(index="v", id="a", document={"n": 7}, version=3, version_type="external")
+    with pytest.raises(BadRequestError):
+        client.index(index="v", id="b", document={"n": 8}, version_type="external_gte")

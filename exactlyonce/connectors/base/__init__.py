@@ -8,6 +8,8 @@
   state machine, and :class:`ShardWriter`, the function Spark pickles to the tasks;
 - :mod:`.report`: what tasks report and what a batch did;
 - :mod:`.config`: :class:`SinkConfig`, the settings every sink's config model extends;
+- :mod:`.upsert`: the rules every sink's ``mode="upsert"`` shares (config, the columns Spark
+  adds, the within-epoch rule);
 - :mod:`.projection`, :mod:`.columns`: the ID columns and the protocol's column names.
 """
 

@@ -25,7 +25,17 @@ DEDUP_COUNTERS = (
     "bloom_false_positives",
 )
 # What each task counts and the driver sums over the tasks of an epoch, besides dedup's.
-TASK_COUNTERS = ("rows", "written", "duplicates", "dead_letters", "slow_batches")
+# mode="upsert": ``stale`` writes the epoch guard refused (a newer epoch is stored for the
+# key), ``deleted`` tombstones applied; ``written`` counts the upserts that applied.
+TASK_COUNTERS = (
+    "rows",
+    "written",
+    "duplicates",
+    "dead_letters",
+    "slow_batches",
+    "stale",
+    "deleted",
+)
 TASK_RESULT_SCHEMA = (
     "shards array<int>, skipped_shards array<int>, "
     + "".join(f"{name} long, " for name in TASK_COUNTERS)
@@ -45,6 +55,8 @@ class TaskResult:
     duplicates: int = 0
     dead_letters: int = 0
     slow_batches: int = 0
+    stale: int = 0
+    deleted: int = 0
     writer: str = ""
     ids_checked: int = 0
     task_repeats: int = 0
@@ -85,6 +97,8 @@ class BatchReport:
     shards_committed: int = 0
     shards_skipped: int = 0
     slow_batches: int = 0
+    stale: int = 0
+    deleted: int = 0
     writers: list[str] = field(default_factory=list)
     seconds: float = 0.0
     ids_checked: int = 0

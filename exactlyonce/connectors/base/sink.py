@@ -9,7 +9,9 @@ The protocol, in the order it runs (DESIGN.md, "One batch, in order"):
 
 1. On the first call after a (re)start, :meth:`_start` preflights the destination, reads the
    sink head back from it, and checks the head belongs to this Spark checkpoint.
-2. An epoch at or below the head is skipped whole, without touching the destination.
+2. An epoch at or below the head is skipped whole, without touching the destination. Its
+   plan still runs, into Spark's ``noop`` sink (:func:`run_without_writing`), so that a
+   stateful query's operators commit their state for the batch.
 3. Every record gets a deterministic ID; records are spread over shards by ID hash.
 4. Each executor task writes its shard's records and a "(query, epoch, shard) committed"
    marker in one atomic step; a shard already committed by an earlier attempt is skipped.
@@ -39,6 +41,7 @@ from exactlyonce.connectors.base.report import (
     bloom_over_capacity,
     catalog_summary,
 )
+from exactlyonce.connectors.base.upsert import UpsertSpec, shard_order, upsert_expressions
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CatalogLostError, CheckpointResetError, ConfigError
@@ -71,6 +74,19 @@ def spark_query_id(df: DataFrame) -> str | None:
     except Exception:  # Spark Connect has no SparkContext
         return None
     return str(value) if value else None
+
+
+def run_without_writing(df: DataFrame) -> None:
+    """Run a batch's whole plan and discard its rows (Spark's ``noop`` sink).
+
+    For an epoch the sink skips: a stateful query's operators (``dropDuplicates``,
+    aggregations) commit their state for the batch only when every partition of it ran. A
+    batch Spark re-runs after a crash between the sink head and its own commit log would
+    otherwise leave its state uncommitted: Spark 4 then fails the query
+    (STATE_STORE_COMMIT_VALIDATION_FAILED), older Spark the next batch. A stateless batch
+    pays one extra read of its input, and only on these rare re-runs.
+    """
+    df.write.format("noop").mode("overwrite").save()
 
 
 class ExactlyOnceSink(ABC):
@@ -196,6 +212,13 @@ class ExactlyOnceSink(ABC):
         """True when the destination itself refuses a second copy of an ID."""
         return True
 
+    @property
+    def upsert(self) -> UpsertSpec | None:
+        """Set in ``mode="upsert"`` (see :mod:`.upsert`): each shard then reaches its task
+        sorted by (record ID, canonical encoding), with the ``_eo_delete`` flag, and the
+        task keeps one row per ID and writes under the sink's epoch guard."""
+        return None
+
     def _rebuild_source(self) -> RebuildSource | None:
         """The sink's own recent IDs, to rebuild a lost catalog; None if it cannot list them."""
         return None
@@ -207,13 +230,15 @@ class ExactlyOnceSink(ABC):
     # -- the protocol ------------------------------------------------------------------
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.run_epoch(
+        report = self.run_epoch(
             batch_id,
             spark_query_id(df),
             df.schema,
             default_shards=lambda: df.sparkSession.sparkContext.defaultParallelism,
             write=lambda epoch, shards: self._write_epoch(df, epoch, shards),
         )
+        if report.skipped:
+            run_without_writing(df)
 
     def run_epoch(
         self,
@@ -340,23 +365,33 @@ class ExactlyOnceSink(ABC):
         sharded = projected.withColumn(SHARD_COLUMN, shard).repartition(
             num_shards, F.col(self.id_column)
         )
-        if self.sort_within_shard:
+        if self.upsert is not None:
+            sharded = sharded.sortWithinPartitions(*shard_order(self.id_column))
+        elif self.sort_within_shard:
             sharded = sharded.sortWithinPartitions(self.id_column)
         writer = self._task_writer(epoch, columns)
         rows = sharded.mapInArrow(writer, TASK_RESULT_SCHEMA).collect()
         return [TaskResult(**row.asDict()) for row in rows]
 
     def _with_ids(self, df: DataFrame, epoch_column: str, epoch: int) -> DataFrame:
-        """Add the record ID, the epoch, and for bad records the reason and payload."""
+        """Add the record ID, the epoch, and for bad records the reason and payload; in
+        upsert mode the tombstone column becomes ``_eo_delete``, and ``_eo_order`` is added."""
         from pyspark.sql import functions as F
 
         schema = df.schema
+        names = tuple(schema.names)
+        upsert = self.upsert
 
         def build() -> tuple[list[Column], list[Column]]:
-            self._check_id_columns(schema.names)
-            return id_expressions(self.ids, schema, self.id_column)
+            self._check_id_columns(names)
+            before, after = id_expressions(self.ids, schema, self.id_column)
+            if upsert is None:
+                return before, after
+            stored = set(upsert.stored_names(names))
+            kept = [c for name, c in zip(names, before, strict=False) if name in stored]
+            return [*kept, before[-1]], [*after, *upsert_expressions(upsert, names)]
 
-        before, after = self._memo(("with_ids", schema.json(), epoch_column), build)
+        before, after = self._memo(("with_ids", schema.json(), epoch_column, upsert), build)
         return df.select(*before, F.lit(epoch).cast("long").alias(epoch_column), *after)
 
     def _memo(self, key: Hashable, build: Callable[[], MemoT]) -> MemoT:
@@ -385,6 +420,14 @@ class ExactlyOnceSink(ABC):
                 report.seconds,
                 catalog_summary(report),
             )
+            if self.upsert is not None:
+                log.info(
+                    "%s epoch %d: upserts: %d stale (a newer epoch is stored), %d deleted",
+                    self,
+                    report.epoch,
+                    report.stale,
+                    report.deleted,
+                )
             warning = bloom_over_capacity(report, self.dedup_config)
             if warning is not None and not self.__dict__.get("_capacity_warned"):
                 log.warning("%s %s", self, warning)  # once per sink object: not every epoch

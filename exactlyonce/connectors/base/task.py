@@ -32,8 +32,14 @@ from typing import Any, Generic, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.columns import (
+    DELETE_COLUMN,
+    ERROR_COLUMN,
+    PAYLOAD_COLUMN,
+    SHARD_COLUMN,
+)
 from exactlyonce.connectors.base.report import TaskResult
+from exactlyonce.connectors.base.upsert import OnePerKey
 from exactlyonce.dedup.bloom import ids_from_hex
 from exactlyonce.dedup.shard import DedupPlan, TaskDedup
 from exactlyonce.errors import TaskStateError
@@ -98,11 +104,20 @@ class ShardTask(ABC):
     :meth:`write` per Arrow batch, :meth:`commit` once, :meth:`close` always."""
 
     def __init__(
-        self, epoch: int, id_column: str, columns: Sequence[str], dedup: DedupPlan | None
+        self,
+        epoch: int,
+        id_column: str,
+        columns: Sequence[str],
+        dedup: DedupPlan | None,
+        *,
+        upsert: bool = False,
     ) -> None:
         self.epoch = epoch
         self.id_column = id_column
         self.columns = list(columns)
+        # mode="upsert": one row per ID (the within-epoch rule), written with its tombstone
+        # flag (``_eo_delete``) under the sink's epoch guard; never with the catalog.
+        self.one_per_key = OnePerKey(id_column) if upsert else None
         self.result = TaskResult(writer=writer_name())
         self.dedup = TaskDedup(dedup, epoch) if dedup is not None else None
         self.state = TaskStatus.NEW
@@ -121,7 +136,11 @@ class ShardTask(ABC):
     def _write_rows(self, rows: pa.RecordBatch) -> None:
         """Write new records (only ``columns``) inside the open atomic step; update
         ``result.written``/``duplicates``. Nothing written here may become visible before
-        :meth:`_commit` (or, for Elasticsearch, it must be idempotent by ``_id``)."""
+        :meth:`_commit` (or, for Elasticsearch, it must be idempotent by ``_id``).
+
+        In upsert mode ``rows`` also hold ``_eo_delete`` (true: delete the key), one row per
+        ID; each row applies only if its epoch is at least the key's stored one (invariant
+        12), and the sink counts ``written``, ``deleted`` and ``stale`` (refused) rows."""
 
     @abstractmethod
     def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
@@ -169,7 +188,12 @@ class ShardTask(ABC):
             batch = batch.filter(pc.invert(bad))
         if batch.num_rows and self.dedup is not None:
             batch = self._drop_seen(batch)
-        if batch.num_rows:
+        if self.one_per_key is not None:
+            batch, repeats = self.one_per_key.keep(batch)
+            self.result.duplicates += repeats
+            if batch.num_rows:
+                self._write_rows(batch.select([*self.columns, DELETE_COLUMN]))
+        elif batch.num_rows:
             self._write_rows(batch.select(self.columns))
 
     @allowed_in(TaskStatus.NEW, TaskStatus.OPEN)

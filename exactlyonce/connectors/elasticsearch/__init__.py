@@ -22,6 +22,18 @@ Mechanism (Elasticsearch has no transactions, so idempotence carries the atomic 
   shard count) with optimistic concurrency, and verifies it by a realtime GET when a reply
   is lost; epochs at or below the head are skipped whole after a restart.
 
+``mode="upsert"`` (update and changelog streams): one document per key (``_id`` = the
+record ID of ``id_columns``) holding the latest epoch's value. Every write is an ``index``
+(or, for a row whose ``tombstone_column`` is true, a ``delete``) with ``version=<epoch>,
+version_type=external_gte``: Elasticsearch itself applies it only if the epoch is at least
+the document's version, so a re-run of an older epoch is a 409, counted ``stale``, never an
+error, and a replay of the same epoch rewrites the same document. A delete leaves a
+tombstone at its epoch, but Elasticsearch forgets tombstones after ``index.gc_deletes``
+(60 s by default): a re-run of an epoch older than a delete, later than that, would bring
+the document back. Raise ``index.gc_deletes`` on the index to cover how far back your
+queries can be re-run (a restored checkpoint). No dedup catalog, no ``op_type``. Start
+upserts on a fresh index: a document written before with internal versions (``_version`` 1
+and up) refuses, as stale, every epoch below its version.
 
 Example::
 

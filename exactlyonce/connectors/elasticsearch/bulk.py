@@ -24,7 +24,7 @@ from exactlyonce.errors import SinkUnavailableError
 from exactlyonce.retry import RetryPolicy
 from exactlyonce.secrets import scrub
 
-Action = tuple[dict[str, Any], dict[str, Any]]  # (bulk header, _source)
+Action = tuple[dict[str, Any], dict[str, Any] | None]  # (bulk header, _source; None: delete)
 Refused = list[tuple[int, str]]  # (position in the actions, error)
 
 
@@ -33,6 +33,8 @@ class Tally(Protocol):
 
     written: int
     duplicates: int
+    stale: int
+    deleted: int
 
 
 def reason(info: dict[str, Any]) -> str:
@@ -90,9 +92,12 @@ class BulkSender:
         """Send ``actions`` until each is acknowledged; return those refused for content.
 
         A 409 on ``create`` is an earlier copy: a duplicate, or our own write whose reply was
-        lost (then counted as written). With ``tally``, written and duplicate items are counted
-        there and ``on_answer`` runs as each item is answered. Raises SinkUnavailableError once
-        the policy's waits are spent (the caller then marks nothing committed).
+        lost (then counted as written). A 409 on an externally versioned ``index`` or
+        ``delete`` (upserts) means a newer epoch is stored: a no-op, counted ``stale``. A
+        delete's 404 still left its tombstone: counted ``deleted`` like a 200. With ``tally``,
+        items are counted there and ``on_answer`` runs as each item is answered. Raises
+        SinkUnavailableError once the policy's waits are spent (the caller then marks nothing
+        committed).
         """
         batch = _Batch(actions, what, tally, on_answer)
         waits = self.policy.waits()
@@ -149,7 +154,13 @@ class BulkSender:
         op, info = item.popitem()
         status = info.get("status")
         tally = batch.tally
-        if ok or (status == 409 and op == "create"):
+        if op == "delete" and status in (200, 404):
+            if tally is not None:
+                tally.deleted += 1
+        elif status == 409 and "version" in batch.actions[pos][0][op]:
+            if tally is not None:
+                tally.stale += 1
+        elif ok or (status == 409 and op == "create"):
             if tally is not None and (ok or pos in batch.unknown):
                 tally.written += 1
             elif tally is not None:

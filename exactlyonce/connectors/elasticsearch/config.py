@@ -7,11 +7,13 @@ from typing import Any, Literal
 from pydantic import Field, InstanceOf, SecretStr, ValidationInfo, field_validator, model_validator
 
 from exactlyonce.connectors.base.config import Names, SinkConfig, field_error
+from exactlyonce.connectors.base.upsert import check_upsert, upsert_defaults
 from exactlyonce.connectors.elasticsearch.schema import CONTROL_INDEX, check_index_name
 from exactlyonce.errors import ConfigError
 from exactlyonce.retry import RetryPolicy
 
 OpType = Literal["create", "index"]
+Mode = Literal["insert", "upsert"]
 
 
 def _index_name(field: str, value: str) -> str:
@@ -25,12 +27,19 @@ class ElasticsearchSinkConfig(SinkConfig):
     """:class:`~exactlyonce.connectors.elasticsearch.ElasticsearchSink`'s settings.
 
     Credentials: ``api_key`` (the encoded key), or ``username`` with ``password``.
+    ``mode="upsert"`` writes each document with ``index`` and the epoch as its external
+    version (``version_type=external_gte``), so it takes no ``op_type``.
     """
 
     type: Literal["elasticsearch"] = "elasticsearch"
     hosts: Names = Field(min_length=1)
     index: str
     op_type: OpType = "create"
+    mode: Mode = "insert"
+    # mode="upsert": a boolean stream column; true deletes the document (not stored).
+    tombstone_column: str | None = None
+    # mode="upsert": the columns whose greatest values win among rows of one key in one epoch.
+    order_by: Names = ()
     api_key: SecretStr | None = None
     username: str | None = None
     password: SecretStr | None = None
@@ -65,6 +74,22 @@ class ElasticsearchSinkConfig(SinkConfig):
         if value.startswith("_"):
             raise ValueError("names starting with '_' are Elasticsearch's own")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upsert_defaults(cls, data: Any) -> Any:
+        return upsert_defaults(
+            data,
+            {
+                "op_type": "mode 'upsert' indexes each document under its epoch as external "
+                "version (version_type=external_gte): leave op_type out"
+            },
+        )
+
+    @model_validator(mode="after")
+    def _upsert(self) -> ElasticsearchSinkConfig:
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by, self.id_from)
+        return self
 
     @model_validator(mode="after")
     def _credentials_and_ids(self) -> ElasticsearchSinkConfig:

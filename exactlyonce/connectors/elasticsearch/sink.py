@@ -14,7 +14,8 @@ from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
-from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
+from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, Mode, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import default_policy
 from exactlyonce.connectors.elasticsearch.schema import (
@@ -52,6 +53,11 @@ class ElasticsearchSink(ExactlyOnceSink):
     Retries follow ``retry_policy`` (by default ``max_retries`` retries, waits from 0.5 s
     doubling up to 30 s). The whole story is in :mod:`exactlyonce.connectors.elasticsearch`.
 
+    ``mode="upsert"``: one document per key, at the latest epoch that wrote it; an older
+    epoch never overwrites a newer one. Mechanism: ``index``/``delete`` with the epoch as
+    external version (``version_type=external_gte``), so Elasticsearch applies the guard; a
+    409 is a no-op counted ``stale``. Deletes are guarded only for ``index.gc_deletes``.
+
     Example::
 
         sink = ElasticsearchSink(hosts="https://es:9200", index="events", id_columns=["event_id"],
@@ -70,6 +76,9 @@ class ElasticsearchSink(ExactlyOnceSink):
         *,
         id_from: IdFrom | Unset = UNSET,
         op_type: OpType | Unset = UNSET,
+        mode: Mode | Unset = UNSET,
+        tombstone_column: str | None | Unset = UNSET,
+        order_by: Sequence[str] | str | Unset = UNSET,
         api_key: str | tuple[str, str] | None | Unset = UNSET,
         basic_auth: str | tuple[str, str] | None = None,
         ca_certs: str | None | Unset = UNSET,
@@ -131,6 +140,12 @@ class ElasticsearchSink(ExactlyOnceSink):
         return ID_COLUMN
 
     @property
+    def upsert(self) -> UpsertSpec | None:
+        if self.config.mode != "upsert":
+            return None
+        return UpsertSpec(self.config.tombstone_column, self.config.order_by)
+
+    @property
     def _client(self) -> Elasticsearch:
         if self._es is None:
             self._es = self.conn.client()
@@ -157,6 +172,8 @@ class ElasticsearchSink(ExactlyOnceSink):
         self._ready, self._checked_schema = True, schema
 
     def _check_stream_columns(self, schema: StructType) -> None:
+        if self.upsert is not None:
+            schema = self.upsert.stored_schema(schema)
         self._refuse_reserved_columns(
             schema.names,
             [(self.epoch_field, "epoch_field"), (ID_COLUMN, "id_columns")],
@@ -323,6 +340,7 @@ class ElasticsearchSink(ExactlyOnceSink):
             bulk_max_actions=self.bulk_max_actions,
             bulk_max_bytes=self.bulk_max_bytes,
             dedup=self.dedup_plan,
+            upsert=self.upsert is not None,
         )
         return ElasticsearchShardWriter(target, epoch)
 

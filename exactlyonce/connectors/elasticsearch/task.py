@@ -12,11 +12,13 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from elasticsearch import Elasticsearch
 
 from exactlyonce.connectors.base import DeadLetter, ShardTask, ShardWriter
+from exactlyonce.connectors.base.columns import DELETE_COLUMN
 from exactlyonce.connectors.elasticsearch.bulk import Action, BulkSender, Refused
 from exactlyonce.connectors.elasticsearch.config import OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
@@ -48,6 +50,7 @@ class EsTarget:
     bulk_max_actions: int
     bulk_max_bytes: int
     dedup: DedupPlan | None = None
+    upsert: bool = False  # index (or delete) with the epoch as external version
 
     def commit_id(self, epoch: int, shard: int) -> str:
         return f"{self.query_name}|{self.sink_name}|{epoch}|{shard}"
@@ -73,7 +76,7 @@ class EsShardTask(ShardTask):
     """One task's shard: bulk its records, then write the shard-commit documents."""
 
     def __init__(self, target: EsTarget, epoch: int) -> None:
-        super().__init__(epoch, ID_COLUMN, target.columns, target.dedup)
+        super().__init__(epoch, ID_COLUMN, target.columns, target.dedup, upsert=target.upsert)
         self.t = target
         self.es: Elasticsearch | None = None
         self.acked = False
@@ -124,20 +127,27 @@ class EsShardTask(ShardTask):
         return committed
 
     def _write_rows(self, rows: pa.RecordBatch) -> None:
-        header = {"_index": self.t.index}
+        header: dict[str, Any] = {"_index": self.t.index}
+        if self.t.upsert:  # the epoch guard: Elasticsearch's own external versions
+            header.update(version=self.epoch, version_type="external_gte")
         op = self.t.op_type
         actions: list[Action] = []
         # maps_as_pydicts makes pyarrow convert every value the slow way (about 7x slower per
         # row here): ask for it only when a column holds a map, where it changes the result.
         maps = "strict" if any(_has_map(f.type) for f in rows.schema) else None
         for doc in rows.to_pylist(maps_as_pydicts=maps):
-            actions.append(({op: {**header, "_id": doc.pop(ID_COLUMN)}}, doc))
+            if not self.t.upsert:
+                actions.append(({op: {**header, "_id": doc.pop(ID_COLUMN)}}, doc))
+            elif doc.pop(DELETE_COLUMN):
+                actions.append(({"delete": {**header, "_id": doc.pop(ID_COLUMN)}}, None))
+            else:
+                actions.append(({"index": {**header, "_id": doc.pop(ID_COLUMN)}}, doc))
         refused = self._bulk(actions, "records")
         letters = [
             DeadLetter(
                 self.epoch,
                 None,
-                actions[pos][0][op]["_id"],
+                next(iter(actions[pos][0].values()))["_id"],
                 error,
                 json.dumps(actions[pos][1], default=str, ensure_ascii=False),
             )

@@ -5,6 +5,7 @@
   its docstring states the guarantee and the mechanism;
 - :mod:`.writer`: the executor task's one transaction per shard (COPY, ON CONFLICT fallback,
   bad records to the dead-letter table);
+- :mod:`.upsert`: ``mode="upsert"``, a batch applied under the epoch guard, tombstones;
 - :mod:`.schema`: table names, the control tables' DDL and catalog queries.
 
 Crash tests: ``tests/crash/test_postgres_crash.py``.

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from exactlyonce.connectors.base.config import SinkConfig, field_error
+from exactlyonce.connectors.base.config import Names, SinkConfig, field_error
+from exactlyonce.connectors.base.upsert import check_upsert, upsert_defaults
 
-Mode = Literal["insert", "append"]
-MODES: tuple[Mode, ...] = ("insert", "append")
+Mode = Literal["insert", "append", "upsert"]
+MODES: tuple[Mode, ...] = ("insert", "append", "upsert")
 
 
 class TableSettings(SinkConfig):
     """A table of records keyed by record ID: ``mode="insert"`` keeps a unique index on
     ``id_column`` (a re-written ID is a no-op); ``"append"`` has none, so exactly-once rests
-    on the catalog, which it then requires. Shared with :class:`exactlyonce.testing.MemorySink`."""
+    on the catalog, which it then requires; ``"upsert"`` keeps the unique index and replaces a
+    row when the write's epoch is at least the stored one (no catalog). Shared with
+    :class:`exactlyonce.testing.MemorySink`."""
 
     table: str = Field(min_length=1)
     mode: Mode = "insert"
@@ -49,6 +52,20 @@ class PostgresSinkConfig(TableSettings):
     dsn: SecretStr
     create_table: bool = True
     connect_timeout: int = Field(default=10, ge=1)
+    # mode="upsert": a boolean stream column; true deletes the key (not stored as a column).
+    tombstone_column: str | None = None
+    # mode="upsert": the columns whose greatest values win among rows of one key in one epoch.
+    order_by: Names = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upsert_defaults(cls, data: Any) -> Any:
+        return upsert_defaults(data)
+
+    @model_validator(mode="after")
+    def _upsert(self) -> PostgresSinkConfig:
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by, self.id_from)
+        return self
 
     @field_validator("dsn")
     @classmethod

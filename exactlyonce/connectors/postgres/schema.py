@@ -13,10 +13,15 @@ Tables the sink keeps next to the target table, in the same schema:
 ``exactlyonce_dead_letters``
     records that could not be written, with epoch, record ID, error and JSON payload; written
     in the shard's transaction, so a re-run never doubles them.
+``exactlyonce_tombstones``
+    ``mode="upsert"`` with a ``tombstone_column`` only: one row per (target table, record ID)
+    deleted, with the epoch of the delete, so a re-run of an older epoch cannot bring the key
+    back. Kept until an upsert of a newer epoch replaces it (see :mod:`.upsert`).
 
 A target table created by the sink has the stream's columns (types below), then
-``record_id uuid NOT NULL`` and ``epoch bigint NOT NULL``; in ``mode="insert"`` a unique
-index on ``record_id``, in ``mode="append"`` an index on ``epoch`` (to rebuild a lost catalog).
+``record_id uuid NOT NULL`` and ``epoch bigint NOT NULL``; in ``mode="insert"`` and
+``"upsert"`` a unique index on ``record_id``, in ``mode="append"`` an index on ``epoch`` (to
+rebuild a lost catalog).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
 HEADS = "exactlyonce_heads"
 SHARD_COMMITS = "exactlyonce_shard_commits"
 DEAD_LETTERS = "exactlyonce_dead_letters"
+TOMBSTONES = "exactlyonce_tombstones"
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,8 @@ def pg_type(dtype: DataType) -> str:
     return simple.get(type(dtype), "text")
 
 
-def control_tables_ddl(table: TableName) -> list[sql.Composed]:
-    return [
+def control_tables_ddl(table: TableName, *, tombstones: bool = False) -> list[sql.Composed]:
+    statements = [
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (query_name text NOT NULL, sink text NOT NULL, "
             "epoch bigint NOT NULL, spark_query_id text, num_shards integer NOT NULL, "
@@ -99,6 +105,15 @@ def control_tables_ddl(table: TableName) -> list[sql.Composed]:
             "error text NOT NULL, payload text, created_at timestamptz NOT NULL DEFAULT now())"
         ).format(table.sibling(DEAD_LETTERS)),
     ]
+    if tombstones:
+        statements.append(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (target text NOT NULL, record_id uuid NOT NULL, "
+                "epoch bigint NOT NULL, deleted_at timestamptz NOT NULL DEFAULT now(), "
+                "PRIMARY KEY (target, record_id))"
+            ).format(table.sibling(TOMBSTONES))
+        )
+    return statements
 
 
 def create_table_ddl(

@@ -14,6 +14,18 @@ Mechanism:
 - the driver advances the head row in ``exactlyonce_heads`` after every task committed, and
   skips whole epochs at or below it after a restart.
 
+``mode="upsert"``, for update and changelog streams (an aggregation in ``update`` output
+mode): ``id_columns`` name a row that changes over time. Guarantee: per key, the table holds
+the value of the latest epoch that wrote it (no row if that epoch deleted it), through the
+same crashes and re-runs; a re-run of an older epoch never rolls a row back nor brings a
+deleted key back (DESIGN invariant 12). Mechanism (:mod:`.upsert`): each task COPYs its rows
+into a temporary staging table and applies each batch with one ``INSERT ... SELECT ... ON
+CONFLICT (record_id) DO UPDATE ... WHERE t.epoch <= EXCLUDED.epoch``, in the shard's
+transaction with its shard-commit row; a ``tombstone_column`` deletes under the same guard
+and keeps (table, record ID, epoch) in ``exactlyonce_tombstones``, which every upsert
+consults. One row per key and epoch (``connectors/base/upsert.py``: the row whose JSON form
+sorts last wins). No dedup catalog: the key and the epoch guard are the idempotence.
+
 Example::
 
     sink = PostgresSink(dsn="postgresql://app@db/app", table="events",
@@ -32,6 +44,7 @@ from psycopg import sql
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.schema import (
     HEADS,
@@ -58,7 +71,9 @@ log = logging.getLogger("exactlyonce.postgres")
 
 
 class PostgresSink(ExactlyOnceSink):
-    """Writes a stream into a PostgreSQL table exactly once. See the module docstring."""
+    """Writes a stream into a PostgreSQL table exactly once (``mode="insert"``/``"append"``),
+    or keeps one row per key at its latest epoch (``mode="upsert"``). Guarantee and
+    mechanism of each: the module docstring."""
 
     kind = "postgres"
     sort_within_shard = True
@@ -76,6 +91,8 @@ class PostgresSink(ExactlyOnceSink):
         id_column: str | Unset = UNSET,
         epoch_column: str | Unset = UNSET,
         connect_timeout: int | Unset = UNSET,
+        tombstone_column: str | None | Unset = UNSET,
+        order_by: Sequence[str] | str | Unset = UNSET,
         shards: int | None | Unset = UNSET,
         sink_name: str | None | Unset = UNSET,
         dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
@@ -109,6 +126,17 @@ class PostgresSink(ExactlyOnceSink):
     def id_column(self) -> str:
         return self._id_column
 
+    @property
+    def upsert(self) -> UpsertSpec | None:
+        if self.mode != "upsert":
+            return None
+        return UpsertSpec(self.config.tombstone_column, self.config.order_by)
+
+    def _stored(self, schema: StructType) -> StructType:
+        """The stream's columns the table holds (upsert: all but the tombstone flag)."""
+        upsert = self.upsert
+        return schema if upsert is None else upsert.stored_schema(schema)
+
     # -- connections -------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -136,23 +164,25 @@ class PostgresSink(ExactlyOnceSink):
         """
         if self._table_ready and (schema is None or schema == self._checked_schema):
             return
+        stored = None if schema is None else self._stored(schema)
         with self._connect() as conn:
             if not schema_exists(conn, self.table.schema):
                 raise ConfigError("table", f"schema {self.table.schema!r} does not exist")
-            for statement in control_tables_ddl(self.table):
+            tombstones = self.upsert is not None and self.upsert.tombstone_column is not None
+            for statement in control_tables_ddl(self.table, tombstones=tombstones):
                 conn.execute(statement)
             oid = regclass(conn, self.table)
             if oid is None:
-                if schema is None:
+                if stored is None:
                     if not self.create_table:
                         raise ConfigError(
                             "table", f"{self.table} does not exist and create_table is off"
                         )
                     return  # created from the stream's schema at the first batch
-                self._create(conn, schema)
+                self._create(conn, stored)
                 oid = regclass(conn, self.table)
                 assert oid is not None
-            self._check_table(conn, oid, schema)
+            self._check_table(conn, oid, stored)
         self._table_ready = True
         self._checked_schema = schema
 
@@ -161,7 +191,7 @@ class PostgresSink(ExactlyOnceSink):
             raise ConfigError("table", f"{self.table} does not exist and create_table is off")
         self._check_stream_columns(schema)
         for statement in create_table_ddl(
-            self.table, schema, self.id_column, self.epoch_column, unique=self.mode == "insert"
+            self.table, schema, self.id_column, self.epoch_column, unique=self.mode != "append"
         ):
             conn.execute(statement)
         log.info("created table %s", self.table)
@@ -178,12 +208,12 @@ class PostgresSink(ExactlyOnceSink):
         self, conn: psycopg.Connection[Any], oid: int, schema: StructType | None
     ) -> None:
         columns = table_columns(conn, oid)
-        if self.mode == "insert" and not has_unique_index_on(conn, oid, self.id_column):
+        if self.mode != "append" and not has_unique_index_on(conn, oid, self.id_column):
             raise ConfigError(
                 "table",
                 f"{self.table} has no unique index on {self.id_column!r}, so a re-written record "
-                f"would be stored twice. Add one: CREATE UNIQUE INDEX ON {self.table} "
-                f"({self.id_column})",
+                f"would be stored twice (mode {self.mode!r} needs one). Add one: CREATE UNIQUE "
+                f"INDEX ON {self.table} ({self.id_column})",
             )
         if schema is None:
             return
@@ -298,12 +328,14 @@ class PostgresSink(ExactlyOnceSink):
             sink_name=self.sink_name,
             connect_timeout=self.connect_timeout,
             dedup=self.dedup_plan,
+            upsert=self.upsert,
+            epoch_column=self.epoch_column,
         )
         return PostgresShardWriter(target, epoch)
 
     @property
     def unique_sink(self) -> bool:
-        return self.mode == "insert"
+        return self.mode != "append"
 
     def _rebuild_source(self) -> RebuildSource | None:
         """In append mode, the table's own IDs from an epoch on rebuild a lost catalog."""

@@ -12,6 +12,10 @@ Runs inside Spark's Python workers through ``mapInArrow``. Per task, in ONE tran
    to find it, write the rest, and dead-letter that record with the error;
 6. insert a "(query, epoch, shard) committed" row for every shard seen, and commit.
 
+In ``mode="upsert"`` steps 3-5 are replaced by :mod:`.upsert`: each batch is staged by COPY
+and applied under the epoch guard with one ``INSERT ... ON CONFLICT DO UPDATE``; refused
+records are bisected out the same way.
+
 A crash anywhere before the commit leaves nothing of the task; after it, a re-run finds the
 shard committed and skips it. Ambiguous commits (connection lost during COMMIT) surface as an
 error; the re-run then reads the shard-commit row, so the outcome is verified, never guessed.
@@ -32,7 +36,10 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from exactlyonce.connectors.base import DeadLetter, ShardTask, ShardWriter
+from exactlyonce.connectors.base.columns import DELETE_COLUMN
+from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres.schema import DEAD_LETTERS, SHARD_COMMITS, TableName
+from exactlyonce.connectors.postgres.upsert import UPSERT_STAGING, UpsertStatements
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.faults import crash_point
 from exactlyonce.secrets import Secret
@@ -54,11 +61,23 @@ class PgTarget:
     sink_name: str
     connect_timeout: int = 10
     dedup: DedupPlan | None = None
+    upsert: UpsertSpec | None = None
+    epoch_column: str = "epoch"
+
+    def upsert_statements(self) -> UpsertStatements:
+        assert self.upsert is not None
+        tombstones = self.upsert.tombstone_column is not None
+        return UpsertStatements(
+            self.table, self.columns, self.id_column, self.epoch_column, tombstones
+        )
 
 
-def is_bad_record_error(exc: BaseException) -> bool:
-    """Errors caused by a record's content (SQLSTATE classes 22 and 23), not by a duplicate ID."""
-    if not isinstance(exc, psycopg.Error) or isinstance(exc, pgerrors.UniqueViolation):
+def is_bad_record_error(exc: BaseException, upsert: bool = False) -> bool:
+    """Errors caused by a record's content (SQLSTATE classes 22 and 23), not by a duplicate
+    ID (an upsert meets no duplicate ID: a unique violation is another index refusing it)."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    if isinstance(exc, pgerrors.UniqueViolation) and not upsert:
         return False
     state = exc.sqlstate or ""
     return state.startswith("22") or state.startswith("23")
@@ -81,10 +100,12 @@ class PgShardTask(ShardTask):
     """One task's transaction. Connects lazily: an empty partition never touches the sink."""
 
     def __init__(self, target: PgTarget, epoch: int) -> None:
-        super().__init__(epoch, target.id_column, target.columns, target.dedup)
+        upsert = target.upsert is not None
+        super().__init__(epoch, target.id_column, target.columns, target.dedup, upsert=upsert)
         self.t = target
         self.conn: psycopg.Connection[Any] | None = None
         self.staging_ready = False
+        self.upserts = target.upsert_statements() if upsert else None
         self.column_list = sql.SQL(", ").join(sql.Identifier(c) for c in target.columns)
 
     def _open(self) -> set[int]:
@@ -130,6 +151,9 @@ class PgShardTask(ShardTask):
 
     def _write_rows(self, rows: pa.RecordBatch) -> None:
         conn = self._conn
+        if self.upserts is not None:
+            self._upsert_salvaging(conn, rows, first=True)
+            return
         try:
             with conn.transaction():
                 self._copy(conn, self.t.table.ident(), rows, crash_ok=True)
@@ -150,7 +174,8 @@ class PgShardTask(ShardTask):
         crash_ok: bool = False,
     ) -> None:
         data = memoryview(to_csv(rows))
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(into, self.column_list)
+        names = sql.SQL(", ").join(sql.Identifier(c) for c in rows.schema.names)
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(into, names)
         with conn.cursor() as cur, cur.copy(statement) as copy:
             for start in range(0, len(data), COPY_CHUNK_BYTES):
                 copy.write(data[start : start + COPY_CHUNK_BYTES])
@@ -176,6 +201,34 @@ class PgShardTask(ShardTask):
             half = rows.num_rows // 2
             self._insert_salvaging(conn, rows.slice(0, half))
             self._insert_salvaging(conn, rows.slice(half))
+
+    def _upsert_salvaging(
+        self, conn: psycopg.Connection[Any], rows: pa.RecordBatch, first: bool = False
+    ) -> None:
+        """Stage the batch and apply it under the epoch guard (:mod:`.upsert`), in a
+        savepoint; bisect out records the table refuses, as the insert path does."""
+        upserts = self.upserts
+        assert upserts is not None
+        if not self.staging_ready:
+            conn.execute(upserts.create_staging())  # outside any savepoint: see _ensure_staging
+            self.staging_ready = True
+        try:
+            with conn.transaction():
+                conn.execute(sql.SQL("TRUNCATE {}").format(UPSERT_STAGING))
+                self._copy(conn, UPSERT_STAGING, rows, crash_ok=first)
+                applied = upserts.apply(conn, rows)
+            self.result.written += applied.written
+            self.result.deleted += applied.deleted
+            self.result.stale += applied.stale
+        except psycopg.Error as exc:
+            if not is_bad_record_error(exc, upsert=True):
+                raise
+            if rows.num_rows == 1:
+                self._dead_letter(conn, rows.drop_columns([DELETE_COLUMN]), _describe(exc))
+                return
+            half = rows.num_rows // 2
+            self._upsert_salvaging(conn, rows.slice(0, half))
+            self._upsert_salvaging(conn, rows.slice(half))
 
     def _ensure_staging(self, conn: psycopg.Connection[Any]) -> None:
         """Created outside any savepoint, so a rolled-back batch cannot take it along."""

@@ -46,6 +46,17 @@ If it is lost, hash and string writes start an empty one (their keys keep them e
 ``"stream"`` rebuilds it from the ``record_id``/``epoch`` fields of every stream it appended
 to (listed in ``<prefix>:streams``), so it never guesses.
 
+``mode="upsert"`` (update and changelog streams, ``write`` ``"hash"`` or ``"string"``):
+``key_template`` names exactly the ``id_columns``, so one key is one record and always in
+the same shard. The apply script applies a record only if its epoch is at least the key's
+stored one, else counts it ``stale``: a hash keeps its epoch in the field ``epoch_field``
+(the write replaces the whole hash: ``DEL`` then ``HSET``); a string value is the user's JSON
+untouched, so its epoch lives in the companion key ``<prefix>:epoch:<key>``. A record whose
+``tombstone_column`` is true deletes the key and leaves its epoch behind, in
+``<prefix>:tomb:<key>`` (hashes) or the companion key (strings), so an older epoch cannot
+bring it back; with ``ttl_seconds`` those expire with the values, and the guard with them.
+No dedup catalog: the key and the epoch guard are the idempotence.
+
 A record Redis refuses (a key holding another type: ``WRONGTYPE``) and a record with a null
 key or key-template column go to the dead-letter stream ``<prefix>:dead-letters`` (epoch,
 ID, error, payload) in the same atomic step; the rest of the shard proceeds.

@@ -2,31 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, StrictInt, field_validator, model_validator
 from redis.connection import parse_url
 
-from exactlyonce.connectors.base.config import SinkConfig, field_error
+from exactlyonce.connectors.base.config import Names, SinkConfig, field_error
+from exactlyonce.connectors.base.upsert import check_upsert, upsert_defaults
 from exactlyonce.connectors.redis.template import KeyTemplate
 from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import dsn_password, scrub
 
 Write = Literal["hash", "string", "stream"]
 WRITES: tuple[Write, ...] = ("hash", "string", "stream")
+Mode = Literal["insert", "upsert"]
 
 
 class RedisSinkConfig(SinkConfig):
     """:class:`~exactlyonce.connectors.redis.RedisSink`'s settings.
 
     ``write="stream"`` appends (a second write of an ID is a second entry), so it requires
-    the catalog; hash and string writes are idempotent by key.
+    the catalog; hash and string writes are idempotent by key. ``mode="upsert"`` (hash and
+    string writes) replaces a key's value when the write's epoch is at least the stored one;
+    its ``key_template`` names exactly the ``id_columns``, so one key is one record.
     """
 
     type: Literal["redis"] = "redis"
     url: SecretStr
     key_template: str = Field(min_length=1)
     write: Write = "hash"
+    mode: Mode = "insert"
+    # mode="upsert": a boolean stream column; true deletes the key (not stored).
+    tombstone_column: str | None = None
+    # mode="upsert": the columns whose greatest values win among rows of one key in one epoch.
+    order_by: Names = ()
     ttl_seconds: float | None = Field(default=None, ge=0.001)
     pipeline_size: StrictInt = Field(default=10_000, ge=1)
     prefix: str | None = None
@@ -61,6 +70,28 @@ class RedisSinkConfig(SinkConfig):
     @property
     def template(self) -> KeyTemplate:
         return KeyTemplate.parse(self.key_template)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upsert_defaults(cls, data: Any) -> Any:
+        return upsert_defaults(data)
+
+    @model_validator(mode="after")
+    def _upsert(self) -> RedisSinkConfig:
+        check_upsert(self.mode, self.tombstone_column, self.id_columns, self.order_by, self.id_from)
+        if self.mode != "upsert":
+            return self
+        if self.write == "stream":
+            raise field_error(
+                "write", "mode 'upsert' replaces a key's value: write 'hash' or 'string'"
+            )
+        if set(self.template.fields) != set(self.id_columns or ()):
+            raise field_error(
+                "key_template",
+                f"in mode 'upsert' it names exactly the id_columns {list(self.id_columns or ())} "
+                f"(one key per record, guarded by its epoch), not {list(self.template.fields)}",
+            )
+        return self
 
     @model_validator(mode="after")
     def _fields_and_write(self) -> RedisSinkConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN
+from exactlyonce.connectors.base.columns import DELETE_COLUMN, ORDER_COLUMN
 from exactlyonce.connectors.redis.task import VALUE_COLUMN
 from exactlyonce.connectors.redis.template import KeyTemplate
 
@@ -25,9 +26,11 @@ def project(
     write: str,
     id_field: str,
     epoch_field: str,
+    *,
+    upsert: bool = False,
 ) -> DataFrame:
     """``with_ids`` (the user's columns, of ``schema``, plus the ID, epoch, error and payload
-    columns) as the task reads it."""
+    columns, and in upsert mode the delete flag and order) as the task reads it."""
     from pyspark.sql import functions as F
 
     user = list(schema.names)
@@ -44,6 +47,8 @@ def project(
         error = F.coalesce(error, F.when(null, reason))
         payload = F.coalesce(payload, F.when(null, record_json))
     columns += [error.alias(ERROR_COLUMN), payload.alias(PAYLOAD_COLUMN)]
+    if upsert:
+        columns += [F.col(DELETE_COLUMN), F.col(ORDER_COLUMN)]
     return with_ids.select(*columns)
 
 

@@ -16,8 +16,9 @@ from exactlyonce.connectors.base import (
     TaskWriter,
 )
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import lua
-from exactlyonce.connectors.redis.config import RedisSinkConfig, Write
+from exactlyonce.connectors.redis.config import Mode, RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
     BUSY_POLICY,
     connect,
@@ -58,6 +59,14 @@ class RedisSink(ExactlyOnceSink):
     Re-runs are no-ops decided server-side; a lost reply finds its own marker. The whole story,
     with the key layout, is in :mod:`exactlyonce.connectors.redis`.
 
+    ``mode="upsert"`` (hash and string writes; ``key_template`` names exactly the
+    ``id_columns``): each key holds the value of the latest epoch that wrote it, and an older
+    epoch never rolls it back. Mechanism: the same apply script compares each record's epoch
+    with the key's stored one (a hash's ``epoch_field``; for strings the companion key
+    ``<prefix>:epoch:<key>``) and skips it, counted ``stale``, when the stored one is newer;
+    a write replaces the whole value. Deletes (``tombstone_column``) leave their epoch behind
+    (``<prefix>:tomb:<key>`` for hashes, the companion key for strings), with the sink's TTL.
+
     Example::
 
         sink = RedisSink("redis://:pw@cache:6379/0", "user:{user_id}", id_columns=["event_id"],
@@ -76,6 +85,9 @@ class RedisSink(ExactlyOnceSink):
         *,
         id_from: IdFrom | Unset = UNSET,
         write: Write | Unset = UNSET,
+        mode: Mode | Unset = UNSET,
+        tombstone_column: str | None | Unset = UNSET,
+        order_by: Sequence[str] | str | Unset = UNSET,
         ttl_seconds: float | None | Unset = UNSET,
         pipeline_size: int | Unset = UNSET,
         prefix: str | None | Unset = UNSET,
@@ -124,6 +136,12 @@ class RedisSink(ExactlyOnceSink):
         return self.id_field
 
     @property
+    def upsert(self) -> UpsertSpec | None:
+        if self.config.mode != "upsert":
+            return None
+        return UpsertSpec(self.config.tombstone_column, self.config.order_by)
+
+    @property
     def head_key(self) -> str:
         return f"{self.prefix}:head"
 
@@ -165,7 +183,7 @@ class RedisSink(ExactlyOnceSink):
     def preflight(self, schema: StructType | None = None) -> None:
         """Check the server (reachable, not a cluster) and, with ``schema``, the columns."""
         if schema is not None:
-            self._check_columns(list(schema.names))
+            self._check_columns(list(self._stored(schema).names))
         if self._ready:
             return
         probe = connect(
@@ -181,6 +199,11 @@ class RedisSink(ExactlyOnceSink):
         finally:
             probe.close()
         self._ready = True
+
+    def _stored(self, schema: StructType) -> StructType:
+        """The stream's columns the sink stores (upsert: all but the tombstone flag)."""
+        upsert = self.upsert
+        return schema if upsert is None else upsert.stored_schema(schema)
 
     def _check_columns(self, names: list[str]) -> None:
         self._check_id_columns(names)
@@ -261,10 +284,18 @@ class RedisSink(ExactlyOnceSink):
 
     def _project(self, df: DataFrame, epoch: int) -> DataFrame:
         """Stored columns as their Spark string form; null template columns are bad records."""
-        self._check_columns(list(df.columns))
-        schema = df.schema
+        schema = self._stored(df.schema)
+        self._check_columns(list(schema.names))
         with_ids = self._with_ids(df, self.epoch_field, epoch)
-        return project(with_ids, schema, self.template, self.write, self.id_field, self.epoch_field)
+        return project(
+            with_ids,
+            schema,
+            self.template,
+            self.write,
+            self.id_field,
+            self.epoch_field,
+            upsert=self.upsert is not None,
+        )
 
     def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
         assert self._head is not None
@@ -289,6 +320,7 @@ class RedisSink(ExactlyOnceSink):
             retries=self.retries,
             dedup=self.dedup_plan,
             busy=self.busy,
+            upsert=self.upsert,
         )
         return RedisShardWriter(target, epoch)
 

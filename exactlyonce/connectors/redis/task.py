@@ -19,6 +19,8 @@ import pyarrow as pa
 import redis
 
 from exactlyonce.connectors.base import DeadLetter, ShardTask, ShardWriter
+from exactlyonce.connectors.base.columns import DELETE_COLUMN
+from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import lua
 from exactlyonce.connectors.redis.connection import BUSY_POLICY, connect, patient, script_error
 from exactlyonce.connectors.redis.template import KeyTemplate
@@ -55,6 +57,18 @@ class RedisTarget:
     retries: int
     dedup: DedupPlan | None = None
     busy: RetryPolicy = BUSY_POLICY
+    upsert: UpsertSpec | None = None
+
+    @property
+    def tombstone_prefix(self) -> str:
+        """Upsert, hash writes: ``<prefix>:tomb:<key>`` holds the epoch that deleted ``key``."""
+        return f"{self.prefix}:tomb:"
+
+    @property
+    def epoch_prefix(self) -> str:
+        """Upsert, string writes: ``<prefix>:epoch:<key>`` holds the epoch of ``key``'s last
+        write or delete (a string value carries no field to keep it in)."""
+        return f"{self.prefix}:epoch:"
 
 
 class RedisShardWriter(ShardWriter[RedisTarget]):
@@ -68,7 +82,8 @@ class RedisShardTask(ShardTask):
     """One task's atomic step: chunks inline or staged, then one apply script."""
 
     def __init__(self, target: RedisTarget, epoch: int) -> None:
-        super().__init__(epoch, target.id_field, target.columns, target.dedup)
+        upsert = target.upsert is not None
+        super().__init__(epoch, target.id_field, target.columns, target.dedup, upsert=upsert)
         self.t = target
         self.r: Any = None
         self.token = f"{self.result.writer}:{uuid.uuid4().hex[:12]}"
@@ -127,6 +142,8 @@ class RedisShardTask(ShardTask):
             body: Any = rows.column(VALUE_COLUMN).to_pylist()
         else:
             body = [rows.column(f).to_pylist() for f in self.t.fields]
+        if self.t.upsert is not None:
+            return _dumps(["r", keys, ids, body, rows.column(DELETE_COLUMN).to_pylist()])
         return _dumps(["r", keys, ids, body])
 
     def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
@@ -180,13 +197,17 @@ class RedisShardTask(ShardTask):
         script = self.r.register_script(lua.APPLY)
         keys, args = self._apply_keys(), self._apply_args(new_shards)
         try:
-            status, written, failed = self._patient(lambda: script(keys=keys, args=args))
+            status, written, failed, stale, deleted = self._patient(
+                lambda: script(keys=keys, args=args)
+            )
         except redis.ResponseError as exc:
             raise script_error(exc, "the sink") from None
         self.pending.clear()
         self.status = int(status)
         self.result.written += int(written)
         self.result.dead_letters += int(failed)
+        self.result.stale += int(stale)
+        self.result.deleted += int(deleted)
         if int(status) <= 0:  # another attempt wrote these shards, and their dead letters
             self.result.dead_letters -= self.letters
             self.result.skipped_shards = sorted(set(self.result.skipped_shards) | set(new_shards))
@@ -219,6 +240,9 @@ class RedisShardTask(ShardTask):
             "ef": self.t.epoch_field,
             "query": self.t.query_name,
             "sink": self.t.sink_name,
+            "upsert": self.t.upsert is not None,
+            "tomb": self.t.tombstone_prefix,
+            "ekey": self.t.epoch_prefix,
         }
         return [
             self.epoch,

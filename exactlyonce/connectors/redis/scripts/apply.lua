@@ -1,8 +1,11 @@
 -- The apply script: one task's shards, atomically (see exactlyonce.connectors.redis).
 -- KEYS: head, done:<epoch>, done-epochs, stage, dead-letters, stream registry, stage registry.
 -- ARGV: epoch, attempt token, staged chunks, config JSON, shards JSON, inline chunks...
--- Returns {status, written, failed}: 1 applied, 2 applied by this attempt before (a lost reply),
--- 0 another attempt committed these shards, -1 the head already passed the epoch.
+-- Returns {status, written, failed, stale, deleted}: 1 applied, 2 applied by this attempt before
+-- (a lost reply), 0 another attempt committed these shards, -1 the head already passed the epoch.
+-- Upserts (cfg.upsert): a record applies only if its epoch is at least the key's stored one (a
+-- hash's epoch field, else its tombstone key cfg.tomb..key; a string's companion cfg.ekey..key);
+-- else it is counted stale. A delete leaves that epoch behind (tombstone or companion key).
 local epoch, token, nstaged = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local cfg = cjson.decode(ARGV[4])
 local shards = cjson.decode(ARGV[5])
@@ -19,17 +22,17 @@ for i, kind in pairs(want) do
     return redis.error_reply('EO_WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. t)
   end
 end
-if tonumber(head) >= tonumber(epoch) then drop_stage(); return {-1, 0, 0} end
+if tonumber(head) >= tonumber(epoch) then drop_stage(); return {-1, 0, 0, 0, 0} end
 for _, s in ipairs(shards) do
   local by = redis.call('HGET', KEYS[2], s)
   if by then
     drop_stage()
     if by == token then
-      local w = redis.call('HGET', KEYS[2], 'w:' .. token) or '0 0'
-      local a, b = string.match(w, '^(%d+) (%d+)$')
-      return {2, tonumber(a) or 0, tonumber(b) or 0}
+      local w = redis.call('HGET', KEYS[2], 'w:' .. token) or '0 0 0 0'
+      local a, b, c, d = string.match(w, '^(%d+) (%d+) (%d+) (%d+)$')
+      return {2, tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0, tonumber(d) or 0}
     end
-    return {0, 0, 0}
+    return {0, 0, 0, 0, 0}
   end
 end
 if nstaged > 0 and redis.call('HLEN', KEYS[4]) ~= nstaged then
@@ -41,7 +44,7 @@ for _, s in ipairs(shards) do redis.call('HSET', KEYS[2], s, token) end
 redis.call('SADD', KEYS[3], epoch)
 local mode, ttl, fields = cfg.mode, tonumber(cfg.ttl), cfg.fields
 local nf = #fields
-local written, failed = 0, 0
+local written, failed, stale, deleted = 0, 0, 0, 0
 local function dead(at, shard, rid, err, payload)
   local a = {'query', cfg.query, 'sink', cfg.sink, 'epoch', at, 'error', err}
   if shard ~= nil and shard ~= cjson.null then a[#a + 1] = 'shard'; a[#a + 1] = shard end
@@ -60,12 +63,62 @@ local a = {}
 if mode == 'stream' then cmd, base, a = 'XADD', 6, {'', '*', cfg.idf, '', cfg.ef, epoch} end
 for j = 1, nf do a[base + 2 * j - 1] = fields[j] end
 local full = base + 2 * nf
+local now = tonumber(epoch)
+local function expiring(key, value)
+  if ttl > 0 then return redis.call('SET', key, value, 'PX', ttl) end
+  return redis.call('SET', key, value)
+end
+-- The epoch stored for a key (nil: none), or an error reply (a key of another type).
+local function stored_epoch(key)
+  if mode == 'string' then return tonumber(redis.call('GET', cfg.ekey .. key)) end
+  local e = redis.pcall('HGET', key, cfg.ef)
+  if type(e) == 'table' then return e end
+  if not e then e = redis.call('GET', cfg.tomb .. key) end
+  return tonumber(e)
+end
+local function upsert_one(key, body, i, delete)
+  local e = stored_epoch(key)
+  if type(e) == 'table' then return e end
+  if e and e > now then stale = stale + 1; return nil end
+  if delete then
+    redis.call('DEL', key)
+    expiring(mode == 'string' and cfg.ekey .. key or cfg.tomb .. key, epoch)
+    deleted = deleted + 1
+    return nil
+  end
+  if mode == 'string' then
+    expiring(key, body[i])
+    expiring(cfg.ekey .. key, epoch)
+  else
+    local args = {key}
+    for j = 1, nf do
+      local v = body[j][i]
+      if v ~= cjson.null then args[#args + 1] = fields[j]; args[#args + 1] = v end
+    end
+    args[#args + 1] = cfg.ef; args[#args + 1] = epoch
+    redis.call('DEL', key, cfg.tomb .. key)
+    redis.call('HSET', unpack(args))
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+  end
+  written = written + 1
+  return nil
+end
+local function apply_upserts(keys, ids, body, deletes)
+  for i = 1, #keys do
+    local r = upsert_one(keys[i], body, i, deletes[i])
+    if r then
+      failed = failed + 1
+      dead(epoch, nil, ids[i], 'redis: ' .. r.err, mode == 'string' and body[i] or as_json(body, i))
+    end
+  end
+end
 local function apply(c)
   if c[1] == 'd' then
     for _, d in ipairs(c[2]) do dead(d[1], d[2], d[3], d[4], d[5]) end
     return
   end
   local keys, ids, body = c[2], c[3], c[4]
+  if cfg.upsert then return apply_upserts(keys, ids, body, c[5]) end
   local streams = {}
   for i = 1, #keys do
     local key, r = keys[i], nil
@@ -107,6 +160,6 @@ local function apply(c)
 end
 for i = 1, nstaged do apply(cjson.decode(redis.call('HGET', KEYS[4], tostring(i)))) end
 for i = 6, #ARGV do apply(cjson.decode(ARGV[i])) end
-redis.call('HSET', KEYS[2], 'w:' .. token, written .. ' ' .. failed)
+redis.call('HSET', KEYS[2], 'w:' .. token, table.concat({written, failed, stale, deleted}, ' '))
 drop_stage()
-return {1, written, failed}
+return {1, written, failed, stale, deleted}
