@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, Field, StrictInt, field_validator
 
+from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.connectors.base.config import Settings
 from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
@@ -107,23 +108,27 @@ class KafkaBuffer(Settings):
         """The buffer's head key on the control topic (the KafkaSink's default name)."""
         return f"kafka:{self.topic}"
 
-    def wrap(self, sink: PostgresSink, **kwargs: Any) -> Buffered:
+    def wrap(self, sink: ExactlyOnceSink, **kwargs: Any) -> Buffered:
         return Buffered(sink, self, **kwargs)
 
 
-def check_target(sink: object) -> PostgresSink:
-    """The sinks a drainer can write to, in the modes it keeps exactly-once."""
-    if not isinstance(sink, PostgresSink):
-        raise ConfigError(
-            "buffer", f"a buffer drains into a PostgresSink; {type(sink).__name__} has no drainer"
-        )
-    if sink.mode != "insert":
-        raise ConfigError(
-            "buffer",
-            "the drainer writes PostgreSQL in mode='insert' (its unique record-ID index "
-            "dedups what the drainer re-reads); mode='append' is not drained",
-        )
-    return sink
+DRAINABLE = "a PostgresSink (mode='insert')"
+
+
+def check_target(sink: object) -> ExactlyOnceSink:
+    """The sinks a drainer can write to, in the modes it keeps exactly-once: ConfigError
+    (field ``buffer``) for any other."""
+    if isinstance(sink, PostgresSink):
+        if sink.mode != "insert":
+            raise ConfigError(
+                "buffer",
+                "the drainer writes PostgreSQL in mode='insert' (its unique record-ID index "
+                "dedups what the drainer re-reads); mode='append' is not drained",
+            )
+        return sink
+    raise ConfigError(
+        "buffer", f"a buffer drains into {DRAINABLE}; {type(sink).__name__} has no drainer"
+    )
 
 
 class Buffered(KafkaSink):
@@ -137,7 +142,7 @@ class Buffered(KafkaSink):
 
     def __init__(
         self,
-        sink: PostgresSink,
+        sink: ExactlyOnceSink,
         buffer: KafkaBuffer,
         *,
         dedup: bool | DedupConfig | None = None,
@@ -168,9 +173,10 @@ class Buffered(KafkaSink):
         self._target_ready = False
 
     def preflight(self, schema: StructType | None = None) -> None:
-        """The buffer's preflight, then the real sink's (it creates the table from the
-        stream's schema). A sink that is down now is not an error: batches go on into the
-        buffer, and the next batch tries again; the drainer waits for the table."""
+        """The buffer's preflight, then the real sink's with the stream's schema (PostgreSQL
+        creates the table from it; every sink checks the columns it needs). A sink that is down
+        now is not an error: batches go on into the buffer, and the next batch tries again;
+        the drainer waits for the sink."""
         super().preflight(schema)
         if schema is not None:
             self._check_columns(schema)

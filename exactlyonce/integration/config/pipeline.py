@@ -162,7 +162,7 @@ class PipelineConfig(Settings):
         from exactlyonce.buffer import Buffered
 
         with sink_field_errors():  # the Spark side writes the buffer topic only
-            return Buffered(sink, buffer.build(), check=check)  # type: ignore[arg-type]
+            return Buffered(sink, buffer.build(), check=check)
 
     def trigger_kwargs(self) -> dict[str, Any]:
         """The trigger as :func:`exactlyonce.integration.spark.start_stream` arguments."""
