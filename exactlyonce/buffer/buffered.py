@@ -5,19 +5,24 @@ callable. Each micro-batch goes, exactly once, into the buffer topic through the
 :class:`~exactlyonce.connectors.kafka.KafkaSink` machinery (one Kafka transaction per shard,
 headers with query, epoch, shard, attempt and record ID, commit confirmations and a head with
 the topic's frontier on the control topic) and the batch returns. It never waits for the real
-sink: a slow or stopped PostgreSQL does not slow or fail the query. A
-:class:`~exactlyonce.buffer.drain.drainer.Drainer` moves the records on.
+sink: a slow or stopped PostgreSQL, Redis or Elasticsearch does not slow or fail the query.
+A :class:`~exactlyonce.buffer.drain.drainer.Drainer` moves the records on, through the sink's
+drain target (:mod:`exactlyonce.buffer.drain.target`); :func:`check_target` says which sinks,
+in which modes.
 
 Why a wrapper and not a ``buffer=`` argument on every sink: the wrapper IS a KafkaSink (its
 head, its reports, ``reset_head``, the CLI's ``run``/``check`` work unchanged), and the sinks
-stay free of buffer code. The real sink is used for its names and its connection only.
+stay free of buffer code. The real sink is used for its names, its preflight (with the
+stream's schema: PostgreSQL creates the table, every sink checks its columns) and its
+connection only.
 
 The buffer's records are the stream's rows as JSON objects (every column), with the record ID
 of the real sink's ``id_columns`` and the epoch in headers; the drainer adds them back as the
-sink's ID and epoch columns. They travel in FRAMES: one message holds up to ``frame_records``
-records (one JSON value per line, their IDs in the ``eo-record-ids`` header), so the drainer
-handles a message per thousand records instead of one per record (per-message work in Python
-was the drain's bottleneck: 0.67x direct writes with one record per message).
+sink's ID and epoch (columns, fields, ``_id``). They travel in FRAMES: one message holds up
+to ``frame_records`` records (one JSON value per line, their IDs in the ``eo-record-ids``
+header), so the drainer handles a message per thousand records instead of one per record
+(per-message work in Python was the drain's bottleneck: 0.67x direct writes with one record
+per message).
 
 Example::
 
@@ -40,6 +45,7 @@ from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
 from exactlyonce.connectors.kafka.reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
 from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 
@@ -112,7 +118,7 @@ class KafkaBuffer(Settings):
         return Buffered(sink, self, **kwargs)
 
 
-DRAINABLE = "a PostgresSink (mode='insert')"
+DRAINABLE = "a PostgresSink (mode='insert') or a RedisSink"
 
 
 def check_target(sink: object) -> ExactlyOnceSink:
@@ -126,6 +132,8 @@ def check_target(sink: object) -> ExactlyOnceSink:
                 "dedups what the drainer re-reads); mode='append' is not drained",
             )
         return sink
+    if isinstance(sink, RedisSink):
+        return sink  # hash, string and stream: one atomic script per share
     raise ConfigError(
         "buffer", f"a buffer drains into {DRAINABLE}; {type(sink).__name__} has no drainer"
     )
@@ -152,6 +160,12 @@ class Buffered(KafkaSink):
         self.buffer = buffer
         if dedup is None:
             dedup = sink.dedup_config if sink.dedup_config is not None else False
+        if dedup is False and not sink.unique_sink:
+            raise ConfigError(
+                "dedup",
+                f"{sink.sink_name} appends (a second copy of an ID is a second entry): the "
+                "buffer needs the catalog to keep duplicates of the input out",
+            )
         super().__init__(
             buffer.bootstrap_servers,
             buffer.topic,

@@ -121,13 +121,7 @@ class RedisShardTask(ShardTask):
         self._add(chunk, rows.num_rows)
 
     def _encode(self, rows: pa.RecordBatch) -> bytes:
-        keys = self.t.template.render(rows)
-        ids = rows.column(self.t.id_field).to_pylist()
-        if self.t.write == "string":
-            body: Any = rows.column(VALUE_COLUMN).to_pylist()
-        else:
-            body = [rows.column(f).to_pylist() for f in self.t.fields]
-        return _dumps(["r", keys, ids, body])
+        return encode_records(rows, self.t.template, self.t.write, self.t.fields, self.t.id_field)
 
     def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
         rows = [[d.epoch, d.shard, d.record_id, d.error, d.payload] for d in letters]
@@ -233,6 +227,30 @@ class RedisShardTask(ShardTask):
         if self.r is not None:
             self.r.close()
             self.r = None
+
+
+def encode_records(
+    rows: pa.RecordBatch,
+    template: KeyTemplate,
+    write: str,
+    fields: Sequence[str],
+    id_field: str,
+    epochs: Sequence[str] | None = None,
+) -> bytes:
+    """A chunk of records for ``records.lua`` (``eo_records``): their keys (``template``
+    rendered), IDs, and bodies (the :data:`VALUE_COLUMN` in string mode, else the ``fields``'
+    values, strings or None). ``rows`` holds those columns as strings. With ``epochs``, each
+    record's own epoch (else the script's)."""
+    keys = template.render(rows)
+    ids = rows.column(id_field).to_pylist()
+    if write == "string":
+        body: Any = rows.column(VALUE_COLUMN).to_pylist()
+    else:
+        body = [rows.column(f).to_pylist() for f in fields]
+    chunk: list[Any] = ["r", keys, ids, body]
+    if epochs is not None:
+        chunk.append(list(epochs))
+    return _dumps(chunk)
 
 
 def _dumps(value: Any) -> bytes:

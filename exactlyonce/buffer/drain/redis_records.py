@@ -1,0 +1,149 @@
+"""A share's records as the Redis sink's apply code takes them (``records.lua`` chunks).
+
+A buffer record is its row as a JSON object (Spark's ``to_json`` of every column, nulls kept).
+The chunks are built by the RedisSink's own encoder
+(:func:`~exactlyonce.connectors.redis.task.encode_records`, keys rendered by the sink's
+:class:`~exactlyonce.connectors.redis.KeyTemplate`) from the rows' columns as text:
+
+- ``string`` mode stores the JSON line itself: the very value the RedisSink ``SET``\\ s;
+- ``hash`` and ``stream`` store each column as text, as the RedisSink does: strings as they
+  are, numbers as the JSON text Spark wrote (what Spark's cast to string writes for integers,
+  decimals and doubles), booleans ``true``/``false``, nested values as compact JSON, nulls left
+  out. One difference remains: a timestamp is ISO 8601 in the buffer's JSON
+  (``2026-01-02T03:04:05.000Z``) where the RedisSink's cast writes ``2026-01-02 03:04:05``.
+
+A record whose value is not a JSON object, or whose key-template column is null, is a dead
+letter (with why), as in the sink.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from exactlyonce.buffer.drain.chunk import Chunk
+from exactlyonce.buffer.drain.dead_letters import Letter
+from exactlyonce.buffer.frames import value_problem
+from exactlyonce.connectors.redis import VALUE_COLUMN, RedisSink
+from exactlyonce.connectors.redis.task import MAX_INLINE_BYTES, encode_records
+
+
+@dataclass
+class EncodedShare:
+    """The share's records as script chunks (ARGV), how many, the stored columns (the
+    script's ``fields``; none in string mode), and its dead letters."""
+
+    chunks: list[bytes] = field(default_factory=list)
+    records: int = 0
+    fields: list[str] = field(default_factory=list)
+    letters: list[Letter] = field(default_factory=list)
+
+
+@dataclass
+class _Rows:
+    """Decoded records, column-wise as they are gathered."""
+
+    ids: list[str] = field(default_factory=list)
+    epochs: list[str] = field(default_factory=list)
+    docs: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+
+def as_text(value: Any) -> str | None:
+    """A JSON value (numbers decoded as their text) as Redis stores a column."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode(value: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """The record's columns (top-level numbers as their JSON text), or why it has none.
+
+    Nested values are decoded again without that (their numbers stay numbers)."""
+    problem = value_problem(value)
+    if problem is not None:
+        return None, problem
+    try:
+        doc = json.loads(value, parse_float=str, parse_int=str)
+    except ValueError as exc:
+        return None, f"undecodable value: not JSON ({exc})"
+    if not isinstance(doc, dict):
+        return None, "undecodable value: not a JSON object"
+    if any(isinstance(v, (dict, list)) for v in doc.values()):
+        plain = json.loads(value)
+        doc = {k: plain[k] if isinstance(v, (dict, list)) else v for k, v in doc.items()}
+    return doc, None
+
+
+def encode_share(sink: RedisSink, chunk: Chunk, where: list[int]) -> EncodedShare:
+    """The records of the messages at ``where`` of ``chunk`` as chunks for ``sink``'s apply
+    code (at most ``pipeline_size`` records and about 8 MiB each), and the dead letters."""
+    out = EncodedShare()
+    rows = _Rows()
+    template_fields = sink.template.fields
+    for i, k, rid, value in chunk.records(where):
+        doc, problem = decode(value)
+        if doc is not None:
+            null = [f for f in template_fields if doc.get(f) is None]
+            if null:
+                problem = f"null key template column(s): {', '.join(null)}"
+        if problem is not None or doc is None:
+            out.letters.append((chunk.source(i, k, rid, value), problem or "no value"))
+            continue
+        rows.ids.append(rid.decode().lower())
+        rows.epochs.append(str(chunk.epochs[i]))
+        rows.docs.append(doc)
+        if sink.write == "string":
+            rows.lines.append(value.decode())
+    out.records = len(rows.ids)
+    out.fields = _stored(sink, rows.docs)
+    size = sink.pipeline_size
+    for start in range(0, out.records, size):
+        out.chunks += _encoded(sink, rows, out.fields, start, min(out.records, start + size))
+    return out
+
+
+def _stored(sink: RedisSink, docs: list[dict[str, Any]]) -> list[str]:
+    """The columns hash and stream modes store: every column of the records, first seen
+    first, but the sink's ID and epoch fields (none in string mode: the line is stored)."""
+    if sink.write == "string":
+        return []
+    reserved = (sink.id_field, sink.epoch_field, VALUE_COLUMN)
+    seen = dict.fromkeys(name for doc in docs for name in doc)
+    return [name for name in seen if name not in reserved]
+
+
+def _encoded(sink: RedisSink, rows: _Rows, fields: list[str], start: int, end: int) -> list[bytes]:
+    """Records ``start``..``end`` as one chunk, or halves of it while it is too big."""
+    batch = _batch(sink, rows, fields, start, end)
+    epochs = rows.epochs[start:end]
+    data = encode_records(batch, sink.template, sink.write, fields, sink.id_field, epochs)
+    if len(data) > MAX_INLINE_BYTES and end - start > 1:
+        half = (start + end) // 2
+        return _encoded(sink, rows, fields, start, half) + _encoded(sink, rows, fields, half, end)
+    return [data]
+
+
+def _batch(sink: RedisSink, rows: _Rows, fields: list[str], start: int, end: int) -> pa.RecordBatch:
+    """The records' columns as text: the key template's, the stored ``fields``, the ID, and
+    in string mode the line."""
+    docs = rows.docs[start:end]
+    columns = dict.fromkeys([*sink.template.fields, *fields])
+    arrays = {name: _column([doc.get(name) for doc in docs]) for name in columns}
+    arrays[sink.id_field] = pa.array(rows.ids[start:end], pa.string())
+    if sink.write == "string":
+        arrays[VALUE_COLUMN] = pa.array(rows.lines[start:end], pa.string())
+    return pa.RecordBatch.from_pydict(arrays)
+
+
+def _column(values: Sequence[Any]) -> pa.Array:
+    return pa.array([as_text(v) for v in values], pa.string())
+
+
+__all__ = ["EncodedShare", "as_text", "decode", "encode_share"]

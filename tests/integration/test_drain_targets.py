@@ -1,0 +1,213 @@
+# ruff: noqa: F811  (test arguments shadow the imported fixtures, as pytest wants)
+"""The drainer into every sink: one buffer, filled once by real Spark, drained into Redis (hash,
+string, stream) and Elasticsearch; the local broker, the sink's own redis-server
+(tests/redis_fixtures.py) and the Elasticsearch stand-in (tests/es_fixtures.py).
+
+Writes are counted, not keys: Redis through the sink's AOF (every HSET/SET/XADD a script ran
+is in it), stream appends through the entries per record ID; Elasticsearch through the
+stand-in's write counters and ``_version`` (1 for every document).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
+from exactlyonce.buffer.drain.redis_target import RedisDrainTarget
+from exactlyonce.connectors.kafka.reader import load_commits
+from exactlyonce.connectors.redis import RedisSink
+from exactlyonce.dedup.ids import record_id
+from exactlyonce.errors import ConfigError, OffsetsMovedError
+from tests.events import events, ids
+from tests.kafka_audit import read_topic
+from tests.redis_fixtures import SinkRedis, sink_redis_fixture, sink_redis_server  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+NULL_ACTIONS = range(500, 520)  # events whose action is null
+
+
+@dataclass
+class FilledBuffer:
+    """A buffer topic holding 3 epochs of the query ``name`` (500 IDs with 50 repeated
+    across epochs and 30 inside one, then 20 events with a null ``action``)."""
+
+    name: str
+    buffer: KafkaBuffer
+    frontier: dict[int, int]
+
+    def with_letters(self, suffix: str) -> KafkaBuffer:
+        """The buffer with a drain dead-letter topic of this test's own."""
+        topic = f"{self.name}.{suffix}.drain-dead-letters"
+        return self.buffer.model_copy(update={"drain_dead_letter_topic_name": topic})
+
+
+@pytest.fixture(scope="module")
+def filled(spark: SparkSession, services: dict[str, str]) -> Iterator[FilledBuffer]:
+    import uuid
+
+    sink_redis = sink_redis_server()
+    name = f"t_drain_targets_{uuid.uuid4().hex[:8]}"
+    bootstrap = services["KAFKA_BOOTSTRAP_SERVERS"]
+    buffer = KafkaBuffer(topic=name, bootstrap_servers=bootstrap, partitions=2, frame_records=7)
+    filler = RedisSink(sink_redis.url, f"{name}:filler:{{event_id}}", ["event_id"], name)
+    buffered = Buffered(filler, buffer)
+    first = events(spark, 0, 300)
+    buffered(first.union(first.limit(30)), 0)  # 30 repeated inside the batch
+    buffered(events(spark, 250, 500), 1)  # 50 IDs seen in epoch 0
+    nulls = events(spark, NULL_ACTIONS.start, NULL_ACTIONS.stop)
+    buffered(nulls.withColumn("action", F.lit(None).cast("string")), 2)
+    assert sum(r.written for r in buffered.reports) == 520
+    frontier = load_commits(bootstrap, name, topic=name).frontier(name)
+    yield FilledBuffer(name, buffer, frontier)
+
+
+def redis_sink(server: SinkRedis, name: str, write: str, **kw: Any) -> RedisSink:
+    template = {
+        "hash": f"{name}:h:{{event_id}}",
+        "string": f"{name}:s:{{event_id}}",
+        "stream": f"{name}:x:{{action}}",
+    }[write]
+    return RedisSink(server.url, template, ["event_id"], name, write=write, **kw)  # type: ignore[arg-type]
+
+
+def stored_offsets(server: SinkRedis, sink: RedisSink, topic: str) -> dict[int, int]:
+    raw = server.client().hgetall(f"{sink.prefix}:drain-offsets:{topic}")
+    return {int(p): int(o) for p, o in raw.items()}
+
+
+def drain_letters(filled: FilledBuffer, buffer: KafkaBuffer) -> list[tuple[bytes, str]]:
+    bootstrap = filled.buffer.bootstrap_servers
+    msgs = read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_uncommitted")
+    return [(m.value, dict(m.headers or [])["eo-error"].decode()) for m in msgs]
+
+
+# ---------------------------------------------------------------------- Redis
+
+
+def test_redis_hash_each_record_once_with_its_columns_and_ttl(
+    filled: FilledBuffer, sink_redis: SinkRedis
+) -> None:
+    sink = redis_sink(sink_redis, filled.name, "hash", ttl_seconds=600)
+    buffer = filled.with_letters("hash")
+    with Drainer(sink, buffer, batch_size=100) as drainer:
+        report = drainer.drain_available(timeout_s=60)
+    assert (report.written, report.dead_letters) == (520, 0)
+    r = sink_redis.client()
+    assert r.hgetall(f"{filled.name}:h:e7") == {
+        b"event_id": b"e7",
+        b"amount": b"70",
+        b"action": b"click",
+    }
+    assert r.hgetall(f"{filled.name}:h:e505") == {b"event_id": b"e505", b"amount": b"5050"}, (
+        "a null column is left out"
+    )
+    assert 0 < r.pttl(f"{filled.name}:h:e7") <= 600_000, "ttl_seconds honoured"
+    writes = sink_redis.write_counts("HSET", f"{filled.name}:h:")
+    assert len(writes) == 520 and set(writes.values()) == {1}, "each key written once"
+    assert stored_offsets(sink_redis, sink, buffer.topic) == filled.frontier
+
+    with Drainer(sink, buffer, batch_size=100) as again:  # a restart resumes at the frontier
+        assert again.load_offsets() == filled.frontier
+        assert again.drain_available(timeout_s=60).written == 0
+    assert set(sink_redis.write_counts("HSET", f"{filled.name}:h:").values()) == {1}
+
+
+def test_redis_string_stores_the_records_json_once(
+    filled: FilledBuffer, sink_redis: SinkRedis
+) -> None:
+    sink = redis_sink(sink_redis, filled.name, "string")
+    with Drainer(sink, filled.with_letters("string"), batch_size=64, writers=1) as drainer:
+        report = drainer.drain_available(timeout_s=60)
+    assert report.written == 520
+    value = json.loads(sink_redis.client().get(f"{filled.name}:s:e505"))
+    assert value == {"event_id": "e505", "amount": 5050, "action": None}, "the row, nulls kept"
+    writes = sink_redis.write_counts("SET", f"{filled.name}:s:")
+    assert len(writes) == 520 and set(writes.values()) == {1}
+
+
+def test_redis_stream_appends_each_record_once_and_null_keys_are_dead_letters(
+    filled: FilledBuffer, sink_redis: SinkRedis
+) -> None:
+    sink = redis_sink(sink_redis, filled.name, "stream")
+    buffer = filled.with_letters("stream")
+    with Drainer(sink, buffer, batch_size=50) as drainer:
+        report = drainer.drain_available(timeout_s=60)
+    assert (report.written, report.dead_letters) == (500, 20)
+    entries = sink_redis.client().xrange(f"{filled.name}:x:click")
+    appended = Counter(fields[b"record_id"].decode() for _, fields in entries)
+    assert appended == Counter(ids(0, 500)), "every record appended once"
+    epochs = Counter(int(fields[b"epoch"]) for _, fields in entries)
+    assert epochs == {0: 300, 1: 200}, "each entry keeps its Spark batch's epoch"
+    letters = drain_letters(filled, buffer)
+    assert len(letters) == 20
+    assert {why for _, why in letters} == {"null key template column(s): action"}
+    assert stored_offsets(sink_redis, sink, buffer.topic) == filled.frontier
+
+
+def test_redis_refused_records_go_to_the_sinks_dead_letter_stream(
+    filled: FilledBuffer, sink_redis: SinkRedis
+) -> None:
+    """A key holding another type (WRONGTYPE) is refused inside the atomic script: the
+    record goes to the sink's dead-letter stream in the same step, the rest is written."""
+    template = f"{filled.name}:w:{{event_id}}"
+    sink = RedisSink(sink_redis.url, template, ["event_id"], filled.name, sink_name="wrongtype")
+    sink_redis.client().set(f"{filled.name}:w:e3", "a string, not a hash")
+    with Drainer(sink, filled.with_letters("wrongtype"), batch_size=200) as drainer:
+        report = drainer.drain_available(timeout_s=60)
+    assert (report.written, report.dead_letters) == (519, 1)
+    letters = sink_redis.client().xrange(sink.dead_letter_key)
+    assert len(letters) == 1
+    fields = letters[0][1]
+    assert fields[b"record_id"].decode() == record_id(["e3"])
+    assert fields[b"error"].startswith(b"redis: WRONGTYPE")
+
+
+def test_redis_moved_offsets_are_never_written_over(
+    filled: FilledBuffer, sink_redis: SinkRedis
+) -> None:
+    """The script's compare-and-set: offsets another drainer moved stop the share, with
+    nothing of it written; the drainer re-reads them and resumes from there."""
+    sink = RedisSink(
+        sink_redis.url, f"{filled.name}:c:{{event_id}}", ["event_id"], filled.name, sink_name="cas"
+    )
+    drainer = Drainer(sink, filled.with_letters("cas"), batch_size=100, writers=1)
+    try:
+        assert drainer.step().written > 0
+        key = f"{sink.prefix}:drain-offsets:{filled.name}"
+        r = sink_redis.client()
+        before = r.hgetall(key)
+        r.hset(key, "0", int(before[b"0"]) + 1)  # another drainer moved partition 0
+        keys_before = len(list(r.scan_iter(match=f"{filled.name}:c:*")))
+        with pytest.raises(OffsetsMovedError):
+            drainer.step()
+        assert len(list(r.scan_iter(match=f"{filled.name}:c:*"))) == keys_before
+        r.hset(key, "0", before[b"0"])  # put back: the retry re-reads and goes on
+        drainer.drain_available(timeout_s=60)
+    finally:
+        drainer.close()
+    assert len(list(sink_redis.client().scan_iter(match=f"{filled.name}:c:*"))) == 520
+
+
+def test_a_stream_behind_a_buffer_without_the_catalog_is_refused(
+    filled: FilledBuffer, sink_redis: SinkRedis
+) -> None:
+    sink = redis_sink(sink_redis, filled.name, "stream")
+    with pytest.raises(ConfigError, match="catalog") as refused:
+        Buffered(sink, filled.buffer, dedup=False)
+    assert refused.value.field == "dedup"
+
+
+def test_redis_target_names_its_offsets_by_query_sink_and_topic(sink_redis: SinkRedis) -> None:
+    a = RedisSink(sink_redis.url, "a:{k}", ["k"], "q", write="hash", dedup=False, check=False)
+    b = RedisSink(sink_redis.url, "a:{k}", ["k"], "q", write="string", dedup=False, check=False)
+    keys = {RedisDrainTarget(s, "topic").offsets_key for s in (a, b)}
+    assert len(keys) == 2, "two sinks draining one buffer keep apart offsets"
