@@ -163,7 +163,9 @@ class DrainerCore:
 
     def reset_offsets(self) -> int:
         """Forget the stored offsets (not the data): the next run starts at the topic's start.
-        Record IDs already in the sink stay no-ops."""
+        Record IDs already in the sink stay no-ops (PostgreSQL, Elasticsearch; Redis hash and
+        string keys are written again with the same values); a Redis stream appends its
+        records again."""
         n = reset_positions(self.targets)
         self.positions = None
         self._ready = False

@@ -127,6 +127,21 @@ class PipelineConfig(Settings):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_buffer_on_kafka(cls, data: Any) -> Any:
+        """A Kafka sink writes a Kafka topic already: a buffer in front of it would be a
+        second topic for nothing, and no drainer writes Kafka."""
+        sink = data.get("sink") if isinstance(data, Mapping) else None
+        if isinstance(sink, Mapping) and sink.get("type") == "kafka" and "buffer" in sink:
+            raise PydanticCustomError(
+                "buffer_on_kafka",
+                "a kafka sink takes no buffer (it writes a Kafka topic already); a buffer goes "
+                "in front of a postgres, redis or elasticsearch sink",
+                {"field": "sink.buffer"},
+            )
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _id_from(cls, data: Any) -> Any:
         """``sink.id_from``: where record IDs come from, a setting of the file, not of the
         sink. ``columns`` (the default) keeps ``id_columns``; ``source`` sets them to the Kafka
