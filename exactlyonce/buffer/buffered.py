@@ -41,6 +41,7 @@ from pydantic import AliasChoices, Field, StrictInt, field_validator
 
 from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.connectors.base.config import Settings
+from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
 from exactlyonce.connectors.kafka.reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
@@ -118,7 +119,7 @@ class KafkaBuffer(Settings):
         return Buffered(sink, self, **kwargs)
 
 
-DRAINABLE = "a PostgresSink (mode='insert') or a RedisSink"
+DRAINABLE = "a PostgresSink (mode='insert'), a RedisSink or an ElasticsearchSink (op_type='create')"
 
 
 def check_target(sink: object) -> ExactlyOnceSink:
@@ -134,6 +135,14 @@ def check_target(sink: object) -> ExactlyOnceSink:
         return sink
     if isinstance(sink, RedisSink):
         return sink  # hash, string and stream: one atomic script per share
+    if isinstance(sink, ElasticsearchSink):
+        if sink.op_type != "create":
+            raise ConfigError(
+                "buffer",
+                "the drainer writes Elasticsearch with op_type='create' (a re-read record is a "
+                "409, never a second version); op_type='index' is not drained",
+            )
+        return sink
     raise ConfigError(
         "buffer", f"a buffer drains into {DRAINABLE}; {type(sink).__name__} has no drainer"
     )

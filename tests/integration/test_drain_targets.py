@@ -21,11 +21,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
+from exactlyonce.buffer.drain.es_target import offsets_doc_id
 from exactlyonce.buffer.drain.redis_target import RedisDrainTarget
+from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError, OffsetsMovedError
+from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.events import events, ids
 from tests.kafka_audit import read_topic
 from tests.redis_fixtures import SinkRedis, sink_redis_fixture, sink_redis_server  # noqa: F401
@@ -211,3 +214,97 @@ def test_redis_target_names_its_offsets_by_query_sink_and_topic(sink_redis: Sink
     b = RedisSink(sink_redis.url, "a:{k}", ["k"], "q", write="string", dedup=False, check=False)
     keys = {RedisDrainTarget(s, "topic").offsets_key for s in (a, b)}
     assert len(keys) == 2, "two sinks draining one buffer keep apart offsets"
+
+
+# ---------------------------------------------------------------------- Elasticsearch
+
+
+def es_sink(es: EsHandle, filled: FilledBuffer, index: str = "", **kw: Any) -> ElasticsearchSink:
+    """An Elasticsearch sink of the buffer's query, into ``<query>[-index]``."""
+    name = f"{filled.name}-{index}" if index else filled.name
+    return ElasticsearchSink(es.url, name.replace("_", "-"), ["event_id"], filled.name, **kw)
+
+
+def es_offsets(es: EsHandle, sink: ElasticsearchSink, topic: str) -> dict[int, int]:
+    with es.client() as client:
+        doc_id = offsets_doc_id(sink.query_name, sink.sink_name, topic)
+        doc = client.get(index=sink.control_index, id=doc_id)
+    return {int(p): int(o) for p, o in doc["_source"]["offsets"].items()}
+
+
+def test_es_each_record_created_once_then_the_offsets(filled: FilledBuffer, es: EsHandle) -> None:
+    sink = es_sink(es, filled)
+    buffer = filled.with_letters("es")
+    with Drainer(sink, buffer, batch_size=100) as drainer:
+        report = drainer.drain_available(timeout_s=60)
+    assert (report.written, report.duplicates, report.dead_letters) == (520, 0, 0)
+    writes = es.writes(sink.index)
+    assert len(writes) == 520 and set(writes.values()) == {1}, "each _id written once"
+    docs = es.docs(sink.index)
+    assert docs[record_id(["e7"])] == {
+        "event_id": "e7",
+        "amount": 70,
+        "action": "click",
+        "epoch": 0,
+    }
+    assert docs[record_id(["e505"])]["action"] is None and docs[record_id(["e505"])]["epoch"] == 2
+    assert set(docs) == ids(0, 520)
+    assert es_offsets(es, sink, buffer.topic) == filled.frontier
+
+    with Drainer(sink, buffer) as again:
+        assert again.load_offsets() == filled.frontier
+        assert again.drain_available(timeout_s=60).written == 0
+    assert set(es.writes(sink.index).values()) == {1}
+
+
+def test_es_refused_items_are_drain_dead_letters_the_rest_is_written(
+    filled: FilledBuffer, es: EsHandle
+) -> None:
+    """A mapping that cannot take most values (``amount`` a byte: 0..127): those items are
+    refused (400) and dead-lettered with the reason; the others are written."""
+    sink = es_sink(es, filled, "byte", mapping={"amount": "byte"})
+    buffer = filled.with_letters("es-byte")
+    with Drainer(sink, buffer, batch_size=200) as drainer:
+        report = drainer.drain_available(timeout_s=60)
+    fits = {record_id([f"e{n}"]) for n in range(520) if 10 * n <= 127}
+    assert (report.written, report.dead_letters) == (len(fits), 520 - len(fits))
+    assert set(es.writes(sink.index)) == fits
+    letters = drain_letters(filled, buffer)
+    assert len(letters) == 520 - len(fits)
+    assert all(why.startswith("refused by the sink: 400") for _, why in letters), letters[0]
+    assert es_offsets(es, sink, buffer.topic) == filled.frontier
+
+
+def test_es_moved_offsets_and_a_lost_reply_are_never_written_over(
+    filled: FilledBuffer, es: EsHandle
+) -> None:
+    """The offsets document's compare-and-set: moved by another drainer, the share's offsets
+    are not written (its records are, once); a write whose reply was lost is seen moved,
+    re-read, and the drain goes on from there. Every document keeps _version 1."""
+    server = es.require_server("drop a reply")
+    sink = es_sink(es, filled, "cas")
+    drainer = Drainer(sink, filled.with_letters("es-cas"), batch_size=100, writers=1)
+    doc_id = offsets_doc_id(filled.name, sink.sink_name, filled.name)
+    try:
+        assert drainer.step().written > 0
+        with es.client() as client:
+            doc = client.get(index=sink.control_index, id=doc_id)
+            moved = {**doc["_source"], "offsets": {**doc["_source"]["offsets"], "0": 1}}
+            client.index(index=sink.control_index, id=doc_id, document=moved)
+            with pytest.raises(OffsetsMovedError):
+                drainer.step()
+            client.index(index=sink.control_index, id=doc_id, document=doc["_source"])
+        server.drop_after_apply(1, what="doc")  # the next offsets write: applied, no reply
+        report = drainer.drain_available(timeout_s=60)
+    finally:
+        drainer.close()
+    assert server.dropped_replies >= 1 and report.retries >= 1
+    writes = es.writes(sink.index)
+    assert len(writes) == 520 and set(writes.values()) == {1}
+    assert es_offsets(es, sink, filled.name) == filled.frontier
+
+
+def test_es_index_mode_is_not_drained(filled: FilledBuffer, es: EsHandle) -> None:
+    sink = es_sink(es, filled, op_type="index", check=False)
+    with pytest.raises(ConfigError, match="op_type='create'"):
+        Buffered(sink, filled.buffer)

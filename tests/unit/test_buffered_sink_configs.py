@@ -96,7 +96,7 @@ def test_every_drained_sink_takes_one_buffer_field(tmp_path: Path, kind: str) ->
     assert PASSWORD not in repr(cfg.sink) and PASSWORD in cfg.sink.secrets()
 
 
-@pytest.mark.parametrize("kind", ["postgres", "redis"])
+@pytest.mark.parametrize("kind", sorted(SINKS))
 def test_run_writes_the_buffer_of_any_drained_sink(tmp_path: Path, kind: str) -> None:
     """``exactlyonce run`` builds the Buffered wrapper around the sink, built from its own
     config as its constructor builds it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from exactlyonce.buffer.buffered import check_target
 from exactlyonce.buffer.drain.target import DrainTarget
+from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.redis import RedisSink
 
@@ -30,6 +31,10 @@ def target_for(
         from exactlyonce.buffer.drain.redis_target import RedisDrainTarget
 
         return RedisDrainTarget(sink, topic, application_name, writer, writers, member)
+    if isinstance(sink, ElasticsearchSink):
+        from exactlyonce.buffer.drain.es_target import EsDrainTarget
+
+        return EsDrainTarget(sink, topic, application_name, writer, writers, member)
     raise AssertionError(f"check_target let {type(sink).__name__} through")  # pragma: no cover
 
 

@@ -24,7 +24,8 @@ from exactlyonce.errors import SinkUnavailableError
 from exactlyonce.retry import RetryPolicy
 from exactlyonce.secrets import scrub
 
-Action = tuple[dict[str, Any], dict[str, Any]]  # (bulk header, _source)
+# (bulk header, _source): a dict, or its JSON as bytes, sent as they are
+Action = tuple[dict[str, Any], dict[str, Any] | bytes]
 Refused = list[tuple[int, str]]  # (position in the actions, error)
 
 
