@@ -15,7 +15,9 @@ The audit counts WRITES: Redis through the sink server's AOF (every HSET/SET/XAD
 tests/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch through the
 stand-in's per-``_id`` create attempts and successful writes, and ``_version`` (1 for every
 document). 0 duplicates, 0 missing, and the stored offsets end at the buffer's frontier. The
-targets' offsets are kept apart by (query, sink name, topic): all of them drain one buffer.
+targets' offsets are kept apart by (query, sink name, topic): all of them drain one buffer, one
+after the other, and each must write every record (one resuming at another's offsets would
+write none, and never reach its first crash point).
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 from exactlyonce.buffer.buffered import Buffered
+from exactlyonce.buffer.drain.es_target import offsets_doc_id
+from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.config import build_sink, load_config
 from tests.crash.harness import crash_seed, make_input
 from tests.crash.test_drainer_crash import DrainProcess
+from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.kafka_audit import read_topic
 from tests.pipelines import buffered_pipeline, fill_buffer
 from tests.redis_fixtures import SinkRedis, sink_redis_fixture, sink_redis_server  # noqa: F401
@@ -233,3 +238,37 @@ def assert_once(counts: Counter[str], expected: set[str], what: str) -> None:
     missing = expected - set(counts)
     assert not missing, f"{len(missing)} missing ({what}): {sorted(missing)[:5]}"
     assert set(counts) == expected, f"unexpected ({what}): {sorted(set(counts) - expected)[:5]}"
+
+
+# ---------------------------------------------------------------------- Elasticsearch
+
+
+def test_es_drain_killed_anywhere_creates_each_document_once(buffer: Buffer, es: EsHandle) -> None:
+    rng = random.Random(f"{buffer.seed}-es")
+    index = buffer.name.replace("_", "-")
+    section = f"""\
+  type: elasticsearch
+  hosts: [{es.url}]
+  index: {index}
+  id_columns: [event_id]
+"""
+    config = buffer.pipeline(section, "es")
+    drain_with_kills(buffer, config, rng)
+
+    writes = es.writes(index)  # successful creates per _id (or _version on a real cluster)
+    assert_once(Counter(writes), buffer.expected, "creates per _id")
+    if es.server is not None:
+        versions = {i: es.server.version(index, i) for i in writes}
+        assert set(versions.values()) == {1}, "every document at _version 1"
+        attempts = es.server.attempts(index)
+        resent = sum(attempts.values()) - len(buffer.expected)
+        print(f"es: {resent} records re-sent after kills, each a 409 (a no-op)")
+        assert resent > 0, "the kill mid-write left records to re-send: the 409 path ran"
+    sink = build_sink(load_config(config).sink, check=False)
+    assert isinstance(sink, ElasticsearchSink)
+    with es.client() as client:
+        doc_id = offsets_doc_id(sink.query_name, sink.sink_name, buffer.name)
+        doc = client.get(index=sink.control_index, id=doc_id)
+    stored = {int(p): int(o) for p, o in doc["_source"]["offsets"].items()}
+    assert stored == buffer.frontier
+    no_drain_dead_letters(buffer)
