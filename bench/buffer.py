@@ -370,7 +370,7 @@ def run_sinks(
             drain_processes=args.drain_processes,
             **sizes,
         )
-    other = {
+    other: dict[str, tuple[Any, Any, int, int]] = {
         "redis": (RedisServer, buffer_sinks.redis_kit, args.batch_rows, args.drain_rows),
         "elasticsearch": (
             lambda: EsServer(os.environ.get("ELASTICSEARCH_URL")),
