@@ -27,6 +27,7 @@ Reproduced, as documented for Elasticsearch 8:
   ``yyyy/MM/dd``), ``dynamic: strict``; a mapping with an unknown field type is refused;
   ``PUT <index>/_mapping`` adds fields and refuses a type change (400); an object field
   with ``enabled: false`` is kept in ``_source`` unparsed;
+- ``filter_path`` (dotted paths, ``*`` for any one name) on every response;
 - optional basic-auth/API-key requirement: 401 ``security_exception``.
 
 Checked against a genuine engine: tests/integration/test_es_stand_in.py sends the sink's
@@ -1057,6 +1058,37 @@ def _merge_properties(
     return out
 
 
+_DROPPED = object()
+
+
+def filter_response(body: dict[str, Any], filter_path: str) -> dict[str, Any]:
+    """``?filter_path=a.*.b,c``: only the fields these dotted paths name (``*`` matches any one
+    name; arrays are walked through, as if their elements stood in their place); objects left
+    empty go, and a response nothing matches is ``{}``, as in Elasticsearch."""
+    patterns = [p.split(".") for p in filter_path.split(",") if p]
+
+    def keep(node: Any, wanted: list[list[str]]) -> Any:
+        if any(not p for p in wanted):
+            return node  # a path ends here: all of it
+        if isinstance(node, list):
+            kept = [keep(v, wanted) for v in node]
+            kept = [v for v in kept if v is not _DROPPED]
+            return kept if kept else _DROPPED
+        if not isinstance(node, dict):
+            return _DROPPED
+        out = {}
+        for key, value in node.items():
+            rest = [p[1:] for p in wanted if p[0] == "*" or p[0] == key]
+            if rest:
+                kept_value = keep(value, rest)
+                if kept_value is not _DROPPED:
+                    out[key] = kept_value
+        return out if out else _DROPPED
+
+    found = keep(body, patterns)
+    return {} if found is _DROPPED else dict(found)
+
+
 def _wants_source(params: dict[str, str]) -> bool:
     return params.get("_source", "true") not in ("false", "0", "no", "off")
 
@@ -1187,6 +1219,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._drop()
             return
         status, body = outcome
+        if params.get("filter_path") and isinstance(body, dict):
+            body = filter_response(body, params["filter_path"])
         self._reply(status, body)
 
     def _route(

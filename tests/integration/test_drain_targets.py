@@ -11,9 +11,13 @@ stand-in's write counters and ``_version`` (1 for every document).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,12 +32,16 @@ from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError, OffsetsMovedError
+from exactlyonce.integration.config import build_sink, load_config
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.events import events, ids
 from tests.kafka_audit import read_topic
+from tests.pipelines import buffered_pipeline
 from tests.redis_fixtures import SinkRedis, sink_redis_fixture, sink_redis_server  # noqa: F401
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NULL_ACTIONS = range(500, 520)  # events whose action is null
 
@@ -308,3 +316,85 @@ def test_es_index_mode_is_not_drained(filled: FilledBuffer, es: EsHandle) -> Non
     sink = es_sink(es, filled, op_type="index", check=False)
     with pytest.raises(ConfigError, match="op_type='create'"):
         Buffered(sink, filled.buffer)
+
+
+# ---------------------------------------------------------------------- the command line
+
+
+def drain_command(config: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "exactlyonce", "drain", str(config), "--until-idle", "2", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def cli_pipeline(filled: FilledBuffer, tmp_path: Path, sink: str) -> Path:
+    config = tmp_path / "pipeline.yaml"
+    text = buffered_pipeline(
+        filled.name,
+        tmp_path,
+        schema="event_id STRING, amount BIGINT, action STRING",
+        partitions=2,
+        batch_size=100,
+        sink=sink,
+    )
+    config.write_text(text)
+    return config
+
+
+def test_cli_drains_redis_with_two_processes_and_resets_its_offsets(
+    filled: FilledBuffer, sink_redis: SinkRedis, tmp_path: Path
+) -> None:
+    prefix = f"{filled.name}:cli:"
+    config = cli_pipeline(
+        filled,
+        tmp_path,
+        f"""\
+  type: redis
+  url: {sink_redis.url}
+  key_template: "{prefix}{{event_id}}"
+  id_columns: [event_id]
+""",
+    )
+    drain_command(config, "--processes", "2")
+    writes = sink_redis.write_counts("HSET", prefix)
+    assert len(writes) == 520 and set(writes.values()) == {1}
+    sink = build_sink(load_config(config).sink, check=False)
+    assert isinstance(sink, RedisSink)
+    assert stored_offsets(sink_redis, sink, filled.name) == filled.frontier
+
+    out = drain_command(config, "--reset-offsets", "--yes")
+    assert "drain offsets of" in out and "reset (2 partitions)" in out
+    again = sink_redis.write_counts("HSET", prefix)
+    assert set(again.values()) == {2}, "a reset drains again: hash keys are written again"
+    assert stored_offsets(sink_redis, sink, filled.name) == filled.frontier
+
+
+def test_cli_drains_elasticsearch_with_two_processes_and_a_reset_is_a_no_op(
+    filled: FilledBuffer, es: EsHandle, tmp_path: Path
+) -> None:
+    index = f"{filled.name}-cli".replace("_", "-")
+    config = cli_pipeline(
+        filled,
+        tmp_path,
+        f"""\
+  type: elasticsearch
+  hosts: [{es.url}]
+  index: {index}
+  id_columns: [event_id]
+""",
+    )
+    drain_command(config, "--processes", "2")
+    assert len(es.writes(index)) == 520 and set(es.writes(index).values()) == {1}
+    sink = build_sink(load_config(config).sink, check=False)
+    assert isinstance(sink, ElasticsearchSink)
+    assert es_offsets(es, sink, filled.name) == filled.frontier
+    out = drain_command(config, "--reset-offsets", "--yes")
+    assert "stopped: 0 written, 520 duplicates" in out, out
+    assert set(es.writes(index).values()) == {1}, "after a reset every record is a 409"
+    assert es_offsets(es, sink, filled.name) == filled.frontier

@@ -126,3 +126,14 @@ def test_a_kafka_sink_takes_no_buffer(tmp_path: Path) -> None:
     assert refused.value.field == "sink.buffer"
     assert "kafka sink takes no buffer" in refused.value.reason
     assert PASSWORD not in str(refused.value)
+
+
+def test_the_buffered_redis_example_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXACTLYONCE_REDIS_URL", CATALOG)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "broker:9092")
+    example = Path(__file__).resolve().parents[2] / "examples" / "buffered_redis.yaml"
+    cfg = load_config(example)
+    assert cfg.sink.type == "redis"
+    assert isinstance(cfg.sink, BufferedSink) and cfg.sink.buffer is not None
+    buffered = cfg.build_sink(check=False)
+    assert isinstance(buffered, Buffered) and isinstance(buffered.target, RedisSink)

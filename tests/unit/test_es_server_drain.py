@@ -63,3 +63,20 @@ def test_a_bulk_item_that_is_not_a_json_object_fails_alone(client: Elasticsearch
     errors = [item["create"].get("error", {}).get("type") for item in response["items"]]
     assert errors == [None, "document_parsing_exception", "document_parsing_exception", None]
     assert client.get(index="docs", id="good2")["found"]
+
+
+def test_filter_path_keeps_only_the_named_fields(client: Elasticsearch) -> None:
+    body = (
+        b'{"create":{"_index":"docs","_id":"a"}}\n{"a":1}\n'
+        b'{"create":{"_index":"docs","_id":"a"}}\n{"a":1}\n'
+    )
+    response = client.bulk(operations=body, filter_path="errors,items.*.status,items.*.error.type")
+    assert response.body == {
+        "errors": True,
+        "items": [
+            {"create": {"status": 201}},
+            {"create": {"status": 409, "error": {"type": "version_conflict_engine_exception"}}},
+        ],
+    }
+    assert client.get(index="docs", id="a", filter_path="_id,nothing").body == {"_id": "a"}
+    assert client.get(index="docs", id="a", filter_path="nothing").body == {}

@@ -62,21 +62,28 @@ def as_text(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+_TEXTS = json.JSONDecoder(parse_float=str, parse_int=str)  # numbers as the text Spark wrote
+_PLAIN = json.JSONDecoder()
+
+
 def decode(value: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """The record's columns (top-level numbers as their JSON text), or why it has none.
 
-    Nested values are decoded again without that (their numbers stay numbers)."""
+    Nested values are decoded again without that (their numbers stay numbers). One decoder
+    of each kind serves every call (``json.loads`` with hooks builds a decoder per call)."""
     problem = value_problem(value)
     if problem is not None:
         return None, problem
+    text = value.decode()
     try:
-        doc = json.loads(value, parse_float=str, parse_int=str)
+        doc = _TEXTS.decode(text)
     except ValueError as exc:
         return None, f"undecodable value: not JSON ({exc})"
     if not isinstance(doc, dict):
         return None, "undecodable value: not a JSON object"
-    if any(isinstance(v, (dict, list)) for v in doc.values()):
-        plain = json.loads(value)
+    maybe_nested = value.find(b"{", 1) >= 0 or b"[" in value
+    if maybe_nested and any(isinstance(v, (dict, list)) for v in doc.values()):
+        plain = _PLAIN.decode(text)
         doc = {k: plain[k] if isinstance(v, (dict, list)) else v for k, v in doc.items()}
     return doc, None
 
@@ -143,7 +150,10 @@ def _batch(sink: RedisSink, rows: _Rows, fields: list[str], start: int, end: int
 
 
 def _column(values: Sequence[Any]) -> pa.Array:
-    return pa.array([as_text(v) for v in values], pa.string())
+    """Values as text; strings (numbers too, decoded as their text) as they are."""
+    return pa.array(
+        [v if v is None or v.__class__ is str else as_text(v) for v in values], pa.string()
+    )
 
 
 __all__ = ["EncodedShare", "as_text", "decode", "encode_share"]

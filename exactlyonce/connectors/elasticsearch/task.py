@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from elasticsearch import Elasticsearch
@@ -85,7 +86,7 @@ class EsShardTask(ShardTask):
             self.es = self.t.conn.client()
         return self.es
 
-    def _bulk(self, actions: list[Action], what: str, count: bool = True) -> Refused:
+    def _bulk(self, actions: Sequence[Action], what: str, count: bool = True) -> Refused:
         """Send ``actions`` until each is acknowledged (see :class:`BulkSender`); with
         ``count``, tally them in the result and pass the ``mid_bulk`` crash point."""
         sender = BulkSender(
@@ -126,7 +127,7 @@ class EsShardTask(ShardTask):
     def _write_rows(self, rows: pa.RecordBatch) -> None:
         header = {"_index": self.t.index}
         op = self.t.op_type
-        actions: list[Action] = []
+        actions: list[tuple[dict[str, Any], dict[str, Any]]] = []
         # maps_as_pydicts makes pyarrow convert every value the slow way (about 7x slower per
         # row here): ask for it only when a column holds a map, where it changes the result.
         maps = "strict" if any(_has_map(f.type) for f in rows.schema) else None
