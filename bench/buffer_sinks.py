@@ -253,6 +253,7 @@ def throughput(
         direct_runs.append(time.perf_counter() - began)
         if kit.count(sink) != drain_rows + 100:
             raise BenchError(f"{kit.name} direct: wrong count")
+        kit.drop(sink)  # a lean server for the next run (the stand-in slows as it fills)
         progress(f"{kit.name} run {i + 1}/{repeat}: direct {direct_runs[-1]:.2f}s")
 
         target = kit.sink(f"drain{i}", tag)
@@ -271,6 +272,7 @@ def throughput(
             drainer.close()
         if report.written != drain_rows or kit.count(target) != drain_rows:
             raise BenchError(f"{kit.name} drain: wrote {report.written:,} of {drain_rows:,}")
+        kit.drop(target)
         progress(f"{kit.name} run {i + 1}/{repeat}: drain {drain_runs[-1]:.2f}s")
     return direct_runs, drain_runs
 

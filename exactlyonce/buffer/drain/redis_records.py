@@ -1,4 +1,5 @@
-"""A share's records as the Redis sink's apply code takes them (``records.lua`` chunks).
+"""A share's records as the Redis sink's apply code takes them (``records.lua`` chunks): the
+exact path, record by record (:mod:`.redis_fast` is the column-wise fast path).
 
 A buffer record is its row as a JSON object (Spark's ``to_json`` of every column, nulls kept).
 The chunks are built by the RedisSink's own encoder
@@ -19,7 +20,7 @@ letter (with why), as in the sink.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,9 +89,10 @@ def decode(value: bytes) -> tuple[dict[str, Any] | None, str | None]:
     return doc, None
 
 
-def encode_share(sink: RedisSink, chunk: Chunk, where: list[int]) -> EncodedShare:
+def exact_share(sink: RedisSink, chunk: Chunk, where: list[int]) -> EncodedShare:
     """The records of the messages at ``where`` of ``chunk`` as chunks for ``sink``'s apply
-    code (at most ``pipeline_size`` records and about 8 MiB each), and the dead letters."""
+    code, decoded one by one (the exact path: every record looked at, the bad ones found),
+    and the dead letters."""
     out = EncodedShare()
     rows = _Rows()
     template_fields = sink.template.fields
@@ -109,43 +111,58 @@ def encode_share(sink: RedisSink, chunk: Chunk, where: list[int]) -> EncodedShar
         if sink.write == "string":
             rows.lines.append(value.decode())
     out.records = len(rows.ids)
-    out.fields = _stored(sink, rows.docs)
-    size = sink.pipeline_size
-    for start in range(0, out.records, size):
-        out.chunks += _encoded(sink, rows, out.fields, start, min(out.records, start + size))
+    out.fields = stored_fields(sink, dict.fromkeys(name for doc in rows.docs for name in doc))
+    out.chunks = to_chunks(sink, _batch(sink, rows, out.fields), out.fields, rows.epochs)
     return out
 
 
-def _stored(sink: RedisSink, docs: list[dict[str, Any]]) -> list[str]:
+def stored_fields(sink: RedisSink, names: Iterable[str]) -> list[str]:
     """The columns hash and stream modes store: every column of the records, first seen
     first, but the sink's ID and epoch fields (none in string mode: the line is stored)."""
     if sink.write == "string":
         return []
     reserved = (sink.id_field, sink.epoch_field, VALUE_COLUMN)
-    seen = dict.fromkeys(name for doc in docs for name in doc)
-    return [name for name in seen if name not in reserved]
+    return [name for name in names if name not in reserved]
 
 
-def _encoded(sink: RedisSink, rows: _Rows, fields: list[str], start: int, end: int) -> list[bytes]:
-    """Records ``start``..``end`` as one chunk, or halves of it while it is too big."""
-    batch = _batch(sink, rows, fields, start, end)
-    epochs = rows.epochs[start:end]
-    data = encode_records(batch, sink.template, sink.write, fields, sink.id_field, epochs)
+def to_chunks(
+    sink: RedisSink, batch: pa.RecordBatch, fields: list[str], epochs: list[str]
+) -> list[bytes]:
+    """The records of ``batch`` (their columns as text) as the apply code's chunks: at most
+    ``pipeline_size`` records, and halved while one is over 8 MiB."""
+    size = sink.pipeline_size
+    out: list[bytes] = []
+    for start in range(0, batch.num_rows, size):
+        out += _encoded(sink, batch, fields, epochs, start, min(batch.num_rows, start + size))
+    return out
+
+
+def _encoded(
+    sink: RedisSink,
+    batch: pa.RecordBatch,
+    fields: list[str],
+    epochs: list[str],
+    start: int,
+    end: int,
+) -> list[bytes]:
+    part = batch.slice(start, end - start)
+    data = encode_records(part, sink.template, sink.write, fields, sink.id_field, epochs[start:end])
     if len(data) > MAX_INLINE_BYTES and end - start > 1:
         half = (start + end) // 2
-        return _encoded(sink, rows, fields, start, half) + _encoded(sink, rows, fields, half, end)
+        return _encoded(sink, batch, fields, epochs, start, half) + _encoded(
+            sink, batch, fields, epochs, half, end
+        )
     return [data]
 
 
-def _batch(sink: RedisSink, rows: _Rows, fields: list[str], start: int, end: int) -> pa.RecordBatch:
+def _batch(sink: RedisSink, rows: _Rows, fields: list[str]) -> pa.RecordBatch:
     """The records' columns as text: the key template's, the stored ``fields``, the ID, and
     in string mode the line."""
-    docs = rows.docs[start:end]
     columns = dict.fromkeys([*sink.template.fields, *fields])
-    arrays = {name: _column([doc.get(name) for doc in docs]) for name in columns}
-    arrays[sink.id_field] = pa.array(rows.ids[start:end], pa.string())
+    arrays = {name: _column([doc.get(name) for doc in rows.docs]) for name in columns}
+    arrays[sink.id_field] = pa.array(rows.ids, pa.string())
     if sink.write == "string":
-        arrays[VALUE_COLUMN] = pa.array(rows.lines[start:end], pa.string())
+        arrays[VALUE_COLUMN] = pa.array(rows.lines, pa.string())
     return pa.RecordBatch.from_pydict(arrays)
 
 
@@ -156,4 +173,4 @@ def _column(values: Sequence[Any]) -> pa.Array:
     )
 
 
-__all__ = ["EncodedShare", "as_text", "decode", "encode_share"]
+__all__ = ["EncodedShare", "as_text", "decode", "exact_share", "stored_fields", "to_chunks"]

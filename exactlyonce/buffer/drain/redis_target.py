@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from exactlyonce.buffer.drain.redis_records import encode_share
+from exactlyonce.buffer.drain.redis_fast import fast_share
+from exactlyonce.buffer.drain.redis_records import exact_share
 from exactlyonce.buffer.drain.target import Counts, Ownership, Share, owned
 from exactlyonce.connectors.redis import RedisSink, connect, patient
 from exactlyonce.connectors.redis.connection import reaching, require_standalone
@@ -135,7 +136,9 @@ class RedisDrainTarget:
         """Dead letters out first, then one script: offsets compared and moved, records
         applied. Returns (written, 0, dead letters): Redis dedups nothing, and needs not: a
         share is applied once."""
-        encoded = encode_share(self.sink, share.chunk, share.where)
+        encoded = fast_share(self.sink, share.chunk, share.where)
+        if encoded is None:
+            encoded = exact_share(self.sink, share.chunk, share.where)
         letters = share.bad + encoded.letters
         if letters:
             share.dead_letter(letters)
