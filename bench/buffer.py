@@ -1,7 +1,10 @@
 """The Kafka buffer ahead of a slow sink: Spark batch durations, and drain throughput.
 
-Run as part of ``python -m bench kafka`` (so ``bench/results/kafka.json`` comes from one run);
-``python -m bench.buffer`` runs it alone and prints the figures. In one Spark session
+PostgreSQL's figures (:func:`run`) are part of ``python -m bench kafka`` (so
+``bench/results/kafka.json`` comes from one run). ``python -m bench.buffer`` runs them beside
+Redis's and Elasticsearch's (:mod:`bench.buffer_sinks`: the same figures, the sink slowed by a
+latency proxy), prints each sink's two ratios and writes ``bench/results/buffer.json``
+(``summary``: the ratios per sink; ``sinks``: every figure). For PostgreSQL: In one Spark session
 (``local[2]``), with generated rows ``(id string(32), value bigint, note string)``:
 
 Batch durations (``foreachBatch`` calls, one micro-batch of ``--batch-rows`` each, the first
@@ -337,46 +340,150 @@ def print_figures(f: dict[str, Any]) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+SINKS = ("postgres", "redis", "elasticsearch")
+
+
+def run_sinks(
+    spark: SparkSession, sinks: Sequence[str], args: argparse.Namespace, bootstrap: str
+) -> dict[str, dict[str, Any]]:
+    """The figures of every sink in ``sinks`` (PostgreSQL: :func:`run`; Redis and
+    Elasticsearch: :mod:`bench.buffer_sinks`), one after the other in one Spark session."""
+    from bench import buffer_sinks
     from bench.common import generate_rows
+    from bench.elasticsearch import Server as EsServer
+    from bench.kafka import service
+    from bench.redis_sink import Server as RedisServer
+
+    out: dict[str, dict[str, Any]] = {}
+    sizes = {
+        "batch_rows": args.batch_rows,
+        "batches": args.batches,
+        "drain_rows": args.drain_rows,
+        "drain_repeat": args.drain_repeat,
+    }
+    if "postgres" in sinks:
+        out["postgres"] = run(
+            spark,
+            generate_rows,
+            dsn=service("EXACTLYONCE_PG_DSN"),
+            bootstrap=bootstrap,
+            drain_processes=args.drain_processes,
+            **sizes,
+        )
+    other: dict[str, tuple[Any, Any, int, int]] = {
+        "redis": (RedisServer, buffer_sinks.redis_kit, args.batch_rows, args.drain_rows),
+        "elasticsearch": (
+            lambda: EsServer(os.environ.get("ELASTICSEARCH_URL")),
+            buffer_sinks.es_kit,
+            args.es_batch_rows,
+            args.es_drain_rows,
+        ),
+    }
+    for first_id, sink in enumerate(s for s in sinks if s in other):
+        start_server, kit_of, batch_rows, drain_rows = other[sink]
+        server = start_server()
+        try:
+            out[sink] = buffer_sinks.measure(
+                spark,
+                generate_rows,
+                kit_of(server.url),
+                bootstrap=bootstrap,
+                batch_rows=batch_rows,
+                batches=args.batches,
+                slow_batches=args.slow_batches,
+                drain_rows=drain_rows,
+                drain_repeat=args.drain_repeat,
+                first_id=20_000_000 + 10_000_000 * first_id,
+            )
+        finally:
+            server.stop()
+    return out
+
+
+def print_ratios(by_sink: dict[str, dict[str, Any]]) -> None:
+    for sink, f in by_sink.items():
+        print(
+            f"{sink:>13}: batch p99 buffered (10x slowed sink) / fast "
+            f"{f['buffered_vs_fast_p99']:.3f} (target <= {TARGET_BUFFERED_VS_FAST_P99}), "
+            "drain / direct "
+            f"{f['drain_vs_direct']:.3f} (target >= {TARGET_DRAIN_VS_DIRECT})",
+            flush=True,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import logging
+
+    from bench.common import RESULTS_DIR, load_average, machine_with_load, now_utc, write_results
     from bench.kafka import service
     from exactlyonce.integration.spark import session
 
     parser = argparse.ArgumentParser(prog="python -m bench.buffer", description=__doc__)
+    parser.add_argument(
+        "--sinks", default=",".join(SINKS), help="comma-separated: " + ", ".join(SINKS)
+    )
     parser.add_argument("--batch-rows", type=int, default=20_000)
     parser.add_argument("--batches", type=int, default=11)
+    parser.add_argument("--slow-batches", type=int, default=4, help="Redis/ES slow path, 1 untimed")
     parser.add_argument("--drain-rows", type=int, default=200_000)
     parser.add_argument("--drain-repeat", type=int, default=3)
     parser.add_argument("--drain-processes", type=int, default=2)
+    parser.add_argument("--es-batch-rows", type=int, default=5_000)
+    parser.add_argument("--es-drain-rows", type=int, default=100_000)
     parser.add_argument(
         "--merge-into-kafka-json",
         action="store_true",
-        help="add the figures to bench/results/kafka.json (marked as a separate run)",
+        help="add the PostgreSQL figures to bench/results/kafka.json (marked as a separate run)",
     )
     args = parser.parse_args(argv)
+    sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
+    unknown = set(sinks) - set(SINKS)
+    if unknown:
+        parser.error(f"unknown sinks {sorted(unknown)}")
     os.environ.setdefault("EXACTLYONCE_REDIS_URL", service("EXACTLYONCE_REDIS_URL"))
-    spark = session("bench-buffer", master="local[2]")
+    logging.getLogger("exactlyonce.redis").setLevel(logging.ERROR)  # no persistence: on purpose
+    load_start = load_average()
+    spark = session(
+        "bench-buffer", master="local[2]", extra={"spark.ui.showConsoleProgress": "false"}
+    )
     try:
-        figures = run(
-            spark,
-            generate_rows,
-            dsn=service("EXACTLYONCE_PG_DSN"),
-            bootstrap=service("KAFKA_BOOTSTRAP_SERVERS"),
-            batch_rows=args.batch_rows,
-            batches=args.batches,
-            drain_rows=args.drain_rows,
-            drain_repeat=args.drain_repeat,
-            drain_processes=args.drain_processes,
-        )
+        by_sink = run_sinks(spark, sinks, args, service("KAFKA_BOOTSTRAP_SERVERS"))
     finally:
         spark.stop()
-    print(json.dumps(figures, indent=2))
-    print_figures(figures)
-    if args.merge_into_kafka_json:
-        from bench.common import RESULTS_DIR, now_utc, write_results
-
-        path = RESULTS_DIR / "kafka.json"
-        kept = json.loads(path.read_text()) if path.exists() else {}
+    print(json.dumps(by_sink, indent=2))
+    if "postgres" in by_sink:
+        print_figures(by_sink["postgres"])
+    print_ratios(by_sink)
+    summary_ = {
+        sink: {
+            "buffered_vs_fast_p99": f["buffered_vs_fast_p99"],
+            "drain_vs_direct": f["drain_vs_direct"],
+            "met": f["buffered_vs_fast_p99"] <= TARGET_BUFFERED_VS_FAST_P99
+            and f["drain_vs_direct"] >= TARGET_DRAIN_VS_DIRECT,
+        }
+        for sink, f in by_sink.items()
+    }
+    path = RESULTS_DIR / "buffer.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    write_results(
+        "buffer",
+        {
+            **kept,
+            "benchmark": "buffer",
+            "date": now_utc(),
+            "targets": {
+                "buffered_vs_fast_p99": TARGET_BUFFERED_VS_FAST_P99,
+                "drain_vs_direct": TARGET_DRAIN_VS_DIRECT,
+            },
+            "summary": {**kept.get("summary", {}), **summary_},
+            "sinks": {**kept.get("sinks", {}), **by_sink},
+            "machine": machine_with_load(load_start),
+        },
+    )
+    if args.merge_into_kafka_json and "postgres" in by_sink:
+        figures = by_sink["postgres"]
+        kafka_path = RESULTS_DIR / "kafka.json"
+        kept = json.loads(kafka_path.read_text()) if kafka_path.exists() else {}
         figures["buffer"]["run"] = (
             f"python -m bench.buffer, {now_utc()}: a separate run from the eos/plain keys"
         )

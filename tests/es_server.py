@@ -24,10 +24,15 @@ Reproduced, as documented for Elasticsearch 8:
   nothing leaves a tombstone at it and answers 404; 400 for a missing or negative version, a
   ``create`` with one, an unknown ``version_type``);
 - ``_source=false`` on GET/``_mget``; requests refused whole (400) before anything applies: a
-  bulk item or ``_mget`` doc without an index, an empty or malformed bulk body;
+  bulk item or ``_mget`` doc without an index, an empty or malformed bulk body (an action
+  line); a bulk item whose source is not a JSON object fails alone (400
+  ``document_parsing_exception``), the others apply;
 - typed mappings (long, integer, short, byte, double, float, keyword, text, boolean, date,
   object) with dynamic mapping of new fields (dates: ``strict_date_optional_time`` and
   ``yyyy/MM/dd``), ``dynamic: strict``; a mapping with an unknown field type is refused;
+  ``PUT <index>/_mapping`` adds fields and refuses a type change (400); an object field
+  with ``enabled: false`` is kept in ``_source`` unparsed;
+- ``filter_path`` (dotted paths, ``*`` for any one name) on every response;
 - optional basic-auth/API-key requirement: 401 ``security_exception``.
 
 Checked against a genuine engine: tests/integration/test_es_stand_in.py sends the sink's
@@ -158,7 +163,35 @@ def _invalid(problems: list[str]) -> EsError:
     return EsError(400, "action_request_validation_exception", f"Validation Failed: {listed}")
 
 
-BulkOp = tuple[str, dict[str, Any], dict[str, Any] | None]
+@dataclass(frozen=True)
+class Unparsable:
+    """A bulk item's source that is not a JSON object: the item alone fails (400), as in
+    Elasticsearch, which parses each document when it indexes it, not with the request."""
+
+    kind: str
+    reason: str
+
+    def error(self) -> EsError:
+        return EsError(
+            400,
+            "document_parsing_exception",
+            f"[1:1] failed to parse: {self.reason}",
+            caused_by={"type": self.kind, "reason": self.reason},
+        )
+
+
+BulkOp = tuple[str, dict[str, Any], "dict[str, Any] | Unparsable | None"]
+
+
+def _source_line(line: bytes) -> dict[str, Any] | Unparsable:
+    """A bulk item's source, or why it cannot be a document."""
+    try:
+        source = json.loads(line)
+    except ValueError as exc:
+        return Unparsable("json_parse_exception", f"Unrecognized token: {exc}")
+    if not isinstance(source, dict):
+        return Unparsable("parsing_exception", "Malformed content, must start with an object")
+    return source
 
 
 def _parse_bulk(body: bytes, default_index: str | None) -> list[BulkOp]:
@@ -171,11 +204,11 @@ def _parse_bulk(body: bytes, default_index: str | None) -> list[BulkOp]:
     i = 0
     while i < len(lines):
         op, meta = _action_line(lines[i], i + 1)
-        source: dict[str, Any] | None = None
+        source: dict[str, Any] | Unparsable | None = None
         if op != "delete":
             if i + 1 >= len(lines):
                 raise _invalid(["no requests added"] if not ops else ["source is missing"])
-            source = _json_line(lines[i + 1])
+            source = _source_line(lines[i + 1])
             i += 2
         else:
             i += 1
@@ -526,6 +559,8 @@ def check_document(
                     updates.append((path, guessed))
                 continue
             kind = mapping.get("type", "object" if "properties" in mapping else "keyword")
+            if kind == "object" and mapping.get("enabled") is False:
+                continue  # kept in _source, never parsed: any value, any keys
             if kind in ("object", "nested"):
                 values = value if isinstance(value, list) else [value]
                 for v in values:
@@ -864,6 +899,19 @@ class EsTestServer:
             self.indices[name] = index
         return {"acknowledged": True, "shards_acknowledged": True, "index": name}
 
+    def put_mapping(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``PUT <index>/_mapping``: new fields are added (a ``dynamic: strict`` index too),
+        known ones must keep their type (400 otherwise, and nothing changes)."""
+        with self.lock:
+            index = self._get_index(name)
+            properties = body.get("properties") or {}
+            _check_field_types(properties)
+            merged = _merge_properties(index.properties, properties, "")
+            index.properties = merged
+            if "dynamic" in body:
+                index.dynamic = body["dynamic"]
+        return {"acknowledged": True}
+
     def info(self) -> dict[str, Any]:
         return {
             "name": "es-test-server",
@@ -918,7 +966,7 @@ class EsTestServer:
         self,
         op: str,
         meta: dict[str, Any],
-        source: dict[str, Any] | None,
+        source: dict[str, Any] | Unparsable | None,
         now: float,
         touched: set[str],
     ) -> tuple[int, dict[str, Any]]:
@@ -948,6 +996,8 @@ class EsTestServer:
             )
             return 429, {"_index": name, "_id": doc_id, "error": error.cause()}
         try:
+            if isinstance(source, Unparsable):
+                raise source.error()
             status, item = index.write(
                 op,
                 doc_id,
@@ -1041,6 +1091,64 @@ def _check_index_name(name: str) -> None:
             index_uuid="_na_",
             index=name,
         )
+
+
+def _merge_properties(
+    current: dict[str, Any], added: dict[str, Any], prefix: str
+) -> dict[str, Any]:
+    """``current`` with the fields of ``added`` (a new mapping); a field whose type would
+    change is refused (400 illegal_argument_exception), as Elasticsearch refuses it."""
+    out = dict(current)
+    for name, spec in added.items():
+        known = out.get(name)
+        if known is None:
+            out[name] = spec
+            continue
+        old = known.get("type", "object")
+        new = spec.get("type", "object")
+        if old != new:
+            raise EsError(
+                400,
+                "illegal_argument_exception",
+                f"mapper [{prefix}{name}] cannot be changed from type [{old}] to [{new}]",
+            )
+        if "properties" in spec:
+            inner = _merge_properties(
+                known.get("properties", {}), spec["properties"], f"{prefix}{name}."
+            )
+            out[name] = {**known, "properties": inner}
+    return out
+
+
+_DROPPED = object()
+
+
+def filter_response(body: dict[str, Any], filter_path: str) -> dict[str, Any]:
+    """``?filter_path=a.*.b,c``: only the fields these dotted paths name (``*`` matches any one
+    name; arrays are walked through, as if their elements stood in their place); objects left
+    empty go, and a response nothing matches is ``{}``, as in Elasticsearch."""
+    patterns = [p.split(".") for p in filter_path.split(",") if p]
+
+    def keep(node: Any, wanted: list[list[str]]) -> Any:
+        if any(not p for p in wanted):
+            return node  # a path ends here: all of it
+        if isinstance(node, list):
+            kept = [keep(v, wanted) for v in node]
+            kept = [v for v in kept if v is not _DROPPED]
+            return kept if kept else _DROPPED
+        if not isinstance(node, dict):
+            return _DROPPED
+        out = {}
+        for key, value in node.items():
+            rest = [p[1:] for p in wanted if p[0] == "*" or p[0] == key]
+            if rest:
+                kept_value = keep(value, rest)
+                if kept_value is not _DROPPED:
+                    out[key] = kept_value
+        return out if out else _DROPPED
+
+    found = keep(body, patterns)
+    return {} if found is _DROPPED else dict(found)
 
 
 def _wants_source(params: dict[str, str]) -> bool:
@@ -1173,6 +1281,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._drop()
             return
         status, body = outcome
+        if params.get("filter_path") and isinstance(body, dict):
+            body = filter_response(body, params["filter_path"])
         self._reply(status, body)
 
     def _route(
@@ -1213,6 +1323,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if n == 1:
             return self._index_api(method, seg[0], body())
+        if n == 2 and seg[1] == "_mapping" and method in ("PUT", "POST"):
+            return 200, es.put_mapping(seg[0], body() or {})
         if n == 2 and seg[1] == "_mapping" and method == "GET":
             with es.lock:
                 return 200, {seg[0]: {"mappings": es._get_index(seg[0]).mappings()}}

@@ -3,8 +3,9 @@
 ``Buffered(sink, KafkaBuffer(...))`` (:mod:`.buffered`) is the ``foreachBatch`` callable: Spark
 commits each batch to the buffer topic exactly once and returns. :class:`Drainer`
 (:mod:`.drain`; ``exactlyonce drain pipeline.yaml``, or a thread) moves the records into the
-sink, keeping its consumed offsets in the sink, in the same transaction as the rows. Buffer
-messages carry records in frames (:mod:`.frames`).
+sink (PostgreSQL, Redis or Elasticsearch), keeping its consumed offsets in the sink: in the
+same atomic step as the records, or after records written idempotently by ID (see
+:mod:`.drain.target`). Buffer messages carry records in frames (:mod:`.frames`).
 """
 
 from exactlyonce.buffer.buffered import Buffered, KafkaBuffer

@@ -5,20 +5,25 @@ callable. Each micro-batch goes, exactly once, into the buffer topic through the
 :class:`~exactlyonce.connectors.kafka.KafkaSink` machinery (one Kafka transaction per shard,
 headers with query, epoch, shard, attempt and record ID, commit confirmations and a head with
 the topic's frontier on the control topic) and the batch returns. It never waits for the real
-sink: a slow or stopped PostgreSQL does not slow or fail the query. A
-:class:`~exactlyonce.buffer.drain.drainer.Drainer` moves the records on.
+sink: a slow or stopped PostgreSQL, Redis or Elasticsearch does not slow or fail the query.
+A :class:`~exactlyonce.buffer.drain.drainer.Drainer` moves the records on, through the sink's
+drain target (:mod:`exactlyonce.buffer.drain.target`); :func:`check_target` says which sinks,
+in which modes.
 
 Why a wrapper and not a ``buffer=`` argument on every sink: the wrapper IS a KafkaSink (its
 head, its reports, ``reset_head``, the CLI's ``run``/``check`` work unchanged), and the sinks
-stay free of buffer code. The real sink is used for its names and its connection only.
+stay free of buffer code. The real sink is used for its names, its preflight (with the
+stream's schema: PostgreSQL creates the table, every sink checks its columns) and its
+connection only.
 
 The buffer's records are the stream's rows as JSON objects (every column), with the record ID
 of the real sink's ``id_columns`` (or, with ``id_from="content"``, of the whole row, computed
 by Spark before the buffer) and the epoch in headers; the drainer adds them back as the
-sink's ID and epoch columns. They travel in FRAMES: one message holds up to ``frame_records``
-records (one JSON value per line, their IDs in the ``eo-record-ids`` header), so the drainer
-handles a message per thousand records instead of one per record (per-message work in Python
-was the drain's bottleneck: 0.67x direct writes with one record per message).
+sink's ID and epoch (columns, fields, ``_id``). They travel in FRAMES: one message holds up
+to ``frame_records`` records (one JSON value per line, their IDs in the ``eo-record-ids``
+header), so the drainer handles a message per thousand records instead of one per record
+(per-message work in Python was the drain's bottleneck: 0.67x direct writes with one record
+per message).
 
 Example::
 
@@ -35,11 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, Field, StrictInt, field_validator
 
+from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.connectors.base.config import Settings
+from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
 from exactlyonce.connectors.kafka.reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
 from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 
@@ -108,23 +116,44 @@ class KafkaBuffer(Settings):
         """The buffer's head key on the control topic (the KafkaSink's default name)."""
         return f"kafka:{self.topic}"
 
-    def wrap(self, sink: PostgresSink, **kwargs: Any) -> Buffered:
+    def wrap(self, sink: ExactlyOnceSink, **kwargs: Any) -> Buffered:
         return Buffered(sink, self, **kwargs)
 
 
-def check_target(sink: object) -> PostgresSink:
-    """The sinks a drainer can write to, in the modes it keeps exactly-once."""
-    if not isinstance(sink, PostgresSink):
-        raise ConfigError(
-            "buffer", f"a buffer drains into a PostgresSink; {type(sink).__name__} has no drainer"
-        )
-    if sink.mode != "insert":
+DRAINABLE = "a PostgresSink (mode='insert'), a RedisSink or an ElasticsearchSink (op_type='create')"
+
+
+def check_target(sink: object) -> ExactlyOnceSink:
+    """The sinks a drainer can write to, in the modes it keeps exactly-once: ConfigError
+    (field ``buffer``) for any other."""
+    if getattr(getattr(sink, "config", None), "mode", None) == "upsert":
+        # The drain targets write records as they are; the epoch guard is the sinks' own.
         raise ConfigError(
             "buffer",
-            "the drainer writes PostgreSQL in mode='insert' (its unique record-ID index "
-            "dedups what the drainer re-reads); mode='append' is not drained",
+            "a buffer cannot sit in front of a sink in mode='upsert' yet (the drainer does not "
+            "apply the epoch guard); write upserts directly",
         )
-    return sink
+    if isinstance(sink, PostgresSink):
+        if sink.mode != "insert":
+            raise ConfigError(
+                "buffer",
+                "the drainer writes PostgreSQL in mode='insert' (its unique record-ID index "
+                "dedups what the drainer re-reads); mode='append' is not drained",
+            )
+        return sink
+    if isinstance(sink, RedisSink):
+        return sink  # hash, string and stream: one atomic script per share
+    if isinstance(sink, ElasticsearchSink):
+        if sink.op_type != "create":
+            raise ConfigError(
+                "buffer",
+                "the drainer writes Elasticsearch with op_type='create' (a re-read record is a "
+                "409, never a second version); op_type='index' is not drained",
+            )
+        return sink
+    raise ConfigError(
+        "buffer", f"a buffer drains into {DRAINABLE}; {type(sink).__name__} has no drainer"
+    )
 
 
 class Buffered(KafkaSink):
@@ -139,7 +168,7 @@ class Buffered(KafkaSink):
 
     def __init__(
         self,
-        sink: PostgresSink,
+        sink: ExactlyOnceSink,
         buffer: KafkaBuffer,
         *,
         dedup: bool | DedupConfig | None = None,
@@ -149,6 +178,12 @@ class Buffered(KafkaSink):
         self.buffer = buffer
         if dedup is None:
             dedup = sink.dedup_config if sink.dedup_config is not None else False
+        if dedup is False and not sink.unique_sink:
+            raise ConfigError(
+                "dedup",
+                f"{sink.sink_name} appends (a second copy of an ID is a second entry): the "
+                "buffer needs the catalog to keep duplicates of the input out",
+            )
         super().__init__(
             buffer.bootstrap_servers,
             buffer.topic,
@@ -171,9 +206,10 @@ class Buffered(KafkaSink):
         self._target_ready = False
 
     def preflight(self, schema: StructType | None = None) -> None:
-        """The buffer's preflight, then the real sink's (it creates the table from the
-        stream's schema). A sink that is down now is not an error: batches go on into the
-        buffer, and the next batch tries again; the drainer waits for the table."""
+        """The buffer's preflight, then the real sink's with the stream's schema (PostgreSQL
+        creates the table from it; every sink checks the columns it needs). A sink that is down
+        now is not an error: batches go on into the buffer, and the next batch tries again;
+        the drainer waits for the sink."""
         super().preflight(schema)
         if schema is not None:
             self._check_columns(schema)

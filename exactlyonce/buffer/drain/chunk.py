@@ -10,7 +10,7 @@ topic. A frame is split into its records only on the exact path (:meth:`Chunk.ro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,28 +54,34 @@ class Chunk:
     def offsets(self) -> int:
         return sum(self.ends[p] - s for p, s in self.starts.items())
 
+    def records(self, where: list[int]) -> Iterator[tuple[int, int, bytes, bytes]]:
+        """``(i, k, record ID, value)`` of every record of the messages at ``where``: ``i``
+        the message's position in the chunk, ``k`` the record's place in its frame (-1 for a
+        message of one record). A frame is split into its lines and IDs here."""
+        for i in where:
+            if not self.frames[i]:
+                yield i, -1, self.ids[i], self.values[i]
+                continue
+            lines = self.values[i].split(b"\n")
+            for k, (line, rid) in enumerate(zip(lines, split_ids(self.ids[i]), strict=True)):
+                yield i, k, rid, line
+
+    def source(self, i: int, k: int, record_id: bytes, value: bytes) -> Any:
+        """What a record of :meth:`records` is dead-lettered as: its message, or for a
+        record of a frame a :class:`FrameRecord` (its own value, ID and place)."""
+        return self.messages[i] if k < 0 else FrameRecord(self.messages[i], k, record_id, value)
+
     def rows_of(self, where: list[int]) -> tuple[list[DrainRow], list[tuple[Any, str]]]:
         """The records of the messages at ``where`` as rows for the exact path, and the values
         that cannot be a row at all (with why). A frame's records are looked at one by one."""
         rows, bad = [], []
-        for i in where:
-            msg, ids, epoch = self.messages[i], self.ids[i], self.epochs[i]
-            partition = self.partitions[i]
-            if not self.frames[i]:
-                lines = [(self.values[i], ids, msg)]
-            else:
-                lines = [
-                    (line, rid, FrameRecord(msg, k, rid, line))
-                    for k, (line, rid) in enumerate(
-                        zip(self.values[i].split(b"\n"), split_ids(ids), strict=True)
-                    )
-                ]
-            for value, rid, source in lines:
-                problem = value_problem(value)  # the exact path: the precise look at every value
-                if problem:
-                    bad.append((source, problem))
-                    continue
-                rows.append(DrainRow(partition, rid.lower(), epoch, value, source))
+        for i, k, rid, value in self.records(where):
+            source = self.source(i, k, rid, value)
+            problem = value_problem(value)  # the exact path: the precise look at every value
+            if problem:
+                bad.append((source, problem))
+                continue
+            rows.append(DrainRow(self.partitions[i], rid.lower(), self.epochs[i], value, source))
         return rows, bad
 
 

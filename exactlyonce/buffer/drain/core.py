@@ -2,7 +2,8 @@
 
 :class:`DrainerCore` wires the parts together (:mod:`.clients`, :mod:`.control`,
 :mod:`.positions`, :mod:`.planner`, :mod:`.chunk`, :mod:`.writer`, :mod:`.dead_letters`,
-:mod:`.lag`, one :class:`~.postgres_target.PgDrainTarget` per writer) and owns the state
+:mod:`.lag`, one :class:`~.target.DrainTarget` per writer, picked by :mod:`.targets`) and
+owns the state
 they share: the positions, the lag, the totals. :class:`~.drainer.Drainer` adds the
 lifecycle (run, retries, threads, closing).
 """
@@ -23,14 +24,15 @@ from exactlyonce.buffer.drain.dead_letters import DeadLetters
 from exactlyonce.buffer.drain.lag import Lag, compute_lag
 from exactlyonce.buffer.drain.planner import ChunkPlanner
 from exactlyonce.buffer.drain.positions import check_positions, read_positions, reset_positions
-from exactlyonce.buffer.drain.postgres_target import PgDrainTarget
 from exactlyonce.buffer.drain.report import DrainReport
 from exactlyonce.buffer.drain.retries import drain_retry_policy
+from exactlyonce.buffer.drain.target import DrainTarget
+from exactlyonce.buffer.drain.targets import target_for
 from exactlyonce.buffer.drain.writer import ChunkWriter
+from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.connectors.kafka.reader import Commits
-from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.errors import ConfigError, OffsetsMovedError
-from exactlyonce.secrets import dsn_password, scrub, secret_values
+from exactlyonce.secrets import scrub, secret_values
 
 log = logging.getLogger("exactlyonce.drainer")
 
@@ -43,7 +45,7 @@ class DrainerCore:
 
     def __init__(
         self,
-        sink: PostgresSink,
+        sink: ExactlyOnceSink,
         buffer: KafkaBuffer,
         *,
         batch_size: int = 10_000,
@@ -82,8 +84,8 @@ class DrainerCore:
         # One sink connection per writer; of this member's partitions (p % members == member),
         # writer w owns p // members % writers == w (their rows and offsets), so writers
         # commit in parallel, each atomically.
-        self.targets = [
-            PgDrainTarget(sink, buffer.topic, f"exactlyonce:{self.name}", w, writers, member)
+        self.targets: list[DrainTarget] = [
+            target_for(sink, buffer.topic, f"exactlyonce:{self.name}", w, writers, member)
             for w in range(writers)
         ]
         self.target = self.targets[0]
@@ -91,7 +93,7 @@ class DrainerCore:
         self.lag = Lag()
         self.positions: dict[int, int] | None = None  # None: to be read from the sink
         self.error: BaseException | None = None
-        self._secrets = secret_values(buffer.client_config)
+        self._secrets = [*secret_values(buffer.client_config), *sink.config.secrets()]
         self._build_parts()
 
     def _build_parts(self) -> None:
@@ -122,8 +124,8 @@ class DrainerCore:
         return dict(self.positions)
 
     def step(self) -> DrainReport:
-        """Drain at most one chunk (``batch_size`` records) in one sink transaction per
-        writer's share. Not thread-safe; a failure leaves the sink as it was for every share
+        """Drain at most one chunk (``batch_size`` records), one target step per writer's
+        share. Not thread-safe; a failure leaves the sink as it was for every share
         that did not commit (the next step re-reads the positions after :meth:`_failed`)."""
         began = time.monotonic()
         self._prepare()
@@ -161,7 +163,9 @@ class DrainerCore:
 
     def reset_offsets(self) -> int:
         """Forget the stored offsets (not the data): the next run starts at the topic's start.
-        Record IDs already in the sink stay no-ops."""
+        Record IDs already in the sink stay no-ops (PostgreSQL, Elasticsearch; Redis hash and
+        string keys are written again with the same values); a Redis stream appends its
+        records again."""
         n = reset_positions(self.targets)
         self.positions = None
         self._ready = False
@@ -271,5 +275,5 @@ class DrainerCore:
             self._compute_lag()
 
     def _scrub(self, text: str) -> str:
-        dsn = self.sink._dsn.reveal()
-        return scrub(text, *self._secrets, dsn, dsn_password(dsn))
+        """``text`` without any credential of the buffer's clients or the sink's config."""
+        return scrub(text, *self._secrets)

@@ -11,13 +11,15 @@ How (one module per part):
 
 - it reads the buffer with ``assign()`` and explicit offsets, never a consumer group
   (:mod:`.clients`);
-- where it is (partition -> next offset) lives in the sink, written in the same transaction
-  as the rows (:mod:`.postgres_target`), and is read back on (re)start (:mod:`.positions`);
+- where it is (partition -> next offset) lives in the sink, written with the records as the
+  sink's drain target says (:mod:`.target`: in the same atomic step, or after the records
+  were written idempotently), and is read back on (re)start (:mod:`.positions`);
 - it follows the recipe incrementally: it folds the control topic as it grows
   (:mod:`.control`), and reads each partition from its stored offset up to the latest head's
   frontier in chunks of about ``batch_size`` records (:mod:`.planner`, :mod:`.chunk`), one
-  sink transaction per writer's share of a chunk (:mod:`.writer`);
-- a record ID already in the sink is a no-op (the unique index, ``ON CONFLICT DO NOTHING``);
+  target step per writer's share of a chunk (:mod:`.writer`);
+- a record ID already in the sink is a no-op (PostgreSQL's unique index, Elasticsearch's
+  ``_id``; a Redis share is never applied twice: its offsets are in the same script);
 - any failure of the sink or the broker rolls the chunk back, waits (the drainer's
   :class:`~exactlyonce.retry.RetryPolicy`: from 0.25 s doubling up to ``max_backoff_s``),
   re-reads the offsets from the sink (a commit whose reply was lost is seen there, never

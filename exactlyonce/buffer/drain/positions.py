@@ -1,8 +1,9 @@
 """Where the drainer is: the positions (partition -> next offset) stored in the sink.
 
 Kafka Connect's ``SinkTaskContext.offset()`` pattern: the sink holds the drainer's offsets,
-written in the same transaction as the rows (:mod:`exactlyonce.buffer.drain.postgres_target`)
-and read back on every (re)start and after every failure, so a commit whose reply was lost is
+written with the records as each target says (:mod:`exactlyonce.buffer.drain.target`: in the
+same atomic step, or after the records were written idempotently), and read back on every
+(re)start and after every failure, so a commit whose reply was lost is
 seen there, never assumed failed. Stored offsets beyond a partition's end (the topic was
 re-created) or below its start (records expired before they were drained) stop the drainer
 with an error: it never skips silently.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from exactlyonce.buffer.drain.postgres_target import PgDrainTarget
+from exactlyonce.buffer.drain.target import DrainTarget
 from exactlyonce.connectors.kafka.reader import exact_end_offsets, log_start_offset
 from exactlyonce.errors import ConfigError
 
@@ -22,9 +23,10 @@ _RESET_HINT = (
 )
 
 
-def read_positions(targets: Sequence[PgDrainTarget], mine: Callable[[int], bool]) -> dict[int, int]:
+def read_positions(targets: Sequence[DrainTarget], mine: Callable[[int], bool]) -> dict[int, int]:
     """The stored offsets of this drainer's partitions, as the sink holds them (each target
-    keeps its own share as ``held``). Creates the offsets table if needed."""
+    keeps its own share as ``held``). Prepares each target first (``ensure``: the offsets
+    table, indices...)."""
     stored: dict[int, int] = {}
     for target in targets:
         target.ensure()
@@ -72,9 +74,10 @@ def check_positions(
             )
 
 
-def reset_positions(targets: Sequence[PgDrainTarget]) -> int:
-    """Forget the stored offsets (not the data) of the query's buffer; returns how many rows
-    went. Every target's ``held`` is emptied: the next run starts at the topic's start."""
+def reset_positions(targets: Sequence[DrainTarget]) -> int:
+    """Forget the stored offsets (not the data) of the query's buffer; returns how many
+    partitions' offsets went. Every target's ``held`` is emptied: the next run starts at the
+    topic's start."""
     first = targets[0]
     first.ensure()
     n = first.reset_offsets()

@@ -1,4 +1,4 @@
-"""The drainer's PostgreSQL side: rows and consumed offsets in ONE transaction.
+"""The drainer's PostgreSQL target: rows and consumed offsets in ONE transaction (ATOMIC).
 
 Kafka Connect's ``SinkTaskContext.offset()`` pattern: the sink, not the consumer group, holds
 where the drainer is. The table ``exactlyonce_drain_offsets`` (next to the target table, in
@@ -32,6 +32,7 @@ import pyarrow.json as pajson
 from psycopg import errors as pgerrors
 from psycopg import sql
 
+from exactlyonce.buffer.drain.dead_letters import Letter
 from exactlyonce.buffer.drain.exact_path import (
     DrainRow,
     InsertResult,
@@ -41,9 +42,11 @@ from exactlyonce.buffer.drain.exact_path import (
     json_key,
 )
 from exactlyonce.buffer.drain.fast_path import copy_csv, json_options
+from exactlyonce.buffer.drain.target import Counts, Ownership, Share
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres.schema import has_unique_index_on, regclass
 from exactlyonce.errors import ConfigError, OffsetsMovedError, SinkUnavailableError
+from exactlyonce.faults import crash_point
 from exactlyonce.secrets import dsn_password, scrub
 
 OFFSETS = "exactlyonce_drain_offsets"
@@ -59,7 +62,13 @@ def offsets_ddl(table: sql.Identifier) -> sql.Composed:
 
 
 class PgDrainTarget:
-    """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert``).
+    """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert``): a
+    :class:`~exactlyonce.buffer.drain.target.DrainTarget`.
+
+    Guarantee: ATOMIC. A share's rows and its offsets commit in one PostgreSQL transaction;
+    the offset rows are locked and compared with ``held`` first (the compare-and-set). A record
+    ID already in the table is a no-op (the unique index), counted as a duplicate. Rows the
+    database refuses are dead-lettered (drain dead-letter topic) before the commit.
 
     One connection, one transaction at a time. With ``writers`` > 1, target ``writer`` owns
     the partitions ``p // members % writers == writer`` (of its member's ``p % members ==
@@ -96,15 +105,13 @@ class PgDrainTarget:
         self.writer = writer
         self.writers = writers
         self.member, self.members = member
+        self._ownership = Ownership(writer, writers, *member)
         self.held: dict[int, int] = {}
 
     def owns(self, partition: int) -> bool:
         """Member ``i`` of ``n`` drainers owns ``p % n == i``; its writer ``w`` of ``k``, of
         those, ``p // n % k == w``."""
-        return (
-            partition % self.members == self.member
-            and partition // self.members % self.writers == self.writer
-        )
+        return self._ownership.owns(partition)
 
     def _own(self, offsets: Mapping[int, int]) -> dict[int, int]:
         return {p: o for p, o in offsets.items() if self.owns(p)}
@@ -222,6 +229,43 @@ class PgDrainTarget:
         return cur.rowcount
 
     # -- one drain transaction ---------------------------------------------------------
+
+    def write_share(self, share: Share) -> Counts:
+        """The share's rows, its dead letters (sent before the commit) and its offsets, in one
+        transaction; rolled back on any failure (nothing of the share is then in the sink)."""
+        try:
+            self.begin()
+            written, duplicates, letters = self._write_rows(share)
+            crash_point("drain_mid_write", share.n)
+            letters = share.bad + letters
+            if letters:
+                share.dead_letter(letters)
+            self.commit(share.offsets)
+        except BaseException:
+            self.rollback()
+            raise
+        return written, duplicates, len(letters)
+
+    def _write_rows(self, share: Share) -> tuple[int, int, list[Letter]]:
+        """Write the share's records: COPY when the fast path holds, else the exact path.
+        Returns (written, duplicates, dead letters)."""
+        chunk, where = share.chunk, share.where
+        if not where:
+            return 0, 0, []
+        # In the writer's thread: Arrow works without the GIL, and the reader is the busier.
+        counts = [chunk.counts[i] for i in where]
+        data = self.csv(
+            [chunk.ids[i] for i in where],
+            [chunk.epochs[i] for i in where],
+            [chunk.values[i] for i in where],
+            counts,
+        )
+        if data is not None and self.copy(data):
+            return sum(counts), 0, []
+        rows, letters = chunk.rows_of(where)
+        result = self.insert(rows)
+        letters += [(r.source, f"refused by the sink: {why}") for r, why in result.refused]
+        return result.written, result.duplicates, letters
 
     def begin(self) -> None:
         """Open the transaction and check the stored offsets are those this drainer holds."""

@@ -49,7 +49,7 @@ retried), :mod:`.schema` (index names, mappings, index creation).
 
 from __future__ import annotations
 
-from exactlyonce.connectors.elasticsearch.bulk import Action, BulkSender
+from exactlyonce.connectors.elasticsearch.bulk import Action, BulkSender, RawHeader
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import (
@@ -86,6 +86,7 @@ __all__ = [
     "EsShardTask",
     "EsTarget",
     "OpType",
+    "RawHeader",
     "RetryPolicy",
     "call",
     "default_policy",

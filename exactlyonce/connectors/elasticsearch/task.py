@@ -19,7 +19,7 @@ from elasticsearch import Elasticsearch
 
 from exactlyonce.connectors.base import DeadLetter, ShardTask, ShardWriter
 from exactlyonce.connectors.base.columns import DELETE_COLUMN
-from exactlyonce.connectors.elasticsearch.bulk import Action, BulkSender, Refused
+from exactlyonce.connectors.elasticsearch.bulk import Action, BulkSender, Refused, header_of
 from exactlyonce.connectors.elasticsearch.config import OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.schema import ID_COLUMN
@@ -88,7 +88,7 @@ class EsShardTask(ShardTask):
             self.es = self.t.conn.client()
         return self.es
 
-    def _bulk(self, actions: list[Action], what: str, count: bool = True) -> Refused:
+    def _bulk(self, actions: Sequence[Action], what: str, count: bool = True) -> Refused:
         """Send ``actions`` until each is acknowledged (see :class:`BulkSender`); with
         ``count``, tally them in the result and pass the ``mid_bulk`` crash point."""
         sender = BulkSender(
@@ -147,7 +147,7 @@ class EsShardTask(ShardTask):
             DeadLetter(
                 self.epoch,
                 None,
-                next(iter(actions[pos][0].values()))["_id"],
+                next(iter(header_of(actions[pos]).values()))["_id"],
                 error,
                 json.dumps(actions[pos][1], default=str, ensure_ascii=False),
             )

@@ -1,6 +1,8 @@
 """The sink's Lua scripts, read from ``scripts/*.lua`` (package data) once, on import.
 
-Each file's header comment says its KEYS, ARGV and reply.
+Each file's header comment says its KEYS, ARGV and reply. :data:`RECORDS` (``records.lua``,
+how records are applied) is no script of its own: it goes in front of the scripts that apply
+records, the sink's :data:`APPLY` and the buffer drainer's (:func:`with_records`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ def _load(name: str) -> str:
     )
 
 
-APPLY = _load("apply")
+RECORDS = _load("records")
+"""``eo_records``: how records are applied (hash, string, stream; TTL; dead letters)."""
+
+
+def with_records(script: str) -> str:
+    """``script`` with :data:`RECORDS` in front: it may call ``eo_records``."""
+    return RECORDS + "\n" + script
+
+
+APPLY = with_records(_load("apply"))
 """One task's shards, atomically: checks, markers, records, dead letters (executor side)."""
 ADVANCE = _load("advance")
 """The head moves to an epoch; spent shard markers and leftover staging go (driver side)."""

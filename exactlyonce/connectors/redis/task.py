@@ -136,15 +136,10 @@ class RedisShardTask(ShardTask):
         self._add(chunk, rows.num_rows)
 
     def _encode(self, rows: pa.RecordBatch) -> bytes:
-        keys = self.t.template.render(rows)
-        ids = rows.column(self.t.id_field).to_pylist()
-        if self.t.write == "string":
-            body: Any = rows.column(VALUE_COLUMN).to_pylist()
-        else:
-            body = [rows.column(f).to_pylist() for f in self.t.fields]
-        if self.t.upsert is not None:
-            return _dumps(["r", keys, ids, body, rows.column(DELETE_COLUMN).to_pylist()])
-        return _dumps(["r", keys, ids, body])
+        deletes = rows.column(DELETE_COLUMN).to_pylist() if self.t.upsert is not None else None
+        return encode_records(
+            rows, self.t.template, self.t.write, self.t.fields, self.t.id_field, deletes=deletes
+        )
 
     def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
         rows = [[d.epoch, d.shard, d.record_id, d.error, d.payload] for d in letters]
@@ -257,6 +252,34 @@ class RedisShardTask(ShardTask):
         if self.r is not None:
             self.r.close()
             self.r = None
+
+
+def encode_records(
+    rows: pa.RecordBatch,
+    template: KeyTemplate,
+    write: str,
+    fields: Sequence[str],
+    id_field: str,
+    epochs: Sequence[str] | None = None,
+    deletes: Sequence[bool | None] | None = None,
+) -> bytes:
+    """A chunk of records for ``records.lua`` (``eo_records``): their keys (``template``
+    rendered), IDs, and bodies (the :data:`VALUE_COLUMN` in string mode, else the ``fields``'
+    values, strings or None). ``rows`` holds those columns as strings. With ``epochs``, each
+    record's own epoch (else the script's); with ``deletes`` (upserts), whether each record is
+    a tombstone (the chunk is then applied with the epoch guard)."""
+    keys = template.render(rows)
+    ids = rows.column(id_field).to_pylist()
+    if write == "string":
+        body: Any = rows.column(VALUE_COLUMN).to_pylist()
+    else:
+        body = [rows.column(f).to_pylist() for f in fields]
+    chunk: list[Any] = ["r", keys, ids, body]
+    if epochs is not None or deletes is not None:
+        chunk.append(None if epochs is None else list(epochs))
+    if deletes is not None:
+        chunk.append(list(deletes))
+    return _dumps(chunk)
 
 
 def _dumps(value: Any) -> bytes:

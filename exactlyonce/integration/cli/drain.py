@@ -1,5 +1,8 @@
 """``exactlyonce drain pipeline.yaml``: the drainer of a buffered pipeline, as a process.
 
+Drains into the pipeline's sink, whichever it is (postgres, redis or elasticsearch with a
+``buffer:``), through that sink's drain target (:mod:`exactlyonce.buffer.drain.target`).
+
 Runs until interrupted (SIGINT/SIGTERM), or with ``--until-idle S`` until it has drained
 everything the buffer committed and nothing new came for S seconds. Prints one line per
 write transaction and a lag line every few seconds. Sink and broker outages are waited out
@@ -69,7 +72,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
     if args.reset_offsets and not args.yes:
         err(
             "refusing to reset the drain offsets without --yes: the drainer then starts at the "
-            "beginning of the buffer topic (record IDs already in the sink stay no-ops)"
+            "beginning of the buffer topic (record IDs already in the sink stay no-ops, but a "
+            "Redis stream appends its records again)"
         )
         return EXIT_CONFIG
     if args.processes != 1 and args.member:
@@ -138,16 +142,16 @@ def _build_drainer(
     """The sink, its drainer and the secrets to scrub from messages; ConfigError if the
     pipeline has no buffer."""
     from exactlyonce.buffer.drain.drainer import DRAIN_PROCESS_SWITCH_INTERVAL_S, Drainer
-    from exactlyonce.integration.config import PostgresSinkConfig, sink_field_errors
+    from exactlyonce.integration.config import BufferedSink, build_sink, sink_field_errors
 
     settings = cfg.sink
-    if not isinstance(settings, PostgresSinkConfig) or settings.buffer is None:
+    if not isinstance(settings, BufferedSink) or settings.buffer is None:
         raise ConfigError(
             "sink.buffer", "this pipeline has no Kafka buffer: there is nothing to drain"
         )
-    secrets = settings.secrets()
+    secrets = cfg.sink.secrets()
     with sink_field_errors():
-        sink = settings.build(check=False)  # the drainer waits for the sink
+        sink = build_sink(cfg.sink, check=False)  # the drainer waits for the sink
         drainer = Drainer(
             sink,
             settings.buffer.build(),

@@ -30,6 +30,7 @@ from __future__ import annotations
 from exactlyonce.integration.config.loading import load_config, parse_config
 from exactlyonce.integration.config.pipeline import PipelineConfig, SparkConfig, TriggerConfig
 from exactlyonce.integration.config.sinks import (
+    BufferedSink,
     ElasticsearchSinkConfig,
     KafkaBufferSettings,
     KafkaSinkConfig,
@@ -48,6 +49,7 @@ from exactlyonce.integration.config.sources import (
 )
 
 __all__ = [
+    "BufferedSink",
     "ElasticsearchSinkConfig",
     "FilesSourceConfig",
     "KafkaSourceConfig",

@@ -127,6 +127,21 @@ class PipelineConfig(Settings):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_buffer_on_kafka(cls, data: Any) -> Any:
+        """A Kafka sink writes a Kafka topic already: a buffer in front of it would be a
+        second topic for nothing, and no drainer writes Kafka."""
+        sink = data.get("sink") if isinstance(data, Mapping) else None
+        if isinstance(sink, Mapping) and sink.get("type") == "kafka" and "buffer" in sink:
+            raise PydanticCustomError(
+                "buffer_on_kafka",
+                "a kafka sink takes no buffer (it writes a Kafka topic already); a buffer goes "
+                "in front of a postgres, redis or elasticsearch sink",
+                {"field": "sink.buffer"},
+            )
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _id_from(cls, data: Any) -> Any:
         """``sink.id_from``: where record IDs come from. ``columns`` (the default) and
         ``content`` are the sink's own setting (its config model holds their rules);
@@ -167,7 +182,7 @@ class PipelineConfig(Settings):
         from exactlyonce.buffer import Buffered
 
         with sink_field_errors():  # the Spark side writes the buffer topic only
-            return Buffered(sink, buffer.build(), check=check)  # type: ignore[arg-type]
+            return Buffered(sink, buffer.build(), check=check)
 
     def trigger_kwargs(self) -> dict[str, Any]:
         """The trigger as :func:`exactlyonce.integration.spark.start_stream` arguments."""
