@@ -286,42 +286,26 @@ def run(
             if report.written != drain_rows or count_rows(dsn, pool_table) != drain_rows:
                 raise RuntimeError(f"drain pool: wrote {report.written:,} of {drain_rows:,}")
 
-        fast_s, slow_s, buf_s = summary(fast), summary(slow), summary(slow_buffered)
+        from bench.buffer_sinks import figures
+
+        slowed_by = f"a pg_sleep trigger, {sleep_s:.3f}s per transaction"
+        out = figures(
+            fast, slow, slow_buffered, direct_runs, drain_runs, drain_rows, slowed_by, batch_rows
+        )
         direct_rate = drain_rows / min(direct_runs)
-        drain_rate = drain_rows / min(drain_runs)
         pool_rate = drain_rows / min(pool_runs)
-        return {
-            "fast_batch_p50_s": fast_s["p50_s"],
-            "fast_batch_p99_s": fast_s["p99_s"],
-            "slow_unbuffered_batch_p50_s": slow_s["p50_s"],
-            "slow_unbuffered_batch_p99_s": slow_s["p99_s"],
-            "slow_buffered_batch_p50_s": buf_s["p50_s"],
-            "slow_buffered_batch_p99_s": buf_s["p99_s"],
-            "buffered_vs_fast_p99": ratio(buf_s["p99_s"], fast_s["p99_s"]),
-            "buffered_vs_fast_p50": ratio(buf_s["p50_s"], fast_s["p50_s"]),
-            "slow_vs_fast_p50": ratio(slow_s["p50_s"], fast_s["p50_s"]),
-            "target_buffered_vs_fast_p99": TARGET_BUFFERED_VS_FAST_P99,
-            "drain_rows_per_s": round(drain_rate),
-            "direct_rows_per_s": round(direct_rate),
-            "drain_vs_direct": ratio(drain_rate, direct_rate),
-            "target_drain_vs_direct": TARGET_DRAIN_VS_DIRECT,
-            "drain_processes": drain_processes,
-            "drain_pool_rows_per_s": round(pool_rate),
-            "drain_pool_vs_direct": ratio(pool_rate, direct_rate),
-            "buffer": {
-                "batch_rows": batch_rows,
-                "timed_batches": batches - 1,
-                "slow_sleep_s_per_transaction": round(sleep_s, 3),
-                "fast": fast_s,
-                "slow_unbuffered": slow_s,
-                "slow_buffered": buf_s,
-                "drain_rows": drain_rows,
-                "direct_runs_seconds": [round(s, 3) for s in direct_runs],
-                "drain_runs_seconds": [round(s, 3) for s in drain_runs],
-                "drain_pool_runs_seconds": [round(s, 3) for s in pool_runs],
-                "drain_runs": drain_detail,
-            },
-        }
+        out.update(
+            drain_processes=drain_processes,
+            drain_pool_rows_per_s=round(pool_rate),
+            drain_pool_vs_direct=ratio(pool_rate, direct_rate),
+        )
+        out["buffer"].update(
+            timed_batches=batches - 1,
+            slow_sleep_s_per_transaction=round(sleep_s, 3),
+            drain_pool_runs_seconds=[round(s, 3) for s in pool_runs],
+            drain_runs=drain_detail,
+        )
+        return out
     finally:
         drop(dsn, tables, queries)
 

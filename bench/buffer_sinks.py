@@ -225,8 +225,9 @@ def measure(
     finally:
         proxy.stop()
         kit.cleanup()
+    slowed_by = f"a latency proxy delaying each reply {delay:.3f}s"
     return figures(
-        fast, slow, slow_buffered, direct_runs, drain_runs, drain_rows, delay, batch_rows
+        fast, slow, slow_buffered, direct_runs, drain_runs, drain_rows, slowed_by, batch_rows
     )
 
 
@@ -284,9 +285,11 @@ def figures(
     direct_runs: list[float],
     drain_runs: list[float],
     drain_rows: int,
-    delay: float,
+    slowed_by: str,
     batch_rows: int,
 ) -> dict[str, Any]:
+    """One sink's figures (every sink's, PostgreSQL's too: :mod:`bench.buffer` adds its
+    drainer-pool keys): batch percentiles, best drain and direct rates, their ratios."""
     fast_s, slow_s, buf_s = summary(fast), summary(slow), summary(slow_buffered)
     direct_rate = drain_rows / min(direct_runs)
     drain_rate = drain_rows / min(drain_runs)
@@ -307,7 +310,7 @@ def figures(
         "target_drain_vs_direct": TARGET_DRAIN_VS_DIRECT,
         "buffer": {
             "batch_rows": batch_rows,
-            "slowed_by": f"a latency proxy delaying each reply {delay:.3f}s",
+            "slowed_by": slowed_by,
             "fast": fast_s,
             "slow_unbuffered": slow_s,
             "slow_buffered": buf_s,
