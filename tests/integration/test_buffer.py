@@ -508,7 +508,12 @@ def unique_indexes(conn: psycopg.Connection[Any], table: str) -> int:
 
 
 def test_an_append_table_gets_each_record_once_and_refused_rows_are_dead_letters(
-    spark: SparkSession, bootstrap: str, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+    spark: SparkSession,
+    bootstrap: str,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """mode="append": the table has no unique index, so nothing in it makes a second write a
     no-op. What keeps each record to ONE write: the buffer holds it once (the catalog drops
@@ -532,11 +537,21 @@ def test_an_append_table_gets_each_record_once_and_refused_rows_are_dead_letters
     buffered(events(spark, 300, 700), 1)  # 100 IDs seen in epoch 0
     buffered(first, 0)  # Spark re-runs a batch: at or below the head, skipped
     assert [r.written for r in buffered.reports] == [400, 300, 0]
+    copies: list[bool] = []
+    real_copy = PgDrainTarget.copy
+
+    def counted_copy(self: PgDrainTarget, data: bytes) -> bool:
+        copies.append(real_copy(self, data))
+        return copies[-1]
+
+    monkeypatch.setattr(PgDrainTarget, "copy", counted_copy)
 
     with Drainer(target, buffer, batch_size=100) as drainer:
         report = drainer.drain_available(timeout_s=60)
     assert (report.written, report.duplicates, report.dead_letters) == (697, 0, 3)
     assert report.batches >= 7, "batch_size bounds each write transaction"
+    assert copies.count(False) >= 1, "a refused row's COPY fell back to the INSERT"
+    assert copies.count(True) >= 4, "the other shares took the fast path"
     refused_ids = {record_id([f"e{n}"]) for n in refused}
     assert_exactly_once(pg, unique_name, ids(0, 700) - refused_ids)
     assert set(attempts(pg, unique_name).values()) == {1}, "a record was written twice"
