@@ -78,9 +78,9 @@ class PgDrainTarget:
     commit.
 
     - ``mode="insert"``: each record ID once. The table must have a unique index on the ID
-      column: a record ID already in the table (a second drainer after
-      :meth:`reset_offsets`, a record the buffer holds twice) is a no-op (``ON CONFLICT DO
-      NOTHING``; a ``COPY`` that holds one falls back to that), counted as a duplicate.
+      column: a record ID already in the table (read again after :meth:`reset_offsets`, or
+      held twice by a buffer without the catalog) is a no-op (``ON CONFLICT DO NOTHING``; a
+      ``COPY`` that holds one falls back to that), counted as a duplicate.
     - ``mode="append"``: each record of the buffer once, with no unique index: a plain
       ``COPY``, or a plain ``INSERT``. Nothing in the table dedups, so it rests on the two
       things above: the buffer holds each record once (the buffered ``KafkaSink``: the
@@ -210,7 +210,7 @@ class PgDrainTarget:
             raise ConfigError(
                 "table",
                 f"{self.sink.table} has no unique index on {self.sink.id_column!r}: the drainer "
-                "needs it to make a re-read record a no-op (or use mode='append')",
+                "needs it to make a re-read record a no-op",
             )
         return oid
 
@@ -267,9 +267,10 @@ class PgDrainTarget:
     def _reset_refusal(self) -> str:
         where = f"query_name = '{self.query_name}' AND sink = '{self.sink_name}' AND topic = "
         return (
-            f"{self.sink.table} is an append table: the drainer would read the buffer from its "
-            "start and append every record already there a second time (no unique index makes "
-            "a re-read record a no-op). Refused. To move a partition on past expired records, "
+            f"{self.sink.table} is an append table: forgetting the offsets makes the drainer "
+            "read the buffer from its start and append every record it drained already a "
+            "second time (no unique index makes a re-read record a no-op). Refused. To move a "
+            "partition on past expired records, "
             f"or if the table holds none of this buffer's records, change its rows of "
             f"{self._offsets.as_string()} yourself (WHERE {where}'{self.topic}')"
         )
