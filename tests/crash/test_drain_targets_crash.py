@@ -9,8 +9,9 @@ epoch, with duplicates and null keys, small frames). Then, per target, its own p
 (same query, same buffer, its own sink, small transactions) is drained and SIGKILLed at the
 named points ``drain_before_write``, ``drain_mid_write`` (Redis: the script sent, its reply not
 read: a lost reply; Elasticsearch: records acknowledged, offsets not written) and
-``drain_after_commit``, at seeded-random chunk numbers, and once at a seeded-random moment;
-every kill, the random one too, is asserted to have happened.
+``drain_after_commit``, at seeded-random chunk numbers, and once at a seeded moment while it
+writes (a seeded number of transactions in); every kill, the last one too, is asserted to have
+happened, the last one before the drain was done.
 
 The audit counts WRITES: Redis through the sink server's AOF (every HSET/SET/XADD a script ran,
 tests/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch through the
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -150,31 +152,36 @@ def drain_with_kills(
         if at_point is not None:
             at_point(drainer, point)
         drainer.kill(f"{point}@{at}")
+    # A seeded moment while it writes: a seeded number of transactions in, plus a moment.
+    # (A time after the first write was too coarse: PostgreSQL drained the ~30 chunks left in
+    # 0.2 s, and the kill came when the drainer was idle.)
     drainer.start()
-    wait_for_first_write(drainer)  # then a moment while it writes (a chunk takes ~50 ms)
-    time.sleep(rng.uniform(0.0, 0.2))
-    # Alive still: it writes the rest, then waits --until-idle (2 s) before it exits.
+    writes = rng.randint(1, 8)
+    wait_for_writes(drainer, writes)
+    time.sleep(rng.uniform(0.0, 0.01))
     assert drainer.proc is not None and drainer.proc.poll() is None, drainer.log_tail()
-    drainer.kill(f"random moment (seed {buffer.seed})")
+    drainer.kill(f"random moment (seed {buffer.seed}, after {writes} transactions)")
     drainer.start()
     drainer.finish()
     named = [k.partition("@")[0] for k in drainer.kills]
     assert sorted(named[: len(schedule)]) == sorted(NAMED_POINTS), drainer.kills
     assert len(drainer.kills) == len(schedule) + 1, drainer.kills
+    last = re.search(r"stopped: (\d+) written", drainer.log_tail())
+    assert last is not None and int(last[1]) > 0, "the seeded kill came before the drain's end"
     print(f"{config.stem}: kills {drainer.kills}; {drainer.log_tail(1)}")
     return drainer
 
 
-def wait_for_first_write(drainer: DrainProcess, timeout: float = 60) -> None:
-    """Until the drainer reports its first transaction (or exits)."""
+def wait_for_writes(drainer: DrainProcess, n: int, timeout: float = 60) -> None:
+    """Until the drainer reports its ``n``-th transaction (or exits)."""
     log = drainer.workdir / f"drain-{drainer.runs}.log"
     deadline = time.monotonic() + timeout
-    while "drained " not in log.read_text(errors="replace"):
+    while log.read_text(errors="replace").count("\ndrained ") < n:
         assert drainer.proc is not None
         if drainer.proc.poll() is not None:
             return
-        assert time.monotonic() < deadline, f"no write in {timeout}s:\n{drainer.log_tail()}"
-        time.sleep(0.02)
+        assert time.monotonic() < deadline, f"not {n} writes in {timeout}s:\n{drainer.log_tail()}"
+        time.sleep(0.005)
 
 
 def no_drain_dead_letters(buffer: Buffer) -> None:
