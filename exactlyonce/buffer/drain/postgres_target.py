@@ -265,14 +265,16 @@ class PgDrainTarget:
         return cur.rowcount
 
     def _reset_refusal(self) -> str:
-        where = f"query_name = '{self.query_name}' AND sink = '{self.sink_name}' AND topic = "
+        where = sql.SQL("query_name = {} AND sink = {} AND topic = {}").format(
+            sql.Literal(self.query_name), sql.Literal(self.sink_name), sql.Literal(self.topic)
+        )
         return (
             f"{self.sink.table} is an append table: forgetting the offsets makes the drainer "
             "read the buffer from its start and append every record it drained already a "
             "second time (no unique index makes a re-read record a no-op). Refused. To move a "
             "partition on past expired records, "
             f"or if the table holds none of this buffer's records, change its rows of "
-            f"{self._offsets.as_string()} yourself (WHERE {where}'{self.topic}')"
+            f"{self._offsets.as_string()} yourself (WHERE {where.as_string()})"
         )
 
     # -- one drain transaction ---------------------------------------------------------
