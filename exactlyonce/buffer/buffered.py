@@ -120,7 +120,10 @@ class KafkaBuffer(Settings):
         return Buffered(sink, self, **kwargs)
 
 
-DRAINABLE = "a PostgresSink (mode='insert'), a RedisSink or an ElasticsearchSink (op_type='create')"
+DRAINABLE = (
+    "a PostgresSink (mode='insert' or 'append'), a RedisSink or an ElasticsearchSink "
+    "(op_type='create')"
+)
 
 
 def check_target(sink: object) -> ExactlyOnceSink:
@@ -134,12 +137,8 @@ def check_target(sink: object) -> ExactlyOnceSink:
             "apply the epoch guard); write upserts directly",
         )
     if isinstance(sink, PostgresSink):
-        if sink.mode != "insert":
-            raise ConfigError(
-                "buffer",
-                "the drainer writes PostgreSQL in mode='insert' (its unique record-ID index "
-                "dedups what the drainer re-reads); mode='append' is not drained",
-            )
+        # insert: the unique record-ID index; append: the buffer holds each record once (the
+        # catalog, which append requires) and the offsets commit with the rows (PgDrainTarget).
         return sink
     if isinstance(sink, RedisSink):
         return sink  # hash, string and stream: one atomic script per share

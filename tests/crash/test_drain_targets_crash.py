@@ -1,45 +1,56 @@
 # ruff: noqa: F811  (test arguments shadow the imported fixtures, as pytest wants)
 """kill -9 ``exactlyonce drain`` (a real subprocess) while it drains ONE buffer into each sink a
-drainer writes besides PostgreSQL (tests/crash/test_drainer_crash.py): Redis hash, string and
-stream, and Elasticsearch; restart it until caught up; count the writes.
+drainer writes besides a PostgreSQL table in mode insert (tests/crash/test_drainer_crash.py):
+Redis hash, string and stream, Elasticsearch, and a PostgreSQL table in mode append; restart it
+until caught up; count the writes.
 
 Real Spark fills the buffer once for the module (the pipeline's own ``Buffered`` sink, epoch by
 epoch, with duplicates and null keys, small frames). Then, per target, its own pipeline file
 (same query, same buffer, its own sink, small transactions) is drained and SIGKILLed at the
 named points ``drain_before_write``, ``drain_mid_write`` (Redis: the script sent, its reply not
 read: a lost reply; Elasticsearch: records acknowledged, offsets not written) and
-``drain_after_commit``, at seeded-random chunk numbers, and once at a seeded-random moment;
-every scheduled kill is asserted to have happened.
+``drain_after_commit``, at seeded-random chunk numbers, and once at a seeded moment while it
+writes (a seeded number of transactions in); every kill, the last one too, is asserted to have
+happened, the last one before the drain was done.
 
 The audit counts WRITES: Redis through the sink server's AOF (every HSET/SET/XADD a script ran,
 tests/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch through the
 stand-in's per-``_id`` create attempts and successful writes, and ``_version`` (1 for every
-document). 0 duplicates, 0 missing, and the stored offsets end at the buffer's frontier. The
-targets' offsets are kept apart by (query, sink name, topic): all of them drain one buffer, one
-after the other, and each must write every record (one resuming at another's offsets would
-write none, and never reach its first crash point).
+document); the append table through tests/audit.py's AFTER INSERT trigger (no unique index
+there hides a second write; a kill mid-write is checked to leave a transaction open).
+0 duplicates, 0 missing, and the stored offsets end at the buffer's frontier. The targets'
+offsets are kept apart by (query, sink name, topic): all of them drain one buffer, one after
+the other, and each must write every record (one resuming at another's offsets would write
+none, and never reach its first crash point).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 from pyspark.sql import SparkSession
 
 from exactlyonce.buffer.buffered import Buffered
 from exactlyonce.buffer.drain.es_target import offsets_doc_id
+from exactlyonce.buffer.drain.postgres_target import OFFSETS
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.kafka.reader import load_commits
+from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.config import build_sink, load_config
+from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import crash_seed, make_input
 from tests.crash.test_drainer_crash import DrainProcess
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
@@ -121,9 +132,15 @@ def buffer(
     yield Buffer(name, workdir, data.expected_ids, frontier, bootstrap, seed)
 
 
-def drain_with_kills(buffer: Buffer, config: Path, rng: random.Random) -> DrainProcess:
+def drain_with_kills(
+    buffer: Buffer,
+    config: Path,
+    rng: random.Random,
+    at_point: Callable[[DrainProcess, str], None] | None = None,
+) -> DrainProcess:
     """Kill the drainer at every named point (a seeded chunk number each, in a seeded order)
-    and at a seeded moment, then run it until caught up."""
+    and at a seeded moment, then run it until caught up. ``at_point(drainer, point)`` runs
+    at each named point, before the kill (the process waits there)."""
     schedule = list(NAMED_POINTS)
     rng.shuffle(schedule)
     drainer = DrainProcess(config.parent / config.stem, config)
@@ -132,30 +149,39 @@ def drain_with_kills(buffer: Buffer, config: Path, rng: random.Random) -> DrainP
         at = rng.randint(1, 3)
         crash_dir = drainer.start(crash_at=f"{point}@{at}")
         drainer.wait_for_marker(crash_dir, point)
+        if at_point is not None:
+            at_point(drainer, point)
         drainer.kill(f"{point}@{at}")
+    # A seeded moment while it writes: a seeded number of transactions in, plus a moment.
+    # (A time after the first write was too coarse: PostgreSQL drained the ~30 chunks left in
+    # 0.2 s, and the kill came when the drainer was idle.)
     drainer.start()
-    wait_for_first_write(drainer)  # then a moment while it writes (a chunk takes ~50 ms)
-    time.sleep(rng.uniform(0.0, 0.2))
-    if drainer.proc is not None and drainer.proc.poll() is None:
-        drainer.kill(f"random moment (seed {buffer.seed})")
+    writes = rng.randint(1, 8)
+    wait_for_writes(drainer, writes)
+    time.sleep(rng.uniform(0.0, 0.01))
+    assert drainer.proc is not None and drainer.proc.poll() is None, drainer.log_tail()
+    drainer.kill(f"random moment (seed {buffer.seed}, after {writes} transactions)")
     drainer.start()
     drainer.finish()
     named = [k.partition("@")[0] for k in drainer.kills]
     assert sorted(named[: len(schedule)]) == sorted(NAMED_POINTS), drainer.kills
+    assert len(drainer.kills) == len(schedule) + 1, drainer.kills
+    last = re.search(r"stopped: (\d+) written", drainer.log_tail())
+    assert last is not None and int(last[1]) > 0, "the seeded kill came before the drain's end"
     print(f"{config.stem}: kills {drainer.kills}; {drainer.log_tail(1)}")
     return drainer
 
 
-def wait_for_first_write(drainer: DrainProcess, timeout: float = 60) -> None:
-    """Until the drainer reports its first transaction (or exits)."""
+def wait_for_writes(drainer: DrainProcess, n: int, timeout: float = 60) -> None:
+    """Until the drainer reports its ``n``-th transaction (or exits)."""
     log = drainer.workdir / f"drain-{drainer.runs}.log"
     deadline = time.monotonic() + timeout
-    while "drained " not in log.read_text(errors="replace"):
+    while log.read_text(errors="replace").count("\ndrained ") < n:
         assert drainer.proc is not None
         if drainer.proc.poll() is not None:
             return
-        assert time.monotonic() < deadline, f"no write in {timeout}s:\n{drainer.log_tail()}"
-        time.sleep(0.02)
+        assert time.monotonic() < deadline, f"not {n} writes in {timeout}s:\n{drainer.log_tail()}"
+        time.sleep(0.005)
 
 
 def no_drain_dead_letters(buffer: Buffer) -> None:
@@ -271,4 +297,52 @@ def test_es_drain_killed_anywhere_creates_each_document_once(buffer: Buffer, es:
         doc = client.get(index=sink.control_index, id=doc_id)
     stored = {int(p): int(o) for p, o in doc["_source"]["offsets"].items()}
     assert stored == buffer.frontier
+    no_drain_dead_letters(buffer)
+
+
+# ---------------------------------------------------------------------- PostgreSQL, mode append
+
+
+def test_pg_append_drain_killed_anywhere_appends_each_record_once(
+    buffer: Buffer, spark: SparkSession, pg: psycopg.Connection[Any]
+) -> None:
+    """An append table has no unique index: a record the drainer wrote twice would be a
+    second row, nothing hides it. The audit trigger counts every durable insert."""
+    rng = random.Random(f"{buffer.seed}-pg-append")
+    table = f"{buffer.name}_append"
+    section = f"""\
+  type: postgres
+  dsn: ${{EXACTLYONCE_PG_DSN}}
+  table: {table}
+  id_columns: [event_id]
+  mode: append
+"""
+    config = buffer.pipeline(section, "pg-append")
+    sink = build_sink(load_config(config).sink, check=False)
+    assert isinstance(sink, PostgresSink) and sink.mode == "append"
+    sink.preflight(spark.createDataFrame([], SCHEMA).schema)  # the buffered query's preflight
+    install_audit(pg, table)
+
+    def inside_a_transaction(drainer: DrainProcess, point: str) -> None:
+        if point != "drain_mid_write":
+            return
+        assert drainer.proc is not None
+        open_tx = pg.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND state = 'idle in transaction'",
+            [f"exactlyonce:drainer:{drainer.proc.pid}"],
+        ).fetchone()
+        assert open_tx is not None and open_tx[0] >= 1, "not inside an open transaction"
+
+    drain_with_kills(buffer, config, rng, inside_a_transaction)
+
+    assert_exactly_once(pg, table, buffer.expected)
+    stored = pg.execute(
+        sql.SQL(
+            "SELECT partition, next_offset FROM {} WHERE query_name = %s AND sink = %s "
+            "AND topic = %s"
+        ).format(sql.Identifier(OFFSETS)),
+        [buffer.name, sink.sink_name, buffer.name],
+    ).fetchall()
+    assert {int(p): int(o) for p, o in stored} == buffer.frontier
     no_drain_dead_letters(buffer)

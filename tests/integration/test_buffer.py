@@ -496,11 +496,155 @@ def test_offsets_past_the_end_of_the_topic_are_refused_not_skipped(
     assert_exactly_once(pg, unique_name, set())
 
 
-def test_append_mode_targets_are_refused(bootstrap: str, pg_dsn: str, unique_name: str) -> None:
-    target = PostgresSink(pg_dsn, unique_name, ["event_id"], unique_name, mode="append")
-    buffer = KafkaBuffer(topic=unique_name, bootstrap_servers=bootstrap)
-    with pytest.raises(ConfigError, match="insert"):
-        Buffered(target, buffer)
+# ---------------------------------------------------------------------- mode="append"
+
+
+def unique_indexes(conn: psycopg.Connection[Any], table: str) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass AND indisunique", [table]
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_an_append_table_gets_each_record_once_and_refused_rows_are_dead_letters(
+    spark: SparkSession,
+    bootstrap: str,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """mode="append": the table has no unique index, so nothing in it makes a second write a
+    no-op. What keeps each record to ONE write: the buffer holds it once (the catalog drops
+    the input's duplicates, the head skips a re-run batch) and the drainer stores its offsets
+    in the rows' transaction, so it never reads a committed record again. A CHECK constraint
+    refuses three rows: their chunks' COPY fails, the plain INSERT is bisected, the three go
+    to the drain dead letters with the reason; the other chunks are COPYed."""
+    target, buffer, buffered = new_pipeline(
+        pg_dsn, bootstrap, unique_name, {"frame_records": 7}, mode="append"
+    )
+    prepared(pg, buffered, spark, unique_name)
+    assert unique_indexes(pg, unique_name) == 0, "an append table: no unique index at all"
+    refused = {37, 371, 555}
+    pg.execute(
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT not_these CHECK (amount NOT IN ({}))").format(
+            sql.Identifier(unique_name), sql.SQL(", ").join(sql.Literal(10 * n) for n in refused)
+        )
+    )
+    first = events(spark, 0, 400)
+    buffered(first.union(first.limit(50)), 0)  # 50 repeats inside the batch
+    buffered(events(spark, 300, 700), 1)  # 100 IDs seen in epoch 0
+    buffered(first, 0)  # Spark re-runs a batch: at or below the head, skipped
+    assert [r.written for r in buffered.reports] == [400, 300, 0]
+    copies: list[bool] = []
+    real_copy = PgDrainTarget.copy
+
+    def counted_copy(self: PgDrainTarget, data: bytes) -> bool:
+        copies.append(real_copy(self, data))
+        return copies[-1]
+
+    monkeypatch.setattr(PgDrainTarget, "copy", counted_copy)
+
+    with Drainer(target, buffer, batch_size=100) as drainer:
+        report = drainer.drain_available(timeout_s=60)
+    assert (report.written, report.duplicates, report.dead_letters) == (697, 0, 3)
+    assert report.batches >= 7, "batch_size bounds each write transaction"
+    assert copies.count(False) >= 1, "a refused row's COPY fell back to the INSERT"
+    assert copies.count(True) >= 4, "the other shares took the fast path"
+    refused_ids = {record_id([f"e{n}"]) for n in refused}
+    assert_exactly_once(pg, unique_name, ids(0, 700) - refused_ids)
+    assert set(attempts(pg, unique_name).values()) == {1}, "a record was written twice"
+    letters = {}
+    for msg in read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_uncommitted"):
+        headers = dict(msg.headers or [])
+        letters[headers[H_RECORD_ID].decode()] = headers["eo-error"].decode()
+    assert set(letters) == refused_ids
+    assert all("23514" in why for why in letters.values()), letters  # check_violation
+
+    # A restart resumes at the stored offsets: nothing is appended again, new records once.
+    offsets = stored_offsets(pg, unique_name)
+    buffered(events(spark, 700, 750), 2)
+    with Drainer(target, buffer, batch_size=100) as again:
+        assert again.load_offsets() == offsets
+        assert again.drain_available(timeout_s=60).written == 50
+    assert_exactly_once(pg, unique_name, ids(0, 750) - refused_ids)
+    assert set(attempts(pg, unique_name).values()) == {1}
+
+
+def test_the_append_target_inserts_without_on_conflict_and_needs_no_unique_index(
+    pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """The same table as an insert target is refused (no unique index to make a re-read
+    record a no-op); as an append target it is drained with a plain INSERT and COPY."""
+    pg.execute(
+        sql.SQL("CREATE TABLE {} (event_id text, record_id uuid NOT NULL, epoch bigint)").format(
+            sql.Identifier(unique_name)
+        )
+    )
+    insert = PostgresSink(pg_dsn, unique_name, ["event_id"], unique_name, check=False)
+    with pytest.raises(ConfigError, match="unique index"):
+        PgDrainTarget(insert, unique_name).ensure()
+    append = PostgresSink(
+        pg_dsn, unique_name, ["event_id"], unique_name, mode="append", check=False
+    )
+    target = PgDrainTarget(append, unique_name)
+    try:
+        target.ensure()
+        assert target._insert is not None and target._copy is not None
+        assert "CONFLICT" not in target._insert.as_string(pg).upper()
+        assert target._json_options is not None, "a fast path for this table"
+    finally:
+        target.close()
+
+
+def test_resetting_an_append_tables_offsets_is_refused_naming_the_risk(
+    spark: SparkSession,
+    bootstrap: str,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    """Forgetting the offsets makes the drainer read the buffer from its start; into an
+    append table that is every record a second time. Refused, from Python and from
+    ``exactlyonce drain --reset-offsets --yes``, with the offsets left as they were."""
+    from exactlyonce.integration import cli
+    from tests.pipelines import buffered_pipeline
+
+    target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name, mode="append")
+    prepared(pg, buffered, spark, unique_name)
+    buffered(events(spark, 0, 100), 0)
+    with Drainer(target, buffer) as drainer:
+        assert drainer.drain_available(timeout_s=60).written == 100
+        offsets = stored_offsets(pg, unique_name)
+        with pytest.raises(ConfigError, match="second time") as refused:
+            drainer.reset_offsets()
+    assert refused.value.field == "reset_offsets"
+    assert "exactlyonce_drain_offsets" in refused.value.reason, "names the way, by hand"
+    assert stored_offsets(pg, unique_name) == offsets
+
+    config = tmp_path / "pipeline.yaml"
+    section = f"""\
+  type: postgres
+  dsn: ${{EXACTLYONCE_PG_DSN}}
+  table: {unique_name}
+  id_columns: [event_id]
+  mode: append
+"""
+    config.write_text(
+        buffered_pipeline(
+            unique_name,
+            tmp_path,
+            schema="event_id STRING",
+            partitions=2,
+            batch_size=100,
+            sink=section,
+        )
+    )
+    assert cli.main(["drain", str(config), "--reset-offsets", "--yes"]) == 2
+    assert stored_offsets(pg, unique_name) == offsets
+    assert_exactly_once(pg, unique_name, ids(0, 100))
 
 
 # ---------------------------------------------------------------------- sink outage

@@ -161,3 +161,15 @@ def test_an_upsert_sink_takes_no_buffer(tmp_path: Path, kind: str, upsert: str) 
     assert refused.value.field.endswith("buffer")
     assert "upsert" in refused.value.reason
     assert PASSWORD not in str(refused.value)
+
+
+def test_a_postgres_append_table_takes_a_buffer_and_needs_the_catalog(tmp_path: Path) -> None:
+    """mode append is drained (the buffer holds each record once, the offsets commit with the
+    rows); without a unique index, the catalog is what keeps the input's duplicates out."""
+    sink = SINKS["postgres"][0] + "\n  mode: append"
+    buffered = load_config(write(tmp_path, "postgres", sink=sink)).build_sink(check=False)
+    assert isinstance(buffered, Buffered) and isinstance(buffered.target, PostgresSink)
+    assert buffered.target.mode == "append" and buffered.dedup_config is not None
+    with pytest.raises(ConfigError) as refused:
+        load_config(write(tmp_path, "postgres", sink=sink + "\n  dedup: false"))
+    assert refused.value.field.endswith("dedup") and "catalog" in refused.value.reason

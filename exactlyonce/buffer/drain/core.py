@@ -163,9 +163,10 @@ class DrainerCore:
 
     def reset_offsets(self) -> int:
         """Forget the stored offsets (not the data): the next run starts at the topic's start.
-        Record IDs already in the sink stay no-ops (PostgreSQL, Elasticsearch; Redis hash and
-        string keys are written again with the same values); a Redis stream appends its
-        records again."""
+        Record IDs already in the sink stay no-ops (PostgreSQL in mode insert, Elasticsearch;
+        Redis hash and string keys are written again with the same values); a Redis stream
+        appends its records again. A PostgreSQL table in mode append refuses (ConfigError,
+        nothing forgotten): it would append every record again."""
         n = reset_positions(self.targets)
         self.positions = None
         self._ready = False

@@ -19,7 +19,8 @@ How (one module per part):
   frontier in chunks of about ``batch_size`` records (:mod:`.planner`, :mod:`.chunk`), one
   target step per writer's share of a chunk (:mod:`.writer`);
 - a record ID already in the sink is a no-op (PostgreSQL's unique index, Elasticsearch's
-  ``_id``; a Redis share is never applied twice: its offsets are in the same script);
+  ``_id``; a Redis share, or a PostgreSQL append table's transaction, is never applied twice:
+  its offsets are in the same atomic step);
 - any failure of the sink or the broker rolls the chunk back, waits (the drainer's
   :class:`~exactlyonce.retry.RetryPolicy`: from 0.25 s doubling up to ``max_backoff_s``),
   re-reads the offsets from the sink (a commit whose reply was lost is seen there, never

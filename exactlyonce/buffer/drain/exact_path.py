@@ -1,10 +1,13 @@
-"""The drain's exact path: ``INSERT ... ON CONFLICT DO NOTHING`` from one JSON document.
+"""The drain's exact path: ``INSERT`` from one JSON document, row by row where it must.
 
-The rows go through ``INSERT ... SELECT FROM json_populate_recordset(...) ON CONFLICT
-(record_id) DO NOTHING``, converted to the columns' types by PostgreSQL (``json``, not
-``jsonb``: parsed once, lazily, 1.6x faster here): a record ID already present is a no-op.
-Rows the database refuses (a value of the wrong type) are found by bisecting the batch inside
-savepoints and handed back, not raised, so the drainer dead-letters them and goes on.
+The rows go through ``INSERT ... SELECT FROM json_populate_recordset(...)``, converted to the
+columns' types by PostgreSQL (``json``, not ``jsonb``: parsed once, lazily, 1.6x faster
+here). Into a table with a unique record-ID index (``mode="insert"``) the statement ends in
+``ON CONFLICT (record_id) DO NOTHING``: a record ID already present is a no-op. Into an append
+table (``mode="append"``) it is a plain ``INSERT``: every row is a new row (the drain target
+says why none comes twice). Rows the database refuses (a value of the wrong type, a
+constraint) are found by bisecting the batch inside savepoints and handed back, not raised,
+so the drainer dead-letters them and goes on.
 """
 
 from __future__ import annotations
@@ -72,6 +75,22 @@ def document(rows: Sequence[DrainRow], id_key: bytes, epoch_key: bytes) -> str:
             b'%s%s%s:"%s",%s:%d}' % (body, sep, id_key, row.record_id, epoch_key, row.epoch)
         )
     return (b"[" + b",".join(parts) + b"]").decode("utf-8")
+
+
+def insert_statement(
+    table: sql.Composable, columns: Sequence[str], id_column: str, *, on_conflict: bool
+) -> sql.Composed:
+    """``INSERT`` of ``columns`` from the rows' JSON document (the one parameter); with
+    ``on_conflict``, a row whose ``id_column`` is present already is skipped (the column
+    needs a unique index)."""
+    names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    statement = sql.SQL(
+        "INSERT INTO {table} ({names}) SELECT {names} FROM "
+        "json_populate_recordset(NULL::{table}, %s::json)"
+    ).format(table=table, names=names)
+    if not on_conflict:
+        return statement
+    return statement + sql.SQL(" ON CONFLICT ({}) DO NOTHING").format(sql.Identifier(id_column))
 
 
 def insert_bisecting(

@@ -1,5 +1,9 @@
 """The drainer's PostgreSQL target: rows and consumed offsets in ONE transaction (ATOMIC).
 
+For a :class:`PostgresSink` in ``mode="insert"`` (a unique record-ID index) or
+``mode="append"`` (none; see :class:`PgDrainTarget` for why each record is still written
+once).
+
 Kafka Connect's ``SinkTaskContext.offset()`` pattern: the sink, not the consumer group, holds
 where the drainer is. The table ``exactlyonce_drain_offsets`` (next to the target table, in
 its schema) has one row per (query_name, sink, topic, partition) with ``next_offset``, the
@@ -12,8 +16,9 @@ first offset not yet written. Every drain transaction:
 2. writes the rows: fast (:mod:`.fast_path`: Arrow columns, CSV, ``COPY`` inside a
    savepoint: the record IDs are new in all but rare cases, so almost every chunk takes it),
    or, when there is no fast path for the table, Arrow cannot read a value, or COPY refuses
-   the chunk (a record ID already present, a value of the wrong type), exact
-   (:mod:`.exact_path`: ``INSERT ... ON CONFLICT DO NOTHING``, a present ID is a no-op);
+   the chunk (a value of the wrong type or against a constraint; in mode insert, a record ID
+   already present), exact (:mod:`.exact_path`: ``INSERT``, bisected; in mode insert with
+   ``ON CONFLICT DO NOTHING``, a present ID is a no-op);
 3. sets ``next_offset`` to the end of what it read, and commits.
 
 A crash before the commit leaves neither rows nor offsets; after it, both. Rows the database
@@ -38,6 +43,7 @@ from exactlyonce.buffer.drain.exact_path import (
     InsertResult,
     document,
     insert_bisecting,
+    insert_statement,
     is_bad_row_error,
     json_key,
 )
@@ -62,13 +68,27 @@ def offsets_ddl(table: sql.Identifier) -> sql.Composed:
 
 
 class PgDrainTarget:
-    """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert``): a
-    :class:`~exactlyonce.buffer.drain.target.DrainTarget`.
+    """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert`` or
+    ``append``): a :class:`~exactlyonce.buffer.drain.target.DrainTarget`.
 
-    Guarantee: ATOMIC. A share's rows and its offsets commit in one PostgreSQL transaction;
-    the offset rows are locked and compared with ``held`` first (the compare-and-set). A record
-    ID already in the table is a no-op (the unique index), counted as a duplicate. Rows the
-    database refuses are dead-lettered (drain dead-letter topic) before the commit.
+    Guarantee: ATOMIC, in both modes. A share's rows and its offsets commit in one PostgreSQL
+    transaction; the offset rows are locked and compared with ``held`` first (the
+    compare-and-set), so a committed share is never read again and an uncommitted one left no
+    row. Rows the database refuses are dead-lettered (drain dead-letter topic) before the
+    commit.
+
+    - ``mode="insert"``: each record ID once. The table must have a unique index on the ID
+      column: a record ID already in the table (read again after :meth:`reset_offsets`, or
+      held twice by a buffer without the catalog) is a no-op (``ON CONFLICT DO NOTHING``; a
+      ``COPY`` that holds one falls back to that), counted as a duplicate.
+    - ``mode="append"``: each record of the buffer once, with no unique index: a plain
+      ``COPY``, or a plain ``INSERT``. Nothing in the table dedups, so it rests on the two
+      things above: the buffer holds each record once (the buffered ``KafkaSink``: the
+      catalog, which an append sink requires, drops the input's duplicates; a re-run batch is
+      skipped at the head; the drainer reads confirmed attempts only) and the atomic offsets
+      (a crash, a lost commit reply, a second drainer of the same partitions: the
+      compare-and-set). The one way left to read a record again, forgetting the offsets, is
+      refused: :meth:`reset_offsets` raises.
 
     One connection, one transaction at a time. With ``writers`` > 1, target ``writer`` owns
     the partitions ``p // members % writers == writer`` (of its member's ``p % members ==
@@ -85,9 +105,12 @@ class PgDrainTarget:
         writers: int = 1,
         member: tuple[int, int] = (0, 1),
     ) -> None:
-        if sink.mode != "insert":
-            raise ConfigError("buffer", "the drainer writes PostgreSQL in mode='insert' only")
+        if sink.mode not in ("insert", "append"):
+            raise ConfigError(
+                "buffer", "the drainer writes PostgreSQL in mode='insert' or 'append' only"
+            )
         self.sink = sink
+        self.appends = sink.mode == "append"  # no unique index: no ON CONFLICT
         self.topic = topic
         self.query_name = sink.query_name
         self.sink_name = sink.sink_name
@@ -155,49 +178,59 @@ class PgDrainTarget:
         conn = self._connect()
         with conn.transaction():
             conn.execute(offsets_ddl(self._offsets))
-        oid = regclass(conn, self.sink.table)
-        if oid is None:
+        try:
+            oid = self._check_table(conn)
+            types = self._column_types(conn, oid)
+        finally:
             conn.rollback()
-            raise SinkUnavailableError(
-                f"{self.sink.table} does not exist yet; the buffered query creates it from the "
-                "stream's schema when it starts"
-            )
-        if not has_unique_index_on(conn, oid, self.sink.id_column):
-            conn.rollback()
-            raise ConfigError(
-                "table",
-                f"{self.sink.table} has no unique index on {self.sink.id_column!r}: the drainer "
-                "needs it to make a re-read record a no-op",
-            )
-        types = {
-            str(name): str(type_name)
-            for name, type_name, has_default, identity, generated in conn.execute(
-                "SELECT attname, format_type(atttypid, atttypmod), atthasdef, attidentity, "
-                "attgenerated FROM pg_attribute "
-                "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                [oid],
-            ).fetchall()
-            if not has_default
-            and not identity
-            and not generated
-            or name in (self.sink.id_column, self.sink.epoch_column)
-        }
-        conn.rollback()
         columns = list(types)
         for needed in (self.sink.id_column, self.sink.epoch_column):
             if needed not in columns:
                 raise ConfigError("table", f"{self.sink.table} has no column {needed!r}")
-        names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         table = self.sink.table.ident()
-        self._insert = sql.SQL(
-            "INSERT INTO {table} ({names}) SELECT {names} FROM "
-            "json_populate_recordset(NULL::{table}, %s::json) ON CONFLICT ({id}) DO NOTHING"
-        ).format(table=table, names=names, id=sql.Identifier(self.sink.id_column))
+        self._insert = insert_statement(
+            table, columns, self.sink.id_column, on_conflict=not self.appends
+        )
+        names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
         self._copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(table, names)
         self._columns = columns
         self._json_options = json_options(
             types, (self.sink.id_column, self.sink.epoch_column), self.where
         )
+
+    def _check_table(self, conn: psycopg.Connection[Any]) -> int:
+        """The table's oid: it exists and, in mode insert, has the unique record-ID index."""
+        oid = regclass(conn, self.sink.table)
+        if oid is None:
+            raise SinkUnavailableError(
+                f"{self.sink.table} does not exist yet; the buffered query creates it from the "
+                "stream's schema when it starts"
+            )
+        if not self.appends and not has_unique_index_on(conn, oid, self.sink.id_column):
+            raise ConfigError(
+                "table",
+                f"{self.sink.table} has no unique index on {self.sink.id_column!r}: the drainer "
+                "needs it to make a re-read record a no-op",
+            )
+        return oid
+
+    def _column_types(self, conn: psycopg.Connection[Any], oid: int) -> dict[str, str]:
+        """Column -> type of the columns the drainer writes: those without a default,
+        identity or generated value, and always the ID and epoch."""
+        rows = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), atthasdef, attidentity, "
+            "attgenerated FROM pg_attribute "
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            [oid],
+        ).fetchall()
+        return {
+            str(name): str(type_name)
+            for name, type_name, has_default, identity, generated in rows
+            if not has_default
+            and not identity
+            and not generated
+            or name in (self.sink.id_column, self.sink.epoch_column)
+        }
 
     def read_offsets(self) -> dict[int, int]:
         """partition -> next offset to drain, as the sink holds it (the truth on restart);
@@ -216,7 +249,10 @@ class PgDrainTarget:
         return stored
 
     def reset_offsets(self) -> int:
-        """Forget where the drainer is (not the data): it then starts at the topic's start."""
+        """Forget where the drainer is (not the data): it then starts at the topic's start.
+        Refused in mode append (ConfigError), where that appends every record again."""
+        if self.appends:
+            raise ConfigError("reset_offsets", self._reset_refusal())
         conn = self._connect()
         with conn.transaction():
             cur = conn.execute(
@@ -227,6 +263,19 @@ class PgDrainTarget:
             )
         self.held = {}
         return cur.rowcount
+
+    def _reset_refusal(self) -> str:
+        where = sql.SQL("query_name = {} AND sink = {} AND topic = {}").format(
+            sql.Literal(self.query_name), sql.Literal(self.sink_name), sql.Literal(self.topic)
+        )
+        return (
+            f"{self.sink.table} is an append table: forgetting the offsets makes the drainer "
+            "read the buffer from its start and append every record it drained already a "
+            "second time (no unique index makes a re-read record a no-op). Refused. To move a "
+            "partition on past expired records, "
+            f"or if the table holds none of this buffer's records, change its rows of "
+            f"{self._offsets.as_string()} yourself (WHERE {where.as_string()})"
+        )
 
     # -- one drain transaction ---------------------------------------------------------
 

@@ -95,7 +95,9 @@ class DrainTarget(Protocol):
 
     def reset_offsets(self) -> int:
         """Forget every stored offset of this (query, sink, topic), not the data; returns how
-        many partitions' offsets went. ``held`` is emptied."""
+        many partitions' offsets went. ``held`` is emptied. A target for which that means
+        writing records a second time may refuse (ConfigError, nothing forgotten): a
+        PostgreSQL table in mode append."""
         ...
 
     def write_share(self, share: Share) -> Counts:

@@ -73,7 +73,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
         err(
             "refusing to reset the drain offsets without --yes: the drainer then starts at the "
             "beginning of the buffer topic (record IDs already in the sink stay no-ops, but a "
-            "Redis stream appends its records again)"
+            "Redis stream appends its records again; a PostgreSQL table in mode append refuses "
+            "the reset)"
         )
         return EXIT_CONFIG
     if args.processes != 1 and args.member:
