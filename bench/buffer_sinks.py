@@ -29,11 +29,12 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from bench.buffer import summary, timed_batches
 from bench.common import BenchError, forget_catalog, progress, ratio
 from bench.slow_proxy import LatencyProxy
 
@@ -122,19 +123,6 @@ def es_kit(url: str) -> Kit:
 # -- the figures ---------------------------------------------------------------------------
 
 
-def timed_batches(
-    sink: Callable[[DataFrame, int], None], batches: Sequence[DataFrame]
-) -> list[float]:
-    """Epoch 0 untimed (the sink's start), the rest timed."""
-    sink(batches[0], 0)
-    out = []
-    for epoch, df in enumerate(batches[1:], start=1):
-        began = time.perf_counter()
-        sink(df, epoch)
-        out.append(time.perf_counter() - began)
-    return out
-
-
 def calibrate(
     kit: Kit,
     proxy: LatencyProxy,
@@ -159,12 +147,6 @@ def calibrate(
         progress(f"{kit.name}: {delay:.3f}s a reply added {added:.2f}s; next {scaled:.3f}s")
         delay = min(max(scaled, 0.001), 30.0)
     return delay
-
-
-def summary(runs: list[float]) -> dict[str, Any]:
-    from bench.buffer import summary as pg_summary
-
-    return pg_summary(runs)
 
 
 def measure(
