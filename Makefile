@@ -66,8 +66,11 @@ services-down:
 status:
 	$(BIN)/python -m exactlyonce.integration.services status
 
+# pytest-xdist workers (this machine has 2 cores): the crash jobs spend much of their time
+# waiting for JVM starts, kills, restarts and holds. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: services
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal tests
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit

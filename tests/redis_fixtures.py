@@ -41,7 +41,9 @@ PASSWORD = "s3cret-sink-pw"  # a password the tests look for in every message an
 class SinkRedis:
     """One redis-server process for the sink; can be SIGKILLed and restarted on its data."""
 
-    def __init__(self, directory: Path, port: int, password: str = PASSWORD) -> None:
+    def __init__(
+        self, directory: Path, port: int, password: str = PASSWORD, *, persistent: bool = True
+    ) -> None:
         self.dir = directory
         self.port = port
         self.password = password
@@ -56,7 +58,8 @@ class SinkRedis:
                     f"bind {HOST}",
                     f"dir {self.dir}",
                     'save ""',
-                    "appendonly yes",
+                    # persistent=False: a restart starts EMPTY (a catalog's total loss).
+                    "appendonly yes" if persistent else "appendonly no",
                     "appendfsync always",
                     "auto-aof-rewrite-percentage 0",
                     "aof-load-truncated yes",
@@ -201,7 +204,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
@@ -224,8 +227,9 @@ def sink_redis_server() -> SinkRedis:
     global _SERVER
     if _SERVER is None or _SERVER.proc is None or _SERVER.proc.poll() is not None:
         port = int(os.environ.get("EXACTLYONCE_SINK_REDIS_PORT", DEFAULT_PORT))
-        if not _port_free(port):  # another run holds it: take a free port rather than share
-            port = _free_port()
+        # Taken by another run, or pytest-xdist workers that would race for it: a free port.
+        if os.environ.get("PYTEST_XDIST_WORKER") or not _port_free(port):
+            port = free_port()
         directory = Path(tempfile.mkdtemp(prefix="eo-sink-redis-"))
         server = SinkRedis(directory, port)
         server.start()

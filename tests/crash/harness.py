@@ -72,6 +72,7 @@ class Job:
     master: str = "local[2]"
     mode: str = "insert"
     extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # set for every run, over os.environ
     runs: int = 0
     kills: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
@@ -89,7 +90,7 @@ class Job:
 
     def start(self, crash_at: str | None = None, hold_at: str | None = None) -> None:
         """Start a run; ``crash_at``/``hold_at`` (``POINT@EPOCH``): see crashpoints.py."""
-        env = {**os.environ, **self.sink_env(), "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, **self.env, **self.sink_env(), "PYTHONPATH": str(ROOT)}
         env.pop("EXACTLYONCE_CRASH_AT", None)
         env.pop("EXACTLYONCE_HOLD_AT", None)
         if crash_at:

@@ -1,45 +1,69 @@
 """Kill and restart the catalog's Redis (it restarts EMPTY) while a real Spark job runs.
 
-Redis here runs without persistence, so a restart is a total catalog loss. The job must end
-exactly-once: an append-only table rebuilds the catalog from its own rows; a table with a
-unique key starts an empty catalog; with on_catalog_loss="fail" the job refuses clearly and
-what it committed before is still exactly-once.
+The catalog's Redis here is a private redis-server without persistence (not the services'
+one, which other tests share, also under pytest-xdist), so a restart is a total catalog loss.
+The job must end exactly-once: an append-only table rebuilds the catalog from its own rows; a
+table with a unique key starts an empty catalog; with on_catalog_loss="fail" the job refuses
+clearly and what it committed before is still exactly-once.
 """
 
 from __future__ import annotations
 
-import time
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from exactlyonce.integration.services import start_service, stop_service
 from tests.audit import sink_ids, write_counts
+from tests.crash.harness import Job
 from tests.crash.test_postgres_crash import prepare, verify
+from tests.redis_fixtures import SinkRedis, free_port
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 
-def start_and_restart_redis_after(job: Any, epoch: int) -> None:
-    """Start the job; restart Redis while the job is held after ``epoch``'s head advanced (so
-    a restart at a free-running moment cannot land after the job's last epoch)."""
+@pytest.fixture
+def catalog_redis(services: dict[str, str]) -> Iterator[SinkRedis]:
+    """A private catalog Redis that restarts EMPTY (``appendonly no``, no snapshots)."""
+    directory = Path(tempfile.mkdtemp(prefix="eo-catalog-redis-"))
+    server = SinkRedis(directory, free_port(), persistent=False)
+    server.start()
+    yield server
+    server.kill()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def start_and_restart_redis_after(job: Job, catalog: SinkRedis, epoch: int) -> None:
+    """Start the job; restart the catalog's Redis while the job is held after ``epoch``'s
+    head advanced (so a restart at a free-running moment cannot land after the job's last
+    epoch)."""
+    job.env["EXACTLYONCE_REDIS_URL"] = catalog.url
     job.start(hold_at=f"after_head@{epoch}")
     job.wait_until_held("after_head")
-    stop_service("redis")
-    time.sleep(2.0)
-    start_service("redis")
+    with catalog.client() as r:
+        assert r.dbsize() > 0, "the job kept no catalog in the private Redis"
+    catalog.restart(down_seconds=2.0)
+    with catalog.client() as r:
+        assert r.dbsize() == 0, "the catalog's Redis did not restart empty"
     job.release("after_head")
-    print(f"redis restarted empty after epoch {epoch} committed")
+    print(f"catalog redis restarted empty after epoch {epoch} committed")
 
 
 @pytest.mark.parametrize("mode", ["append", "insert"])
 def test_redis_restart_mid_run_recovers(
-    mode: str, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+    mode: str,
+    tmp_path: Path,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    catalog_redis: SinkRedis,
 ) -> None:
     job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=14, mode=mode)
-    start_and_restart_redis_after(job, 3)
+    start_and_restart_redis_after(job, catalog_redis, 3)
     job.finish()
     verify(job, data, pg)
     log = (job.workdir / f"run-{job.runs}.log").read_text()
@@ -50,11 +74,15 @@ def test_redis_restart_mid_run_recovers(
 
 
 def test_redis_restart_with_fail_policy_refuses_and_loses_nothing(
-    tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+    tmp_path: Path,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    catalog_redis: SinkRedis,
 ) -> None:
     job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=14, mode="append")
     job.extra_args = ("--on-catalog-loss", "fail")
-    start_and_restart_redis_after(job, 3)
+    start_and_restart_redis_after(job, catalog_redis, 3)
     assert job.proc is not None
     code = job.proc.wait(timeout=300)
     log = (job.workdir / f"run-{job.runs}.log").read_text()
