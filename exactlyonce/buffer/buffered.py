@@ -204,6 +204,15 @@ class Buffered(KafkaSink):
         self.frame_bytes = buffer.frame_bytes
         self._target_ready = False
 
+    def rewind_refusal(self) -> str | None:
+        return (
+            f"the query's head is the Kafka buffer's: the records of epochs above N are "
+            f"committed to buffer topic {self.buffer.topic!r}, whose records cannot be removed, "
+            f"and the drainer may have moved them into {self.target.sink_name} already. To "
+            "redo those epochs, start over with a new query_name, a new buffer topic and a new "
+            "checkpoint"
+        )
+
     def preflight(self, schema: StructType | None = None) -> None:
         """The buffer's preflight, then the real sink's with the stream's schema (PostgreSQL
         creates the table from it; every sink checks the columns it needs). A sink that is down

@@ -136,8 +136,14 @@ class RedisCatalog:
         return CatalogUsage.from_stats(self.redis.hgetall(self.keys.stats), layout.live(epoch))
 
     def drop(self) -> int:
-        """Delete every key of this catalog (after a head reset); the number deleted."""
-        keys = list(self.redis.scan_iter(match=self.keys.everything, count=1000))
+        """Delete every key of this catalog (after a head reset); the number deleted. Only
+        the catalog's own (:attr:`CatalogKeys.patterns`): a Redis sink sharing the server
+        keeps its head and markers under the same prefix."""
+        keys = [
+            key
+            for pattern in self.keys.patterns
+            for key in self.redis.scan_iter(match=pattern, count=1000)
+        ]
         for i in range(0, len(keys), 1000):
             self.redis.unlink(*keys[i : i + 1000])
         return len(keys)

@@ -80,5 +80,20 @@ class CatalogKeys:
 
     @property
     def everything(self) -> str:
-        """SCAN pattern of every key of this catalog (the prefix's glob characters escaped)."""
-        return re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + ":*"
+        """SCAN pattern of every key under the prefix (its glob characters escaped). It also
+        matches the Redis sink's own keys of the same (query, sink) (``<p>:sink:*``: its head,
+        markers, dead letters) when they share a Redis: never delete by it, see
+        :attr:`patterns`."""
+        return _glob_escaped(self.prefix) + ":*"
+
+    @property
+    def patterns(self) -> list[str]:
+        """SCAN patterns of exactly this catalog's keys (meta, stats, buckets, journals,
+        filters, scratch), and of no key the Redis sink keeps under the same prefix."""
+        base = _glob_escaped(self.prefix)
+        names = ("meta", "stats", "c:*", "j:*", "b:*", "bv:*", "tmp:*")
+        return [f"{base}:{name}" for name in names]
+
+
+def _glob_escaped(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)

@@ -162,6 +162,17 @@ class MemoryHeadStore:
             for done in [e for e in commits if e <= epoch]:
                 del commits[done]
 
+    def rewind_head(self, epoch: int) -> None:
+        """Move the head back to ``epoch`` with its Spark query id cleared (never forward),
+        and drop the shard commits above it. Idempotent; a missing head stays missing."""
+        with self.store.lock:
+            head = self.store.heads.get(self.key)
+            if head is not None and head.epoch > epoch:
+                self.store.heads[self.key] = Head(epoch, None, head.num_shards)
+            commits = self.store.shard_commits.get(self.key, {})
+            for above in [e for e in commits if e > epoch]:
+                del commits[above]
+
     def reset_head(self) -> None:
         """Forget the head and the shard commits (not the rows): a deliberate fresh start."""
         with self.store.lock:

@@ -234,16 +234,21 @@ class PgDrainTarget:
 
     def read_offsets(self) -> dict[int, int]:
         """partition -> next offset to drain, as the sink holds it (the truth on restart);
-        every partition's, though this target keeps (``held``) only its own."""
+        every partition's, though this target keeps (``held``) only its own. None stored
+        (nothing) while the offsets table does not exist yet (before :meth:`ensure`)."""
         conn = self._connect()
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT partition, next_offset FROM {} WHERE query_name = %s AND sink = %s "
-                "AND topic = %s"
-            ).format(self._offsets),
-            [self.query_name, self.sink_name, self.topic],
-        ).fetchall()
-        conn.rollback()
+        try:
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT partition, next_offset FROM {} WHERE query_name = %s AND sink = %s "
+                    "AND topic = %s"
+                ).format(self._offsets),
+                [self.query_name, self.sink_name, self.topic],
+            ).fetchall()
+        except pgerrors.UndefinedTable:
+            rows = []
+        finally:
+            conn.rollback()
         stored = {int(p): int(o) for p, o in rows}
         self.held = self._own(stored)
         return stored

@@ -10,6 +10,7 @@
 - :mod:`.config`: :class:`SinkConfig`, the settings every sink's config model extends;
 - :mod:`.upsert`: the rules every sink's ``mode="upsert"`` shares (config, the columns Spark
   adds, the within-epoch rule);
+- :mod:`.rewind`: :class:`Removal`, what ``exactlyonce rewind`` removes above an epoch;
 - :mod:`.projection`, :mod:`.columns`: the ID columns and the protocol's column names.
 """
 
@@ -25,6 +26,7 @@ from exactlyonce.connectors.base.report import (
     TaskResult,
     bloom_over_capacity,
 )
+from exactlyonce.connectors.base.rewind import Removal
 from exactlyonce.connectors.base.sink import ExactlyOnceSink, TaskWriter, spark_query_id
 from exactlyonce.connectors.base.task import DeadLetter, ShardTask, ShardWriter, writer_name
 
@@ -41,6 +43,7 @@ __all__ = [
     "ExactlyOnceSink",
     "Head",
     "HeadStore",
+    "Removal",
     "ShardTask",
     "ShardWriter",
     "TaskResult",

@@ -7,7 +7,7 @@ the only writer of a head; executor tasks write shard-commit markers, never the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 NO_EPOCH = -1
@@ -20,6 +20,10 @@ class Head:
     epoch: int
     spark_query_id: str | None
     num_shards: int
+    # When the head was last written (seconds since the epoch; advanced, created, rewound,
+    # and in PostgreSQL also when a query id was bound), as the destination stores it; None
+    # for a head written before the store kept one. Informative only: never compared.
+    advanced_at: float | None = field(default=None, compare=False)
 
 
 class HeadStore(Protocol):
@@ -27,6 +31,8 @@ class HeadStore(Protocol):
     calls these in the driver only, in this order: ``read_head`` once per query start,
     ``create_head`` when there is none, ``bind_query_id`` when the head has no Spark query id
     yet, then ``advance_head`` once per epoch after every task of it committed.
+    ``reset_head`` and ``rewind_head`` run only on a user's explicit request (``exactlyonce
+    reset-head`` / ``exactlyonce rewind``), never while the query runs.
 
     Obligations (each is a way real systems lost or doubled data):
 
@@ -36,7 +42,8 @@ class HeadStore(Protocol):
       must leave the same state (``create_head`` does not overwrite an existing head;
       ``advance_head`` to an epoch the head already reached changes nothing);
     - **monotonic**: ``advance_head`` never moves the head backwards, even when an older
-      driver or a re-run calls it late; only ``reset_head`` forgets;
+      driver or a re-run calls it late; only ``reset_head`` forgets, and only
+      ``rewind_head`` moves it back;
     - **shard commits go with the head**: ``advance_head`` drops shard-commit markers at or
       below the new epoch, in the same atomic step where the destination allows it, and
       never drops markers above it (an epoch that is still being written needs them).
@@ -66,4 +73,16 @@ class HeadStore(Protocol):
     def reset_head(self) -> None:
         """Forget the head and the shard commits of this (query, sink), not the data: for a
         deliberate fresh start. Only ever on a user's explicit request."""
+        ...
+
+    def rewind_head(self, epoch: int) -> None:
+        """Move the head back to ``epoch`` (``NO_EPOCH`` allowed) and clear its Spark query id,
+        so the next run binds its own (a rewound checkpoint keeps its id, a new one brings a
+        new id: either is accepted once). Drops the shard-commit markers above ``epoch``.
+
+        Only for ``exactlyonce rewind``, after the records of the epochs above ``epoch`` were
+        removed from the destination (or in the same atomic step): a head moved back over
+        records still there would make the re-run write them a second time. Durable and
+        idempotent like the others; never moves the head forward (a head at or below
+        ``epoch`` is left as it is, markers above it still dropped)."""
         ...

@@ -41,6 +41,7 @@ from exactlyonce.connectors.base.report import (
     bloom_over_capacity,
     catalog_summary,
 )
+from exactlyonce.connectors.base.rewind import Removal
 from exactlyonce.connectors.base.upsert import UpsertSpec, shard_order, upsert_expressions
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
@@ -206,6 +207,39 @@ class ExactlyOnceSink(ABC):
         """The picklable ``mapInArrow`` function of this epoch (a :class:`ShardWriter`):
         config only, no connection; each executor task opens its own. It must write a
         shard's rows and its commit marker in one atomic step and report one TaskResult."""
+
+    # -- inspection and rewind (``exactlyonce heads`` / ``exactlyonce rewind``) --------------
+
+    def peek_head(self) -> Head | None:
+        """The head as the destination has it now, read without creating anything (no table,
+        index, topic or head): for inspection. The default is :meth:`head`, which every sink
+        whose head read creates nothing keeps."""
+        return self.head()
+
+    def shard_commits(self) -> dict[int, list[int]] | None:
+        """Shard-commit markers the destination still holds (epoch -> shards), i.e. those of
+        epochs above the head; read-only. None when the sink cannot list them cheaply."""
+        return None
+
+    def rewind_refusal(self) -> str | None:
+        """Why this sink cannot remove its records above an epoch exactly (None: it can).
+        A sink that can overrides :meth:`removals_above` and :meth:`rewind_to` too."""
+        return (
+            f"{type(self).__name__} cannot remove the records it wrote by epoch, so a rewind "
+            "could not make a re-run write each record once"
+        )
+
+    def removals_above(self, epoch: int) -> list[Removal]:
+        """What :meth:`rewind_to` would remove (read-only): per kind of record, per epoch."""
+        raise ConfigError("rewind", self.rewind_refusal() or "not supported")
+
+    def rewind_to(self, epoch: int) -> list[Removal]:
+        """Remove every record of the epochs above ``epoch`` (data, dead letters, shard
+        commits), then move the head back to ``epoch`` with its Spark query id cleared
+        (:meth:`~exactlyonce.connectors.base.head.HeadStore.rewind_head`), in that order or in
+        one atomic step; returns what was removed. Idempotent: a rewind cut short by a crash
+        is finished by running it again. Only on a user's explicit request."""
+        raise ConfigError("rewind", self.rewind_refusal() or "not supported")
 
     @property
     def unique_sink(self) -> bool:

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
-from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.base import ExactlyOnceSink, Head, Removal, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.elasticsearch import rewind
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, Mode, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
 from exactlyonce.connectors.elasticsearch.policy import default_policy
@@ -202,7 +203,11 @@ class ElasticsearchSink(ExactlyOnceSink):
         if doc is None:
             return None
         src = doc["_source"]
-        return Head(int(src["epoch"]), src.get("spark_query_id"), int(src["num_shards"]))
+        written = src.get("updated_at")
+        advanced_at = int(written) / 1000 if isinstance(written, (int, float)) else None
+        return Head(
+            int(src["epoch"]), src.get("spark_query_id"), int(src["num_shards"]), advanced_at
+        )
 
     def _head_source(self, head: Head) -> dict[str, Any]:
         return {
@@ -307,6 +312,25 @@ class ElasticsearchSink(ExactlyOnceSink):
     def head(self) -> Head | None:
         """The committed head as the cluster has it now (realtime GET)."""
         return self._read_head()
+
+    # -- inspection and rewind (see .rewind) ---------------------------------------------
+
+    def shard_commits(self) -> dict[int, list[int]]:
+        return rewind.shard_commits(self)
+
+    def rewind_refusal(self) -> str | None:
+        return rewind.refusal(self)
+
+    def removals_above(self, epoch: int) -> list[Removal]:
+        return rewind.removals_above(self, epoch)
+
+    def rewind_to(self, epoch: int) -> list[Removal]:
+        """Documents, dead letters and shard commits above ``epoch`` go, then the head moves
+        back (:mod:`.rewind`)."""
+        removed = rewind.rewind_to(self, epoch)
+        self._head = None
+        log.warning("%s: head rewound to epoch %d", self, epoch)
+        return removed
 
     # -- the write ---------------------------------------------------------------------
 

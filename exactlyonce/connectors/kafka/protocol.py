@@ -112,6 +112,7 @@ class HeadRecord:
     scan_from: int
     partition: int
     offset: int
+    written_at: float | None = None  # when the driver wrote it (seconds since the epoch)
 
     @classmethod
     def parse(cls, value: bytes, partition: int, offset: int) -> HeadRecord:
@@ -129,4 +130,5 @@ class HeadRecord:
             scan_from=offset if scan_from is None else int(scan_from),
             partition=partition,
             offset=offset,
+            written_at=float(data["written_at"]) if data.get("written_at") else None,
         )

@@ -71,7 +71,7 @@ from exactlyonce.connectors.kafka.target import KafkaTarget
 from exactlyonce.connectors.kafka.task import KafkaShardWriter
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
-from exactlyonce.errors import ConfigError
+from exactlyonce.errors import ConfigError, SinkUnavailableError
 from exactlyonce.secrets import Secret
 
 if TYPE_CHECKING:
@@ -241,6 +241,30 @@ class KafkaSink(ExactlyOnceSink):
         record = self._heads.find()
         return (
             None if record is None else Head(record.epoch, record.spark_query_id, record.num_shards)
+        )
+
+    def peek_head(self) -> Head | None:
+        """The head, read without preflight: no topic is created (a missing control topic
+        means no head yet) and no producer is fenced."""
+        try:  # all topics: asking for one by name makes some brokers create it
+            meta = self._heads.clients.reader().list_topics(timeout=self._heads.connect_timeout)
+        except Exception as exc:
+            raise SinkUnavailableError(f"Kafka metadata unavailable: {exc}") from None
+        found = meta.topics.get(self.control_topic)
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        self._heads.place(sorted(found.partitions))
+        record = self._heads.find()
+        if record is None:
+            return None
+        return Head(record.epoch, record.spark_query_id, record.num_shards, record.written_at)
+
+    def rewind_refusal(self) -> str | None:
+        return (
+            f"the records of epochs above N are committed to Kafka topic {self.topic!r}, and "
+            "records in a topic cannot be removed (consumers may have read them already); a "
+            "rewound head would write them a second time. To redo those epochs, write them to "
+            "a new topic, or start over with a new query_name and a new checkpoint"
         )
 
     def reset_head(self) -> None:

@@ -42,9 +42,10 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.base import ExactlyOnceSink, Head, Removal, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.postgres import rewind
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.schema import (
     HEADS,
@@ -231,14 +232,16 @@ class PostgresSink(ExactlyOnceSink):
         with self._connect() as conn:
             row = conn.execute(
                 sql.SQL(
-                    "SELECT epoch, spark_query_id, num_shards FROM {} "
+                    "SELECT epoch, spark_query_id, num_shards, extract(epoch FROM updated_at) "
+                    "FROM {} "
                     "WHERE query_name = %s AND sink = %s"
                 ).format(self.table.sibling(HEADS)),
                 [self.query_name, self.sink_name],
             ).fetchone()
         if row is None:
             return None
-        return Head(int(row[0]), row[1], int(row[2]))
+        advanced_at = float(row[3]) if row[3] is not None else None
+        return Head(int(row[0]), row[1], int(row[2]), advanced_at)
 
     def _create_head(self, head: Head) -> None:
         with self._connect() as conn:
@@ -297,6 +300,25 @@ class PostgresSink(ExactlyOnceSink):
             return self._read_head()
         except psycopg.errors.UndefinedTable:
             return None
+
+    # -- inspection and rewind (see .rewind) ---------------------------------------------
+
+    def shard_commits(self) -> dict[int, list[int]]:
+        return rewind.shard_commits(self)
+
+    def rewind_refusal(self) -> str | None:
+        return rewind.refusal(self)
+
+    def removals_above(self, epoch: int) -> list[Removal]:
+        return rewind.removals_above(self, epoch)
+
+    def rewind_to(self, epoch: int) -> list[Removal]:
+        """Rows, dead letters and shard commits above ``epoch`` go and the head moves back,
+        in one transaction (:mod:`.rewind`)."""
+        removed = rewind.rewind_to(self, epoch)
+        self._head = None
+        log.warning("%s: head rewound to epoch %d", self, epoch)
+        return removed
 
     # -- the write ---------------------------------------------------------------------
 

@@ -31,3 +31,6 @@ ADVANCE = _load("advance")
 """The head moves to an epoch; spent shard markers and leftover staging go (driver side)."""
 CREATE_HEAD = _load("create_head")
 """The head, created unless it exists (driver side)."""
+REWIND = _load("rewind")
+"""The head moves back to an epoch; shard markers and staging above it go (exactlyonce
+rewind)."""

@@ -13,11 +13,12 @@ import redis
 from exactlyonce.connectors.base import (
     ExactlyOnceSink,
     Head,
+    Removal,
     TaskWriter,
 )
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
 from exactlyonce.connectors.base.upsert import UpsertSpec
-from exactlyonce.connectors.redis import lua
+from exactlyonce.connectors.redis import lua, rewind
 from exactlyonce.connectors.redis.config import Mode, RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
     BUSY_POLICY,
@@ -241,7 +242,13 @@ class RedisSink(ExactlyOnceSink):
         if not raw:
             return None
         got = {k.decode(): v.decode() for k, v in raw.items()}
-        return Head(int(got["epoch"]), got.get("spark_query_id") or None, int(got["num_shards"]))
+        advanced_at = float(got["updated_at"]) if got.get("updated_at") else None
+        return Head(
+            int(got["epoch"]),
+            got.get("spark_query_id") or None,
+            int(got["num_shards"]),
+            advanced_at,
+        )
 
     def _create_head(self, head: Head) -> None:
         with self._reaching():
@@ -279,6 +286,25 @@ class RedisSink(ExactlyOnceSink):
     def head(self) -> Head | None:
         """The committed head as the sink's Redis has it now."""
         return self._read_head()
+
+    # -- inspection and rewind (see .rewind) ---------------------------------------------
+
+    def shard_commits(self) -> dict[int, list[int]]:
+        return rewind.shard_commits(self)
+
+    def rewind_refusal(self) -> str | None:
+        return rewind.refusal(self)
+
+    def removals_above(self, epoch: int) -> list[Removal]:
+        return rewind.removals_above(self, epoch)
+
+    def rewind_to(self, epoch: int) -> list[Removal]:
+        """Stream entries and dead letters above ``epoch`` go, then the head moves back
+        (:mod:`.rewind`)."""
+        removed = rewind.rewind_to(self, epoch)
+        self._head = None
+        log.warning("%s: head rewound to epoch %d", self, epoch)
+        return removed
 
     # -- the write ---------------------------------------------------------------------
 

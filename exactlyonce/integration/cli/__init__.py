@@ -5,6 +5,8 @@
     exactlyonce run pipeline.yaml [--until-idle SECONDS] [--max-batches N]
     exactlyonce check pipeline.yaml
     exactlyonce reset-head pipeline.yaml --yes
+    exactlyonce heads pipeline.yaml [--json]
+    exactlyonce rewind pipeline.yaml --to-epoch N [--yes]
     exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N]
     exactlyonce drain pipeline.yaml [--until-idle SECONDS] [--batch-size N] [--reset-offsets --yes]
                                     [--processes N | --member I/N]
@@ -26,7 +28,16 @@ import sys
 from collections.abc import Sequence
 
 from exactlyonce.errors import ConfigError, SinkUnavailableError
-from exactlyonce.integration.cli import audit, check, drain, reset_head, run, services
+from exactlyonce.integration.cli import (
+    audit,
+    check,
+    drain,
+    heads,
+    reset_head,
+    rewind,
+    run,
+    services,
+)
 from exactlyonce.integration.cli.audit import cmd_audit
 from exactlyonce.integration.cli.check import cmd_check
 from exactlyonce.integration.cli.common import (
@@ -42,7 +53,9 @@ from exactlyonce.integration.cli.drain import (
     drain_processes,
     parse_member,
 )
+from exactlyonce.integration.cli.heads import cmd_heads
 from exactlyonce.integration.cli.reset_head import cmd_reset_head
+from exactlyonce.integration.cli.rewind import cmd_rewind
 from exactlyonce.integration.cli.run import cmd_run
 from exactlyonce.integration.cli.services import cmd_services
 from exactlyonce.integration.maintenance import drop_catalog
@@ -55,7 +68,9 @@ __all__ = [
     "cmd_audit",
     "cmd_check",
     "cmd_drain",
+    "cmd_heads",
     "cmd_reset_head",
+    "cmd_rewind",
     "cmd_run",
     "cmd_services",
     "drain_command",
@@ -90,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="exactlyonce", description="Exactly-once sinks for PySpark Structured Streaming."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, check, reset_head, audit, drain, services):
+    for command in (run, check, reset_head, heads, rewind, audit, drain, services):
         command.add_parser(sub)
     return parser
 

@@ -1,0 +1,92 @@
+"""``exactlyonce heads pipeline.yaml [--json]``: where the query stands, read-only.
+
+Prints the sink head (epoch, Spark query id, shard count, when it last moved), the shard
+commits still held above it, the dedup catalog (live IDs, generations, bytes) and, for a
+pipeline with a ``buffer:``, the drain offsets and the lag. Creates nothing: a query that
+never ran shows "no head yet". ``--json``: one JSON document, shaped as
+:mod:`exactlyonce.integration.heads` describes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from exactlyonce.integration.cli.common import EXIT_OK
+from exactlyonce.integration.config import load_config
+from exactlyonce.integration.heads import query_state
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    heads = sub.add_parser(
+        "heads", help="show the query's sink head, shard commits, catalog and drain lag"
+    )
+    heads.add_argument("config")
+    heads.add_argument("--json", action="store_true", help="one JSON document")
+    heads.set_defaults(func=cmd_heads)
+
+
+def cmd_heads(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    state = query_state(cfg.build_sink(check=False))
+    if args.json:
+        print(json.dumps(state, indent=2), flush=True)
+    else:
+        print("\n".join(describe(state)), flush=True)
+    return EXIT_OK
+
+
+def describe(state: dict[str, Any]) -> list[str]:
+    """The state as lines for a terminal."""
+    lines = [f"query {state['query_name']} -> {state['sink']} ({state['kind']})"]
+    head = state["head"]
+    if head is None:
+        lines.append("  head: no head yet")
+    else:
+        query_id = head["spark_query_id"] or "none bound"
+        lines.append(
+            f"  head: epoch {head['epoch']}, Spark query {query_id}, {head['num_shards']} "
+            f"shards, moved {head['advanced_at'] or 'at an unknown time'}"
+        )
+    lines.append(f"  shard commits above the head: {_commits(state['shard_commits'])}")
+    lines.append(f"  catalog: {_catalog(state['catalog'])}")
+    buffer = state["buffer"]
+    if buffer is not None:
+        positions = ", ".join(f"[{p}] {o}" for p, o in buffer["positions"].items()) or "none"
+        lag = buffer["lag"]
+        behind = (
+            "no buffer topic yet"
+            if lag is None
+            else f"{lag['records']} records, {lag['seconds']:.1f}s behind"
+        )
+        lines.append(f"  buffer {buffer['topic']} -> {buffer['drain_target']}")
+        lines.append(f"    drain offsets: {positions}")
+        lines.append(f"    lag: {behind}")
+    return lines
+
+
+def _commits(commits: dict[str, list[int]] | None) -> str:
+    if commits is None:
+        return "not listed for this sink"
+    if not commits:
+        return "none"
+    return "; ".join(
+        f"epoch {e}: shard{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}"
+        for e, s in commits.items()
+    )
+
+
+def _catalog(catalog: dict[str, Any] | None) -> str:
+    if catalog is None:
+        return "off (dedup disabled)"
+    if not catalog["exists"]:
+        return "none yet"
+    gens = catalog["generations"]
+    span = f"{gens[0]}-{gens[-1]}" if len(gens) > 1 else (str(gens[0]) if gens else "none")
+    per_id = catalog["bytes_per_id"]
+    size = f"{catalog['bytes']} bytes" + (f" ({per_id:.1f} per ID)" if per_id else "")
+    return (
+        f"{catalog['live_ids']} live IDs in generations {span} over {catalog['shards']} "
+        f"shards, {size}"
+    )

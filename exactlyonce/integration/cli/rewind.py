@@ -1,0 +1,159 @@
+"""``exactlyonce rewind pipeline.yaml --to-epoch N [--yes]``: move a query back to epoch N.
+
+What it does, in this order (each step idempotent, so a rewind cut short is finished by
+running it again):
+
+1. the dedup catalog is dropped (it cannot forget single epochs once the head passed them;
+   the next start rebuilds it from the sink, or starts it empty where the sink's unique key
+   keeps writes exactly-once, as after ``reset-head``). First, because a catalog that still
+   marks IDs above N would drop them on the re-run as duplicates: lost;
+2. the sink removes its records above N and moves its head back to N with the Spark query id
+   cleared (:meth:`~exactlyonce.connectors.base.sink.ExactlyOnceSink.rewind_to`);
+3. the Spark checkpoint is moved back to match (:mod:`exactlyonce.integration.checkpoint`):
+   batches above N deleted, or for N = -1 the whole checkpoint.
+
+Refused, with nothing changed: without ``--yes`` (it prints what it would remove, per place
+and epoch); when N is not below the head (unless a rewind to N was cut short before the
+checkpoint) or below -1; when the sink cannot remove its records by epoch exactly (Kafka, a
+buffered pipeline, upserts, Redis hash/string writes: each says why); when the checkpoint
+cannot follow (a stateful query, a batch Spark no longer keeps); with
+``on_catalog_loss: fail`` (the next start would refuse the dropped catalog).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from exactlyonce.connectors.base import NO_EPOCH, Removal
+from exactlyonce.integration.checkpoint import CheckpointPlan, plan_rewind, rewind_checkpoint
+from exactlyonce.integration.cli.common import EXIT_CONFIG, EXIT_OK, err
+from exactlyonce.integration.config import load_config
+from exactlyonce.integration.maintenance import drop_catalog
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.base import ExactlyOnceSink, Head
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    rewind = sub.add_parser(
+        "rewind", help="move the query's head back to an epoch, removing what came after"
+    )
+    rewind.add_argument("config")
+    rewind.add_argument(
+        "--to-epoch",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the epoch to go back to (-1: before the first)",
+    )
+    rewind.add_argument("--yes", action="store_true", help="really rewind")
+    rewind.set_defaults(func=cmd_rewind)
+
+
+def cmd_rewind(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    sink = cfg.build_sink(check=False)
+    epoch: int = args.to_epoch
+    refusal = _sink_refusal(sink, epoch)
+    head = sink.peek_head() if refusal is None else None
+    checkpoint = plan_rewind(cfg.checkpoint, epoch)
+    if refusal is None:
+        refusal = _position_refusal(head, epoch, checkpoint) or checkpoint.refusal
+    if refusal is not None:
+        err(f"refusing to rewind {sink.query_name!r} on {sink.sink_name}: {refusal}")
+        return EXIT_CONFIG
+    assert head is not None
+    print("\n".join(plan_lines(sink, head, epoch, sink.removals_above(epoch), checkpoint)))
+    if not args.yes:
+        err(
+            "refusing to rewind without --yes: nothing was changed. Stop the query (and its "
+            "drainer) first, then run this again with --yes"
+        )
+        return EXIT_CONFIG
+    dropped = drop_catalog(sink)  # first: a catalog must never mark IDs above the head
+    removed = sink.rewind_to(epoch)
+    rewind_checkpoint(checkpoint)
+    print(f"rewound {sink.query_name!r} to epoch {epoch}: removed {_totals(removed)}", end="")
+    print(f"; {dropped} catalog keys dropped" if sink.dedup_config is not None else "")
+    print("\n".join(procedure(epoch, checkpoint)), flush=True)
+    return EXIT_OK
+
+
+def _sink_refusal(sink: ExactlyOnceSink, epoch: int) -> str | None:
+    if epoch < NO_EPOCH:
+        return f"--to-epoch {epoch} is negative; use -1 to go back to before the first epoch"
+    refusal = sink.rewind_refusal()
+    if refusal is not None:
+        return refusal
+    dedup = sink.dedup_config
+    if dedup is not None and dedup.on_catalog_loss == "fail" and epoch > NO_EPOCH:
+        return (
+            "the rewind drops the dedup catalog, and with on_catalog_loss: fail the next start "
+            "would refuse to run without it. Set on_catalog_loss: rebuild for that start"
+        )
+    return None
+
+
+def _position_refusal(head: Head | None, epoch: int, checkpoint: CheckpointPlan) -> str | None:
+    if head is None:
+        return "the query has no head yet: nothing was committed, nothing to rewind"
+    if epoch > head.epoch:
+        return f"epoch {epoch} is above the head ({head.epoch}): a rewind only goes back"
+    if epoch == head.epoch and not checkpoint.batches_above:
+        return f"the head is at epoch {epoch} already: nothing to rewind"
+    return None
+
+
+def plan_lines(
+    sink: ExactlyOnceSink,
+    head: Head,
+    epoch: int,
+    removals: list[Removal],
+    checkpoint: CheckpointPlan,
+) -> list[str]:
+    """What the rewind removes and changes, one line per place."""
+    lines = [f"rewind of {sink.query_name!r} on {sink.sink_name}: head {head.epoch} -> {epoch}"]
+    for removal in removals:
+        lines.append(f"  {removal.what}: {_per_epoch(removal)}")
+    if sink.dedup_config is not None:
+        lines.append(
+            "  dedup catalog: dropped; the next start rebuilds it from the sink (or starts it "
+            "empty where the sink's unique key keeps writes exactly-once)"
+        )
+    lines.append("  Spark query id: cleared; the next run binds its own")
+    lines.append(f"  Spark checkpoint: {checkpoint.describe()}")
+    return lines
+
+
+def _per_epoch(removal: Removal) -> str:
+    if not removal.total:
+        return "none"
+    counts = ", ".join(f"epoch {e}: {n}" for e, n in sorted(removal.per_epoch.items()))
+    return f"{removal.total} ({counts})"
+
+
+def _totals(removals: list[Removal]) -> str:
+    return ", ".join(f"{r.total} {r.what}" for r in removals)
+
+
+def procedure(epoch: int, checkpoint: CheckpointPlan) -> list[str]:
+    """What the user does next, after the rewind."""
+    lines = []
+    if checkpoint.local is None:
+        lines.append(f"Spark checkpoint: {checkpoint.describe()}.")
+    elif epoch < 0:
+        lines.append(
+            f"Spark checkpoint {checkpoint.checkpoint} deleted: the next run starts at batch 0 "
+            "under a new Spark query id and reads the source from its start."
+        )
+    else:
+        lines.append(
+            f"Spark checkpoint {checkpoint.checkpoint} rewound to batch {epoch}: the next run "
+            f"re-runs from batch {epoch + 1} with the same Spark query id."
+        )
+    lines.append(
+        "Do not restore an older copy of the checkpoint, and do not point the query at "
+        "another one: batches it numbers at or below the head would be skipped."
+    )
+    return lines
