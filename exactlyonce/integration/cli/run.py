@@ -9,6 +9,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from exactlyonce.connectors.base.report import batch_line
 from exactlyonce.integration.cli.common import EXIT_FAILED, EXIT_OK, err
 from exactlyonce.integration.config import load_config, sink_field_errors
 from exactlyonce.secrets import scrub
@@ -104,12 +105,11 @@ def _watch(
 
 
 def _progress(report: BatchReport) -> str:
+    """The batch's line (:func:`batch_line`), and for a written batch its dedup counters."""
     if report.skipped:
-        return f"epoch {report.epoch}: already committed (at or below the head), skipped"
+        return batch_line(report)
     return (
-        f"epoch {report.epoch}: {report.rows} rows, {report.written} written, "
-        f"{report.duplicates} duplicates, {report.dead_letters} dead letters, "
-        f"{report.seconds:.2f} s | dedup: {report.ids_checked} checked, "
+        f"{batch_line(report)} | dedup: {report.ids_checked} checked, "
         f"{report.bloom_negatives} bloom negatives, {report.catalog_lookups} catalog lookups, "
         f"{report.catalog_duplicates} catalog duplicates, "
         f"{report.bloom_false_positives} false positives"
