@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.cli.common import EXIT_CONFIG, err
+from exactlyonce.integration import metrics
+from exactlyonce.integration.cli.common import EXIT_CONFIG, add_metrics_port, err, metrics_port
 from exactlyonce.integration.config import load_config
 from exactlyonce.secrets import scrub
 
@@ -64,6 +65,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="I/N",
         help="run only member I of N (what --processes starts; for running members yourself)",
     )
+    add_metrics_port(drain)
     drain.set_defaults(func=cmd_drain)
 
 
@@ -79,16 +81,20 @@ def cmd_drain(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.processes != 1 and args.member:
         raise ConfigError("--member", "give --processes or --member, not both")
+    port = metrics_port(args, cfg)
     if args.processes != 1:
         if args.reset_offsets:
             raise ConfigError("--reset-offsets", "reset the offsets in a run without --processes")
-        return drain_processes(args.config, args.processes, args.until_idle, args.batch_size)
+        return drain_processes(
+            args.config, args.processes, args.until_idle, args.batch_size, metrics_port=port
+        )
     return drain_command(
         cfg,
         until_idle_s=args.until_idle,
         batch_size=args.batch_size,
         reset_offsets=args.reset_offsets,
         member=parse_member(args.member) if args.member else (0, 1),
+        metrics_port=port,
     )
 
 
@@ -104,10 +110,17 @@ def parse_member(text: str) -> tuple[int, int]:
 
 
 def drain_processes(
-    config: str, processes: int, until_idle_s: float | None, batch_size: int | None
+    config: str,
+    processes: int,
+    until_idle_s: float | None,
+    batch_size: int | None,
+    metrics_port: int | None = None,
 ) -> int:
     """Run ``processes`` members of this command (``--member i/N``) and wait for them all;
-    SIGINT/SIGTERM are passed on. The exit code is the worst of theirs."""
+    SIGINT/SIGTERM are passed on. The exit code is the worst of theirs. With a
+    ``metrics_port`` P, member i serves its metrics on port P + i."""
+    if metrics_port is not None and metrics_port + processes - 1 > 65535:
+        raise ConfigError("--metrics-port", f"members use ports {metrics_port} + i: too high")
     if not 2 <= processes <= 256:
         raise ConfigError("--processes", f"an integer from 1 to 256, got {processes}")
     base = [sys.executable, "-m", "exactlyonce", "drain", config]
@@ -115,7 +128,12 @@ def drain_processes(
         base += ["--until-idle", str(until_idle_s)]
     if batch_size is not None:
         base += ["--batch-size", str(batch_size)]
-    children = [subprocess.Popen([*base, "--member", f"{i}/{processes}"]) for i in range(processes)]
+
+    def member(i: int) -> list[str]:
+        port = [] if metrics_port is None else ["--metrics-port", str(metrics_port + i)]
+        return [*base, "--member", f"{i}/{processes}", *port]
+
+    children = [subprocess.Popen(member(i)) for i in range(processes)]
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -193,9 +211,14 @@ def drain_command(
     batch_size: int | None = None,
     reset_offsets: bool = False,
     member: tuple[int, int] = (0, 1),
+    metrics_port: int | None = None,
 ) -> int:
-    """Drain ``cfg``'s buffer (member ``I/N`` of a pool) until SIGTERM/SIGINT or idle."""
+    """Drain ``cfg``'s buffer (member ``I/N`` of a pool) until SIGTERM/SIGINT or idle; with
+    ``metrics_port``, serve the drain's metrics there."""
     sink, drainer, secrets = _build_drainer(cfg, batch_size, member)
+    on_step = _progress_printer(drainer)
+    if metrics_port is not None:
+        on_step = _with_metrics(on_step, drainer, cfg.query_name, sink.sink_name, metrics_port)
     if reset_offsets:
         dropped = drainer.reset_offsets()
         print(f"drain offsets of {cfg.query_name!r} reset ({dropped} partitions)", flush=True)
@@ -204,7 +227,7 @@ def drain_command(
     mine = f", partitions p % {member[1]} == {member[0]}" if member[1] > 1 else ""
     print(f"draining {drainer.topic} -> {sink.sink_name} ({cfg.query_name}{mine})", flush=True)
     try:
-        total = drainer.run(stop, until_idle_s=until_idle_s, on_step=_progress_printer(drainer))
+        total = drainer.run(stop, until_idle_s=until_idle_s, on_step=on_step)
     except KeyboardInterrupt:
         stop.set()
         raise
@@ -221,6 +244,19 @@ def drain_command(
         flush=True,
     )
     return 0
+
+
+def _with_metrics(
+    on_step: Callable[[DrainReport], None], drainer: Drainer, query: str, sink: str, port: int
+) -> Callable[[DrainReport], None]:
+    """``on_step``, and each step and the lag into the metrics served on ``port``."""
+    metrics.serve(port)
+
+    def step_and_metrics(step: DrainReport) -> None:
+        metrics.observe_drain(query, sink, step, drainer.lag)
+        on_step(step)
+
+    return step_and_metrics
 
 
 def _batch_size(value: int | None) -> dict[str, int]:

@@ -10,7 +10,14 @@ import time
 from typing import TYPE_CHECKING
 
 from exactlyonce.connectors.base.report import batch_line
-from exactlyonce.integration.cli.common import EXIT_FAILED, EXIT_OK, err
+from exactlyonce.integration import metrics
+from exactlyonce.integration.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_metrics_port,
+    err,
+    metrics_port,
+)
 from exactlyonce.integration.config import load_config, sink_field_errors
 from exactlyonce.secrets import scrub
 
@@ -38,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help="stop after N micro-batches (re-runs skipped as committed count too)",
     )
+    add_metrics_port(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -45,6 +53,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # before Spark starts: a bad file costs no JVM
     secrets = cfg.sink.secrets()
     sink = cfg.build_sink()  # connects and checks the database, still before Spark
+    port = metrics_port(args, cfg)
+    if port is not None:
+        metrics.serve(port)
     from exactlyonce.integration.spark import session, start_stream
 
     spark = session(
@@ -53,6 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         extra={"spark.ui.showConsoleProgress": "false", **cfg.spark.conf},
     )
     try:
+        if port is not None:
+            metrics.watch(spark)
         df = cfg.source.build(spark)
         with sink_field_errors():
             query = start_stream(df, sink, cfg.checkpoint, **cfg.trigger_kwargs())
