@@ -123,7 +123,12 @@ PIPELINE = {
     "query_name": "q",
     "checkpoint": "/tmp/ck",
     "source": {"type": "rate"},
-    "sink": {"type": "postgres", "dsn": "postgresql://u@h/db", "table": "t", "id_columns": ["value"]},
+    "sink": {
+        "type": "postgres",
+        "dsn": "postgresql://u@h/db",
+        "table": "t",
+        "id_columns": ["value"],
+    },
 }
 
 
