@@ -154,7 +154,7 @@ def batch_line(report: BatchReport) -> str:
     return (
         f"epoch {report.epoch}: {report.rows} rows, {report.written} written, "
         f"{report.duplicates} duplicates, {report.dead_letters} dead letters{upserts}, "
-        f"{report.seconds:.2f} s, {rate:.0f} rows/s"
+        f"{report.seconds:.2f} s, {rate:.{0 if rate >= 10 else 2}f} rows/s"
     )
 
 
