@@ -5,7 +5,9 @@ Drains into the pipeline's sink, whichever it is (postgres, redis or elasticsear
 
 Runs until interrupted (SIGINT/SIGTERM), or with ``--until-idle S`` until it has drained
 everything the buffer committed and nothing new came for S seconds. Prints one line per
-write transaction and a lag line every few seconds. Sink and broker outages are waited out
+write transaction and a lag line every few seconds; with ``--until-idle``, also the
+records drained against those left, with rate and ETA (a bar on a terminal, a plain line on
+stderr every few seconds otherwise). Sink and broker outages are waited out
 (backoff, retries, logged); a configuration problem exits with code 2. ``--processes N``
 runs N members of this command, member i draining the partitions p with p % N == i.
 """
@@ -25,6 +27,7 @@ from exactlyonce.errors import ConfigError
 from exactlyonce.integration import metrics
 from exactlyonce.integration.cli.common import EXIT_CONFIG, add_metrics_port, err, metrics_port
 from exactlyonce.integration.config import load_config
+from exactlyonce.progress import Progress
 from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
@@ -182,21 +185,28 @@ def _build_drainer(
     return sink, drainer, secrets
 
 
-def _progress_printer(drainer: Drainer) -> Callable[[DrainReport], None]:
-    """A step callback printing each write transaction, and the lag every LAG_EVERY_S."""
+def _progress_printer(
+    drainer: Drainer, bar: Progress | None = None
+) -> Callable[[DrainReport], None]:
+    """A step callback printing each write transaction, and the lag every LAG_EVERY_S; with a
+    ``bar`` (``--until-idle``: the drain has an end), the records drained against what is
+    left (a bar on a terminal, the transaction lines above it; plain lines on stderr else)."""
     last_lag = [time.monotonic()]
+    say = bar.write if bar is not None else lambda text: print(text, flush=True)
 
     def progress(step: DrainReport) -> None:
         now = time.monotonic()
+        if bar is not None:
+            moved = step.written + step.duplicates + step.dead_letters
+            bar.update(moved, total=bar.done + moved + drainer.lag.records)
         if step.batches:
-            print(
+            say(
                 f"drained {step.written} rows ({step.duplicates} duplicates, "
                 f"{step.dead_letters} dead letters, {step.skipped} skipped) in "
-                f"{step.seconds:.2f} s; lag {drainer.lag}",
-                flush=True,
+                f"{step.seconds:.2f} s; lag {drainer.lag}"
             )
         elif now - last_lag[0] >= LAG_EVERY_S:
-            print(f"lag {drainer.lag}", flush=True)
+            say(f"lag {drainer.lag}")
         else:
             return
         last_lag[0] = now
@@ -216,7 +226,8 @@ def drain_command(
     """Drain ``cfg``'s buffer (member ``I/N`` of a pool) until SIGTERM/SIGINT or idle; with
     ``metrics_port``, serve the drain's metrics there."""
     sink, drainer, secrets = _build_drainer(cfg, batch_size, member)
-    on_step = _progress_printer(drainer)
+    bar = Progress("drain", unit="records") if until_idle_s is not None else None
+    on_step = _progress_printer(drainer, bar)
     if metrics_port is not None:
         on_step = _with_metrics(on_step, drainer, cfg.query_name, sink.sink_name, metrics_port)
     if reset_offsets:
@@ -236,6 +247,8 @@ def drain_command(
     finally:
         signal.signal(signal.SIGTERM, previous)
         drainer.close()
+        if bar is not None:
+            bar.close()
     t = drainer.total
     print(
         f"stopped: {t.written} written, {t.duplicates} duplicates, {t.dead_letters} dead "
