@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration import metrics
 from exactlyonce.integration.cli.common import EXIT_CONFIG, add_metrics_port, err, metrics_port
 from exactlyonce.integration.config import load_config
 from exactlyonce.progress import Progress
@@ -263,6 +262,8 @@ def _with_metrics(
     on_step: Callable[[DrainReport], None], drainer: Drainer, query: str, sink: str, port: int
 ) -> Callable[[DrainReport], None]:
     """``on_step``, and each step and the lag into the metrics served on ``port``."""
+    from exactlyonce.integration import metrics  # prometheus-client, only when asked
+
     metrics.serve(port)
 
     def step_and_metrics(step: DrainReport) -> None:

@@ -10,7 +10,6 @@ import time
 from typing import TYPE_CHECKING
 
 from exactlyonce.connectors.base.report import batch_line
-from exactlyonce.integration import metrics
 from exactlyonce.integration.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -55,6 +54,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sink = cfg.build_sink()  # connects and checks the database, still before Spark
     port = metrics_port(args, cfg)
     if port is not None:
+        from exactlyonce.integration import metrics  # prometheus-client, only when asked
+
         metrics.serve(port)
     from exactlyonce.integration.spark import session, start_stream
 
@@ -65,6 +66,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     try:
         if port is not None:
+            from exactlyonce.integration import metrics
+
             metrics.watch(spark)
         df = cfg.source.build(spark)
         with sink_field_errors():
