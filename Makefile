@@ -86,6 +86,7 @@ demo: services
 
 bench: services
 	$(BIN)/python -m bench postgres --rows 1000000
+	$(BIN)/python -m bench summary
 
 # ruff (lint), mypy --strict on the package, and import-linter's layers contract (pyproject.toml).
 lint: install

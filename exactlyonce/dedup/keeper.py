@@ -26,6 +26,7 @@ from exactlyonce.dedup.layout import Layout
 from exactlyonce.dedup.murmur3 import spark_shard
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CatalogLostError
+from exactlyonce.progress import Progress
 
 log = logging.getLogger("exactlyonce.dedup")
 
@@ -134,38 +135,46 @@ class CatalogKeeper:
         self.rebuilds += 1
 
     def _rebuild(self, head_epoch: int) -> None:
-        """A new catalog filled from the sink's own IDs for the retention window."""
+        """A new catalog filled from the sink's own IDs for the retention window (a bar on a
+        terminal, a line every few seconds elsewhere: :class:`~exactlyonce.progress.Progress`)."""
         assert self.layout is not None and self.rebuild_source is not None
-        layout = self.layout
-        self.instance = self.catalog.create(layout)
-        start = max(0, min(layout.live(head_epoch + 1)) * layout.gen_epochs)
+        self.instance = self.catalog.create(self.layout)
+        start = max(0, min(self.layout.live(head_epoch + 1)) * self.layout.gen_epochs)
         total = 0
-        for hex_ids, epochs in self.rebuild_source(start):
-            ids = ids_from_hex(hex_ids)
-            shards = spark_shard(hex_ids, layout.shards)
-            for shard in np.unique(shards):
-                for epoch in np.unique(epochs[shards == shard]):
-                    rows = (shards == shard) & (epochs == epoch)
-                    chunk = ids[rows]
-                    delta = layout.bloom.empty()
-                    delta.add(chunk)
-                    gen = layout.gen(int(epoch))
-                    self.catalog.merge_bloom(self.instance, int(shard), gen, delta)
-                    self.catalog.mark(
-                        self.instance,
-                        layout,
-                        int(shard),
-                        int(epoch),
-                        chunk,
-                        journal=int(epoch) > head_epoch,
-                    )
-            total += len(ids)
+        with Progress(f"{self.sink_name}: catalog rebuild", unit="IDs") as progress:
+            for hex_ids, epochs in self.rebuild_source(start):
+                self._rebuild_chunk(hex_ids, epochs, head_epoch)
+                total += len(hex_ids)
+                progress.update(len(hex_ids))
         log.warning(
             "%s: catalog rebuilt from the sink: %d IDs from epoch %d on",
             self.sink_name,
             total,
             start,
         )
+
+    def _rebuild_chunk(
+        self, hex_ids: npt.NDArray[np.bytes_], epochs: npt.NDArray[np.int64], head_epoch: int
+    ) -> None:
+        """Mark one chunk of the sink's IDs (with their epochs) in the new catalog."""
+        assert self.layout is not None and self.instance is not None
+        layout = self.layout
+        ids = ids_from_hex(hex_ids)
+        shards = spark_shard(hex_ids, layout.shards)
+        for shard in np.unique(shards):
+            for epoch in np.unique(epochs[shards == shard]):
+                chunk = ids[(shards == shard) & (epochs == epoch)]
+                delta = layout.bloom.empty()
+                delta.add(chunk)
+                self.catalog.merge_bloom(self.instance, int(shard), layout.gen(int(epoch)), delta)
+                self.catalog.mark(
+                    self.instance,
+                    layout,
+                    int(shard),
+                    int(epoch),
+                    chunk,
+                    journal=int(epoch) > head_epoch,
+                )
 
     def usage(self, epoch: int) -> CatalogUsage | None:
         """The catalog's live IDs and bytes with the head at ``epoch`` (one HGETALL); None

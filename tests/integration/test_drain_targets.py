@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -321,7 +322,7 @@ def test_es_index_mode_is_not_drained(filled: FilledBuffer, es: EsHandle) -> Non
 # ---------------------------------------------------------------------- the command line
 
 
-def drain_command(config: Path, *args: str) -> str:
+def drain_command(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "exactlyonce", "drain", str(config), "--until-idle", "2", *args],
         capture_output=True,
@@ -330,7 +331,7 @@ def drain_command(config: Path, *args: str) -> str:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return done.stdout
+    return done
 
 
 def cli_pipeline(filled: FilledBuffer, tmp_path: Path, sink: str) -> Path:
@@ -368,7 +369,7 @@ def test_cli_drains_redis_with_two_processes_and_resets_its_offsets(
     assert isinstance(sink, RedisSink)
     assert stored_offsets(sink_redis, sink, filled.name) == filled.frontier
 
-    out = drain_command(config, "--reset-offsets", "--yes")
+    out = drain_command(config, "--reset-offsets", "--yes").stdout
     assert "drain offsets of" in out and "reset (2 partitions)" in out
     again = sink_redis.write_counts("HSET", prefix)
     assert set(again.values()) == {2}, "a reset drains again: hash keys are written again"
@@ -394,7 +395,11 @@ def test_cli_drains_elasticsearch_with_two_processes_and_a_reset_is_a_no_op(
     sink = build_sink(load_config(config).sink, check=False)
     assert isinstance(sink, ElasticsearchSink)
     assert es_offsets(es, sink, filled.name) == filled.frontier
-    out = drain_command(config, "--reset-offsets", "--yes")
-    assert "stopped: 0 written, 520 duplicates" in out, out
+    done = drain_command(config, "--reset-offsets", "--yes")
+    assert "stopped: 0 written, 520 duplicates" in done.stdout, done.stdout
+    # Not on a terminal: the drain's progress is plain lines on stderr, no bar.
+    finished = r"^drain: 520/[\d,]+ records \(\d+%\), [\d,]+ records/s; done in [\d.]+ s$"
+    assert re.search(finished, done.stderr, re.M), done.stderr[-3000:]
+    assert "\r" not in done.stderr and "█" not in done.stderr
     assert set(es.writes(index).values()) == {1}, "after a reset every record is a 409"
     assert es_offsets(es, sink, filled.name) == filled.frontier

@@ -7,6 +7,8 @@
 - :mod:`.task`: :class:`ShardTask`, the executor task's atomic write of its shard, a small
   state machine, and :class:`ShardWriter`, the function Spark pickles to the tasks;
 - :mod:`.report`: what tasks report and what a batch did;
+- :mod:`.observers`: the report listeners every sink hands each batch's report to (metrics);
+- :mod:`.logs`: the one line per batch, shown on stderr when no logging is configured;
 - :mod:`.config`: :class:`SinkConfig`, the settings every sink's config model extends;
 - :mod:`.upsert`: the rules every sink's ``mode="upsert"`` shares (config, the columns Spark
   adds, the within-epoch rule);
@@ -18,12 +20,19 @@ from __future__ import annotations
 
 from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
 from exactlyonce.connectors.base.head import NO_EPOCH, Head, HeadStore
+from exactlyonce.connectors.base.logs import quiet
+from exactlyonce.connectors.base.observers import (
+    ReportListener,
+    add_report_listener,
+    remove_report_listener,
+)
 from exactlyonce.connectors.base.report import (
     DEDUP_COUNTERS,
     TASK_COUNTERS,
     TASK_RESULT_SCHEMA,
     BatchReport,
     TaskResult,
+    batch_line,
     bloom_over_capacity,
 )
 from exactlyonce.connectors.base.rewind import Removal
@@ -44,11 +53,16 @@ __all__ = [
     "Head",
     "HeadStore",
     "Removal",
+    "ReportListener",
     "ShardTask",
     "ShardWriter",
     "TaskResult",
     "TaskWriter",
+    "add_report_listener",
+    "batch_line",
     "bloom_over_capacity",
+    "quiet",
+    "remove_report_listener",
     "spark_query_id",
     "writer_name",
 ]

@@ -140,6 +140,24 @@ class BatchReport:
         return report
 
 
+def batch_line(report: BatchReport) -> str:
+    """What one batch did, in one line: ``epoch 7: 1000 rows, 990 written, 10 duplicates,
+    0 dead letters, 1.25 s, 800 rows/s`` (upserts add the stale and deleted counts)."""
+    if report.skipped:
+        return f"epoch {report.epoch}: already committed (at or below the head), skipped"
+    rate = report.rows / report.seconds if report.seconds > 0 else 0.0
+    upserts = (
+        f", {report.stale} stale, {report.deleted} deleted"
+        if report.stale or report.deleted
+        else ""
+    )
+    return (
+        f"epoch {report.epoch}: {report.rows} rows, {report.written} written, "
+        f"{report.duplicates} duplicates, {report.dead_letters} dead letters{upserts}, "
+        f"{report.seconds:.2f} s, {rate:.{0 if rate >= 10 else 2}f} rows/s"
+    )
+
+
 def catalog_summary(report: BatchReport) -> str:
     """The catalog part of the batch's log line: ``catalog 12,345 IDs, 1.2 MB (98 B/ID)``."""
     if report.catalog_ids is None or report.catalog_bytes is None:

@@ -33,11 +33,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from exactlyonce.connectors.base.columns import SHARD_COLUMN
 from exactlyonce.connectors.base.config import SinkConfig
 from exactlyonce.connectors.base.head import NO_EPOCH, Head
+from exactlyonce.connectors.base.logs import BATCH_LOGGER, show_batches_by_default
+from exactlyonce.connectors.base.observers import publish
 from exactlyonce.connectors.base.projection import ExpressionMemo, id_expressions
 from exactlyonce.connectors.base.report import (
     TASK_RESULT_SCHEMA,
     BatchReport,
     TaskResult,
+    batch_line,
     bloom_over_capacity,
     catalog_summary,
 )
@@ -61,6 +64,7 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("exactlyonce")
+batch_log = logging.getLogger(BATCH_LOGGER)
 
 # After a failed epoch write whose cause was the catalog: 0.5 s doubling up to 10 s.
 CATALOG_RETRY = RetryPolicy(initial_s=0.5, max_s=10.0)
@@ -291,9 +295,6 @@ class ExactlyOnceSink(ABC):
         head = self._start(schema, default_shards, query_id)
         if batch_id <= head.epoch:
             self._record(BatchReport(self.query_name, self.sink_name, batch_id, skipped=True))
-            log.info(
-                "%s epoch %d <= head %d: already committed, skipped", self, batch_id, head.epoch
-            )
             return self.reports[-1]
         crash_point("before_write", batch_id)
         rebuilds_before = self._keeper.rebuilds if self._keeper else 0
@@ -438,34 +439,21 @@ class ExactlyOnceSink(ABC):
     def id_column(self) -> str: ...
 
     def _record(self, report: BatchReport) -> None:
+        """Keep ``report``, log its one line (``exactlyonce.batches``, see :mod:`.logs`) and
+        hand it to the report listeners (:mod:`.observers`: metrics)."""
         self.reports.append(report)
-        if not report.skipped:
-            log.info(
-                "%s epoch %d: %d rows, %d written, %d duplicates, %d dead letters, "
-                "%d shards committed, %d skipped (%.2fs); %s",
-                self,
-                report.epoch,
-                report.rows,
-                report.written,
-                report.duplicates,
-                report.dead_letters,
-                report.shards_committed,
-                report.shards_skipped,
-                report.seconds,
-                catalog_summary(report),
-            )
-            if self.upsert is not None:
-                log.info(
-                    "%s epoch %d: upserts: %d stale (a newer epoch is stored), %d deleted",
-                    self,
-                    report.epoch,
-                    report.stale,
-                    report.deleted,
-                )
-            warning = bloom_over_capacity(report, self.dedup_config)
-            if warning is not None and not self.__dict__.get("_capacity_warned"):
-                log.warning("%s %s", self, warning)  # once per sink object: not every epoch
-                self.__dict__["_capacity_warned"] = True
+        show_batches_by_default()
+        line = batch_line(report)
+        batch_log.info(
+            "%s %s", self, line if report.skipped else f"{line}; {catalog_summary(report)}"
+        )
+        publish(report)
+        if report.skipped:
+            return
+        warning = bloom_over_capacity(report, self.dedup_config)
+        if warning is not None and not self.__dict__.get("_capacity_warned"):
+            log.warning("%s %s", self, warning)  # once per sink object: not every epoch
+            self.__dict__["_capacity_warned"] = True
 
     @property
     def last_report(self) -> BatchReport | None:

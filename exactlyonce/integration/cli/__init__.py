@@ -27,6 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from exactlyonce.connectors.base.logs import BATCH_LOGGER
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 from exactlyonce.integration.cli import (
     audit,
@@ -111,13 +112,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _configure_logging() -> None:
+    """The package's log on stderr, without the per-batch lines: ``run`` prints each batch's
+    report on stdout itself (one line per batch, not two)."""
     logger = logging.getLogger("exactlyonce")
     if not any(getattr(h, "_exactlyonce_cli", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(_not_a_batch_line)
         handler._exactlyonce_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+
+
+def _not_a_batch_line(record: logging.LogRecord) -> bool:
+    return not (record.name == BATCH_LOGGER and record.levelno <= logging.INFO)
 
 
 def _load_service_env() -> None:

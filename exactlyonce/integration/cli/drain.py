@@ -5,7 +5,9 @@ Drains into the pipeline's sink, whichever it is (postgres, redis or elasticsear
 
 Runs until interrupted (SIGINT/SIGTERM), or with ``--until-idle S`` until it has drained
 everything the buffer committed and nothing new came for S seconds. Prints one line per
-write transaction and a lag line every few seconds. Sink and broker outages are waited out
+write transaction and a lag line every few seconds; with ``--until-idle``, also the
+records drained against those left, with rate and ETA (a bar on a terminal, a plain line on
+stderr every few seconds otherwise). Sink and broker outages are waited out
 (backoff, retries, logged); a configuration problem exits with code 2. ``--processes N``
 runs N members of this command, member i draining the partitions p with p % N == i.
 """
@@ -22,8 +24,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.cli.common import EXIT_CONFIG, err
+from exactlyonce.integration.cli.common import EXIT_CONFIG, add_metrics_port, err, metrics_port
 from exactlyonce.integration.config import load_config
+from exactlyonce.progress import Progress
 from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
@@ -64,6 +67,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="I/N",
         help="run only member I of N (what --processes starts; for running members yourself)",
     )
+    add_metrics_port(drain)
     drain.set_defaults(func=cmd_drain)
 
 
@@ -79,16 +83,20 @@ def cmd_drain(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.processes != 1 and args.member:
         raise ConfigError("--member", "give --processes or --member, not both")
+    port = metrics_port(args, cfg)
     if args.processes != 1:
         if args.reset_offsets:
             raise ConfigError("--reset-offsets", "reset the offsets in a run without --processes")
-        return drain_processes(args.config, args.processes, args.until_idle, args.batch_size)
+        return drain_processes(
+            args.config, args.processes, args.until_idle, args.batch_size, metrics_port=port
+        )
     return drain_command(
         cfg,
         until_idle_s=args.until_idle,
         batch_size=args.batch_size,
         reset_offsets=args.reset_offsets,
         member=parse_member(args.member) if args.member else (0, 1),
+        metrics_port=port,
     )
 
 
@@ -104,10 +112,17 @@ def parse_member(text: str) -> tuple[int, int]:
 
 
 def drain_processes(
-    config: str, processes: int, until_idle_s: float | None, batch_size: int | None
+    config: str,
+    processes: int,
+    until_idle_s: float | None,
+    batch_size: int | None,
+    metrics_port: int | None = None,
 ) -> int:
     """Run ``processes`` members of this command (``--member i/N``) and wait for them all;
-    SIGINT/SIGTERM are passed on. The exit code is the worst of theirs."""
+    SIGINT/SIGTERM are passed on. The exit code is the worst of theirs. With a
+    ``metrics_port`` P, member i serves its metrics on port P + i."""
+    if metrics_port is not None and metrics_port + processes - 1 > 65535:
+        raise ConfigError("--metrics-port", f"members use ports {metrics_port} + i: too high")
     if not 2 <= processes <= 256:
         raise ConfigError("--processes", f"an integer from 1 to 256, got {processes}")
     base = [sys.executable, "-m", "exactlyonce", "drain", config]
@@ -115,7 +130,12 @@ def drain_processes(
         base += ["--until-idle", str(until_idle_s)]
     if batch_size is not None:
         base += ["--batch-size", str(batch_size)]
-    children = [subprocess.Popen([*base, "--member", f"{i}/{processes}"]) for i in range(processes)]
+
+    def member(i: int) -> list[str]:
+        port = [] if metrics_port is None else ["--metrics-port", str(metrics_port + i)]
+        return [*base, "--member", f"{i}/{processes}", *port]
+
+    children = [subprocess.Popen(member(i)) for i in range(processes)]
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -164,21 +184,28 @@ def _build_drainer(
     return sink, drainer, secrets
 
 
-def _progress_printer(drainer: Drainer) -> Callable[[DrainReport], None]:
-    """A step callback printing each write transaction, and the lag every LAG_EVERY_S."""
+def _progress_printer(
+    drainer: Drainer, bar: Progress | None = None
+) -> Callable[[DrainReport], None]:
+    """A step callback printing each write transaction, and the lag every LAG_EVERY_S; with a
+    ``bar`` (``--until-idle``: the drain has an end), the records drained against what is
+    left (a bar on a terminal, the transaction lines above it; plain lines on stderr else)."""
     last_lag = [time.monotonic()]
+    say = bar.write if bar is not None else lambda text: print(text, flush=True)
 
     def progress(step: DrainReport) -> None:
         now = time.monotonic()
+        if bar is not None:
+            moved = step.written + step.duplicates + step.dead_letters
+            bar.update(moved, total=bar.done + moved + drainer.lag.records)
         if step.batches:
-            print(
+            say(
                 f"drained {step.written} rows ({step.duplicates} duplicates, "
                 f"{step.dead_letters} dead letters, {step.skipped} skipped) in "
-                f"{step.seconds:.2f} s; lag {drainer.lag}",
-                flush=True,
+                f"{step.seconds:.2f} s; lag {drainer.lag}"
             )
         elif now - last_lag[0] >= LAG_EVERY_S:
-            print(f"lag {drainer.lag}", flush=True)
+            say(f"lag {drainer.lag}")
         else:
             return
         last_lag[0] = now
@@ -193,9 +220,15 @@ def drain_command(
     batch_size: int | None = None,
     reset_offsets: bool = False,
     member: tuple[int, int] = (0, 1),
+    metrics_port: int | None = None,
 ) -> int:
-    """Drain ``cfg``'s buffer (member ``I/N`` of a pool) until SIGTERM/SIGINT or idle."""
+    """Drain ``cfg``'s buffer (member ``I/N`` of a pool) until SIGTERM/SIGINT or idle; with
+    ``metrics_port``, serve the drain's metrics there."""
     sink, drainer, secrets = _build_drainer(cfg, batch_size, member)
+    bar = Progress("drain", unit="records") if until_idle_s is not None else None
+    on_step = _progress_printer(drainer, bar)
+    if metrics_port is not None:
+        on_step = _with_metrics(on_step, drainer, cfg.query_name, sink.sink_name, metrics_port)
     if reset_offsets:
         dropped = drainer.reset_offsets()
         print(f"drain offsets of {cfg.query_name!r} reset ({dropped} partitions)", flush=True)
@@ -204,7 +237,7 @@ def drain_command(
     mine = f", partitions p % {member[1]} == {member[0]}" if member[1] > 1 else ""
     print(f"draining {drainer.topic} -> {sink.sink_name} ({cfg.query_name}{mine})", flush=True)
     try:
-        total = drainer.run(stop, until_idle_s=until_idle_s, on_step=_progress_printer(drainer))
+        total = drainer.run(stop, until_idle_s=until_idle_s, on_step=on_step)
     except KeyboardInterrupt:
         stop.set()
         raise
@@ -213,6 +246,8 @@ def drain_command(
     finally:
         signal.signal(signal.SIGTERM, previous)
         drainer.close()
+        if bar is not None:
+            bar.close()
     t = drainer.total
     print(
         f"stopped: {t.written} written, {t.duplicates} duplicates, {t.dead_letters} dead "
@@ -221,6 +256,21 @@ def drain_command(
         flush=True,
     )
     return 0
+
+
+def _with_metrics(
+    on_step: Callable[[DrainReport], None], drainer: Drainer, query: str, sink: str, port: int
+) -> Callable[[DrainReport], None]:
+    """``on_step``, and each step and the lag into the metrics served on ``port``."""
+    from exactlyonce.integration import metrics  # prometheus-client, only when asked
+
+    metrics.serve(port)
+
+    def step_and_metrics(step: DrainReport) -> None:
+        metrics.observe_drain(query, sink, step, drainer.lag)
+        on_step(step)
+
+    return step_and_metrics
 
 
 def _batch_size(value: int | None) -> dict[str, int]:

@@ -9,7 +9,14 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from exactlyonce.integration.cli.common import EXIT_FAILED, EXIT_OK, err
+from exactlyonce.connectors.base.report import batch_line
+from exactlyonce.integration.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_metrics_port,
+    err,
+    metrics_port,
+)
 from exactlyonce.integration.config import load_config, sink_field_errors
 from exactlyonce.secrets import scrub
 
@@ -37,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help="stop after N micro-batches (re-runs skipped as committed count too)",
     )
+    add_metrics_port(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -44,6 +52,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # before Spark starts: a bad file costs no JVM
     secrets = cfg.sink.secrets()
     sink = cfg.build_sink()  # connects and checks the database, still before Spark
+    port = metrics_port(args, cfg)
+    if port is not None:
+        from exactlyonce.integration import metrics  # prometheus-client, only when asked
+
+        metrics.serve(port)
     from exactlyonce.integration.spark import session, start_stream
 
     spark = session(
@@ -52,6 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         extra={"spark.ui.showConsoleProgress": "false", **cfg.spark.conf},
     )
     try:
+        if port is not None:
+            from exactlyonce.integration import metrics
+
+            metrics.watch(spark)
         df = cfg.source.build(spark)
         with sink_field_errors():
             query = start_stream(df, sink, cfg.checkpoint, **cfg.trigger_kwargs())
@@ -104,12 +121,11 @@ def _watch(
 
 
 def _progress(report: BatchReport) -> str:
+    """The batch's line (:func:`batch_line`), and for a written batch its dedup counters."""
     if report.skipped:
-        return f"epoch {report.epoch}: already committed (at or below the head), skipped"
+        return batch_line(report)
     return (
-        f"epoch {report.epoch}: {report.rows} rows, {report.written} written, "
-        f"{report.duplicates} duplicates, {report.dead_letters} dead letters, "
-        f"{report.seconds:.2f} s | dedup: {report.ids_checked} checked, "
+        f"{batch_line(report)} | dedup: {report.ids_checked} checked, "
         f"{report.bloom_negatives} bloom negatives, {report.catalog_lookups} catalog lookups, "
         f"{report.catalog_duplicates} catalog duplicates, "
         f"{report.bloom_false_positives} false positives"

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from exactlyonce.connectors.base.config import Settings
@@ -77,6 +77,9 @@ class PipelineConfig(Settings):
     source: SourceConfig
     sink: SinkEntry
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    # Serve Prometheus metrics on this port (``exactlyonce run``/``drain``; the command line's
+    # --metrics-port wins). See exactlyonce.integration.metrics.
+    metrics_port: StrictInt | None = Field(default=None, ge=1, le=65535)
 
     @field_validator("query_name")
     @classmethod

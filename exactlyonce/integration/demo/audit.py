@@ -16,6 +16,9 @@ from exactlyonce.connectors.postgres.schema import DEAD_LETTERS, TableName, regc
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.demo.pipeline import pg_sink
+from exactlyonce.progress import Progress
+
+AUDIT_CHUNK_ROWS = 50_000
 
 
 @dataclass
@@ -68,7 +71,7 @@ def read_audit(
     sink = cfg.build_sink(check=False)  # no connection: for its names only
     table = TableName.parse(pg_sink(cfg).table)
     with psycopg.connect(pg_sink(cfg).dsn.get_secret_value(), autocommit=True) as conn:
-        ids = _sink_ids(conn, table, pg_sink(cfg).id_column)
+        ids = _sink_ids(conn, table, pg_sink(cfg).id_column, len(expected))
         dead = _count_dead_letters(conn, table, cfg.query_name, sink.sink_name)
     head = sink.head() if dead is not None else None
     found = set(ids)
@@ -88,16 +91,28 @@ def read_audit(
     )
 
 
-def _sink_ids(conn: psycopg.Connection[Any], table: TableName, id_column: str) -> list[str]:
-    """Every row's record ID (hex, no dashes), duplicates kept; none if no table yet."""
+def _sink_ids(
+    conn: psycopg.Connection[Any], table: TableName, id_column: str, expected: int
+) -> list[str]:
+    """Every row's record ID (hex, no dashes), duplicates kept; none if no table yet. Read
+    through a server-side cursor in chunks, with the rows read against the ``expected`` count
+    (:class:`~exactlyonce.progress.Progress`: a bar on a terminal, plain lines elsewhere)."""
     if regclass(conn, table) is None:
         return []
-    rows = conn.execute(
-        sql.SQL("SELECT replace({}::text, '-', '') FROM {}").format(
-            sql.Identifier(id_column), table.ident()
-        )
-    ).fetchall()
-    return [str(r[0]) for r in rows]
+    query = sql.SQL("SELECT replace({}::text, '-', '') FROM {}").format(
+        sql.Identifier(id_column), table.ident()
+    )
+    ids: list[str] = []
+    with (
+        Progress(f"audit {table}", total=expected, unit="rows") as progress,
+        conn.transaction(),
+        conn.cursor(name="exactlyonce_audit") as cursor,
+    ):
+        cursor.execute(query)
+        while rows := cursor.fetchmany(AUDIT_CHUNK_ROWS):
+            ids.extend(str(r[0]) for r in rows)
+            progress.update(len(rows))
+    return ids
 
 
 def _count_dead_letters(

@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from exactlyonce.integration.demo.inputs import Record
+from exactlyonce.progress import Progress
 
 FLUSH_TIMEOUT_S = 60.0
 
@@ -29,13 +30,17 @@ def producer_config(bootstrap: str) -> dict[str, Any]:
 def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
     """Send every record (key: its ``event_id``, value: JSON) and wait for every ack.
 
-    Raises ``SystemExit`` naming the first failure if any record was not acknowledged."""
+    The acks are counted as they come (:class:`~exactlyonce.progress.Progress`: a bar on a
+    terminal, plain lines otherwise). Raises ``SystemExit`` naming the first failure if any
+    record was not acknowledged."""
     producer = Producer(producer_config(bootstrap))
     failures: list[str] = []
+    progress = Progress(f"producing to {topic}", total=len(records), unit="records")
 
     def delivered(err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             failures.append(str(err))
+        progress.update(1)
 
     for record in records:
         key = record["event_id"]
@@ -53,6 +58,7 @@ def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
                 producer.poll(0.1)
         producer.poll(0)
     left = producer.flush(FLUSH_TIMEOUT_S)
+    progress.close()
     if left or failures:
         why = failures[0] if failures else f"{left} record(s) unacknowledged"
         raise SystemExit(f"producing to {topic} failed: {why}")
