@@ -123,9 +123,11 @@ def checked(name: str, run: Callable[[], Check | Iterable[Check]]) -> list[Check
     return [result] if isinstance(result, Check) else list(result)
 
 
-def absent(what: str, created_by: str) -> Check:
-    """Something the sink creates itself is missing: fine, and the report says when."""
-    return Check(what, OK, f"absent; {created_by} (or now: `exactlyonce check --create`)", None)
+def absent(what: str, created_by: str, *, create_now: bool = True) -> Check:
+    """Something the sink creates itself is missing: fine, and the report says when (and
+    whether ``check --create`` can create it now)."""
+    now = " (or now: `exactlyonce check --create`)" if create_now else ""
+    return Check(what, OK, f"absent; {created_by}{now}")
 
 
 def head_check(head: Head | None, checkpoint_id: str | None, checkpoint_known: bool) -> Check:

@@ -93,7 +93,8 @@ def _target_table(sink: PostgresSink, conn: psycopg.Connection[Any]) -> list[Che
     oid = regclass(conn, sink.table)
     if oid is None:
         if sink.create_table:
-            return [absent(name, "the sink creates it from the stream's schema at the first batch")]
+            created_by = "the sink creates it from the stream's schema at the first batch"
+            return [absent(name, created_by, create_now=False)]
         return [
             Check(
                 name,
