@@ -291,6 +291,7 @@ class ExactlyOnceSink(ABC):
     # -- the protocol ------------------------------------------------------------------
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self._check_workers(df)
         report = self.run_epoch(
             batch_id,
             spark_query_id(df),
@@ -300,6 +301,17 @@ class ExactlyOnceSink(ABC):
         )
         if report.skipped:
             run_without_writing(df)
+
+    def _check_workers(self, df: DataFrame) -> None:
+        """Once per start (a new Spark query id) of this sink object, before the first batch:
+        can Spark's Python workers import exactlyonce? (:mod:`.workers`; ConfigError if not.)"""
+        query_id = spark_query_id(df)
+        if "worker_probe" in self.__dict__ and self.__dict__["_workers_for"] == query_id:
+            return
+        from exactlyonce.connectors.base.workers import check_workers
+
+        self.worker_probe = check_workers(df.sparkSession)
+        self.__dict__["_workers_for"] = query_id
 
     def run_epoch(
         self,
