@@ -105,7 +105,7 @@ def worker_problem(worker: WorkerReport, configured: str | None = None) -> str |
     ``configured`` is the worker Python Spark was given, when known."""
     import pyspark
 
-    told = f" (spark.pyspark.python {configured})" if configured else ""
+    told = f" (started as {configured})" if configured else ""
     where = f"Spark's Python workers{told} run {worker.executable} (Python {worker.python})"
     if worker.error is not None:
         return (
@@ -135,7 +135,12 @@ def failed_probe_problem(exc: BaseException) -> str | None:
 
 
 def configured_python(spark: SparkSession) -> str | None:
-    """The worker Python Spark was given (its conf, else ``$PYSPARK_PYTHON``), if any."""
+    """The command Spark starts its Python workers with (the SparkContext's ``pythonExec``,
+    from ``$PYSPARK_PYTHON``; else the ``spark.pyspark.python`` conf), if known."""
+    try:
+        return str(spark.sparkContext.pythonExec)
+    except Exception:  # Spark Connect has no SparkContext
+        pass
     try:
         value = spark.conf.get("spark.pyspark.python", None)
     except Exception:  # a conf this Spark cannot read: the environment is the other source
