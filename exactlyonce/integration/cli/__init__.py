@@ -3,7 +3,7 @@
 ::
 
     exactlyonce run pipeline.yaml [--until-idle SECONDS] [--max-batches N]
-    exactlyonce check pipeline.yaml
+    exactlyonce check pipeline.yaml [--create] [--json]
     exactlyonce reset-head pipeline.yaml --yes
     exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N]
     exactlyonce drain pipeline.yaml [--until-idle SECONDS] [--batch-size N] [--reset-offsets --yes]
