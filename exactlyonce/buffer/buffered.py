@@ -42,6 +42,7 @@ from pydantic import AliasChoices, Field, StrictInt, field_validator
 
 from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.connectors.base.config import Settings
+from exactlyonce.connectors.base.guarantee import Guarantee, GuaranteeReport
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
@@ -248,6 +249,19 @@ class Buffered(KafkaSink):
             )
             return
         self._target_ready = True
+
+    def guarantee(self) -> Guarantee:
+        kafka = super().guarantee()
+        return Guarantee(f"EXACTLY ONCE into the buffer topic {self.topic}", kafka.mechanism)
+
+    def guarantee_report(self, **kwargs: Any) -> GuaranteeReport:
+        """The buffer topic's report (a KafkaSink's), then the drain into the real sink and
+        the drain's dead letters (:mod:`exactlyonce.buffer.check`)."""
+        from exactlyonce.buffer.check import drain_parts
+
+        report = super().guarantee_report(**kwargs)
+        report.parts = drain_parts(self)
+        return report.scrubbed([*self._output_secrets(), *self.target._output_secrets()])
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         if not self._target_ready:

@@ -42,6 +42,7 @@ from exactlyonce.connectors.base.config import (
     field_error,
     given,
 )
+from exactlyonce.connectors.base.guarantee import OK, Check, Guarantee
 from exactlyonce.connectors.postgres.config import Mode, TableSettings
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
@@ -180,6 +181,16 @@ class MemorySink(ExactlyOnceSink):
             reserved = [(self.id_column, "id_column"), (self.epoch_column, "epoch_column")]
             self._refuse_reserved_columns(schema.names, reserved, "; choose another name")
             self._check_id_columns(schema.names)
+
+    def guarantee(self) -> Guarantee:
+        return Guarantee(
+            "EXACTLY ONCE (in this process's memory)",
+            "each shard's rows and its commit marker go into the store in one step; a unique "
+            "ID column (insert) or the dedup catalog (append) keeps re-writes out.",
+        )
+
+    def preconditions(self) -> list[Check]:
+        return [Check("store", OK, "in-process memory: nothing to reach")]
 
     # -- the head: kept by ``self.heads`` (a HeadStore), called by the protocol ---------
 

@@ -32,6 +32,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from exactlyonce.connectors.base.columns import SHARD_COLUMN
 from exactlyonce.connectors.base.config import SinkConfig
+from exactlyonce.connectors.base.guarantee import (
+    OK,
+    Check,
+    Guarantee,
+    GuaranteeReport,
+    checked,
+    head_check,
+    trigger_check,
+)
 from exactlyonce.connectors.base.head import NO_EPOCH, Head
 from exactlyonce.connectors.base.logs import BATCH_LOGGER, show_batches_by_default
 from exactlyonce.connectors.base.observers import publish
@@ -51,6 +60,7 @@ from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CatalogLostError, CheckpointResetError, ConfigError
 from exactlyonce.faults import crash_point
 from exactlyonce.retry import RetryPolicy
+from exactlyonce.secrets import dsn_password
 
 MemoT = TypeVar("MemoT")
 SinkT = TypeVar("SinkT", bound="ExactlyOnceSink")
@@ -265,9 +275,57 @@ class ExactlyOnceSink(ABC):
     def dedup_plan(self) -> DedupPlan | None:
         return self._keeper.plan if self._keeper is not None else None
 
+    # -- what `exactlyonce check` reports (see .guarantee) -------------------------------
+
+    @abstractmethod
+    def guarantee(self) -> Guarantee:
+        """The guarantee this sink gives in its mode, and the mechanism it rests on (one
+        sentence each, as the class docstring says)."""
+
+    @abstractmethod
+    def preconditions(self) -> list[Check]:
+        """Each precondition of :meth:`guarantee`, checked live and WITHOUT side effects
+        (nothing created, nothing written): ok, warning or failing, with the fix."""
+
+    def guarantee_report(
+        self,
+        *,
+        create: bool = False,
+        interval_s: float | None = None,
+        checkpoint: tuple[bool, str | None] = (False, None),
+    ) -> GuaranteeReport:
+        """The guarantee, then every precondition checked live: the sink's own, the dedup
+        catalog's Redis, the trigger interval, and the head against the Spark checkpoint
+        (``checkpoint`` = (readable, the id in its ``metadata`` file or None)). Nothing is
+        created unless ``create``: then the sink's preflight creates what a start would."""
+        from exactlyonce.connectors.base.redis_health import catalog_checks
+
+        checks: list[Check] = []
+        if create:
+            checks += checked("create", self._create_for_check)
+        checks += self.preconditions()
+        if self.dedup_config is not None:
+            checks += catalog_checks(self.dedup_config, self.unique_sink)
+        checks.append(trigger_check(self.check_trigger, interval_s))
+        known, checkpoint_id = checkpoint
+        checks += checked(
+            "head and checkpoint", lambda: head_check(self.peek_head(), checkpoint_id, known)
+        )
+        report = GuaranteeReport(self.sink_name, self.guarantee(), checks)
+        return report.scrubbed(self._output_secrets())
+
+    def _create_for_check(self) -> Check:
+        self.preflight()
+        return Check("create", OK, "the sink's preflight created what a start creates")
+
+    def _output_secrets(self) -> list[str]:
+        catalog = self.dedup_config.redis_url if self.dedup_config is not None else ""
+        return [*self.config.secrets(), dsn_password(catalog) or ""]
+
     # -- the protocol ------------------------------------------------------------------
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self._check_workers(df)
         report = self.run_epoch(
             batch_id,
             spark_query_id(df),
@@ -277,6 +335,17 @@ class ExactlyOnceSink(ABC):
         )
         if report.skipped:
             run_without_writing(df)
+
+    def _check_workers(self, df: DataFrame) -> None:
+        """Once per start (a new Spark query id) of this sink object, before the first batch:
+        can Spark's Python workers import exactlyonce? (:mod:`.workers`; ConfigError if not.)"""
+        query_id = spark_query_id(df)
+        if "worker_probe" in self.__dict__ and self.__dict__["_workers_for"] == query_id:
+            return
+        from exactlyonce.connectors.base.workers import check_workers
+
+        self.worker_probe = check_workers(df.sparkSession)
+        self.__dict__["_workers_for"] = query_id
 
     def run_epoch(
         self,

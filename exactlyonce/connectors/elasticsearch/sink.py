@@ -14,7 +14,9 @@ from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, Removal, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.guarantee import Check, Guarantee
 from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.elasticsearch import check as _check
 from exactlyonce.connectors.elasticsearch import rewind
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, Mode, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
@@ -181,6 +183,23 @@ class ElasticsearchSink(ExactlyOnceSink):
             ", which the sink writes",
         )
         self._check_id_columns(schema.names)
+
+    # -- what `exactlyonce check` reports (.check) --------------------------------------
+
+    def guarantee(self) -> Guarantee:
+        return _check.guarantee(self)
+
+    def preconditions(self) -> list[Check]:
+        """Cluster, credentials, the three indices and their mappings; nothing created."""
+        return _check.preconditions(self)
+
+    def peek_head(self) -> Head | None:
+        """The head document, one request, no retries (a check reports an outage)."""
+        patient, self.retry = self.retry, self.retry.replace(attempts=1)
+        try:
+            return self._read_head()
+        finally:
+            self.retry = patient
 
     # -- the head ----------------------------------------------------------------------
 

@@ -65,6 +65,19 @@ def run(sink: KafkaSink) -> Layout:
     """Check and create the topics, check the timeout, probe the broker. Raises
     SinkUnavailableError when the broker cannot be reached, ConfigError for what the user
     must change. May lower ``sink.max_message_bytes`` to the topic's limit."""
+    admin, meta = connect(sink)
+    _ensure_topics(sink, admin, existing_topics(meta))
+    check_timeout(sink, admin, meta)
+    return Layout(
+        control_partitions=partitions_of(admin, sink.control_topic, sink.connect_timeout),
+        topic_partitions=len(partitions_of(admin, sink.topic, sink.connect_timeout)),
+        hides_aborted=probe(sink),
+    )
+
+
+def connect(sink: KafkaSink) -> tuple[AdminClient, Any]:
+    """An admin client of the sink's broker and the cluster's metadata (every topic);
+    SinkUnavailableError, with the transport's reason, when the broker does not answer."""
     errors: list[str] = []
     admin = sink._clients.admin(errors)
     try:
@@ -76,13 +89,11 @@ def run(sink: KafkaSink) -> Layout:
             f"cannot reach {sink.where} within {sink.connect_timeout:g}s: "
             f"{sink._clients.scrub(reason)}"
         ) from None
-    _ensure_topics(sink, admin, {name for name, t in meta.topics.items() if t.error is None})
-    _check_timeout(sink, admin, meta)
-    return Layout(
-        control_partitions=partitions_of(admin, sink.control_topic, sink.connect_timeout),
-        topic_partitions=len(partitions_of(admin, sink.topic, sink.connect_timeout)),
-        hides_aborted=probe(sink),
-    )
+    return admin, meta
+
+
+def existing_topics(meta: Any) -> set[str]:
+    return {name for name, t in meta.topics.items() if t.error is None}
 
 
 def _ensure_topics(sink: KafkaSink, admin: AdminClient, existing: set[str]) -> None:
@@ -98,7 +109,7 @@ def _ensure_topics(sink: KafkaSink, admin: AdminClient, existing: set[str]) -> N
     if sink.control_topic not in existing:
         _create(sink, admin, sink.control_topic, 1, {"cleanup.policy": "compact"})
     else:
-        _check_compacted(sink, admin)
+        check_compacted(sink, admin)
     if sink.dead_letter_topic not in existing:
         _create(sink, admin, sink.dead_letter_topic, 1, {})
     if sink.probe_topic not in existing:
@@ -151,7 +162,7 @@ def _fit_message_size(sink: KafkaSink, admin: AdminClient) -> None:
         log.info("%s: records above %d bytes go to dead letters", sink, sink.max_message_bytes)
 
 
-def _check_compacted(sink: KafkaSink, admin: AdminClient) -> None:
+def check_compacted(sink: KafkaSink, admin: AdminClient) -> None:
     policy = _topic_setting(sink, admin, sink.control_topic, "cleanup.policy")
     if policy and "compact" not in policy:
         raise ConfigError(
@@ -161,7 +172,7 @@ def _check_compacted(sink: KafkaSink, admin: AdminClient) -> None:
         )
 
 
-def _check_timeout(sink: KafkaSink, admin: AdminClient, meta: Any) -> None:
+def check_timeout(sink: KafkaSink, admin: AdminClient, meta: Any) -> None:
     limit, source = KAFKA_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS, "Kafka's default"
     broker = next(iter(meta.brokers), None)
     if broker is not None:

@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.guarantee import Check, Guarantee
+from exactlyonce.connectors.kafka import check as _check
 from exactlyonce.connectors.kafka import preflight as _preflight
 from exactlyonce.connectors.kafka.clients import KafkaClients
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
@@ -219,6 +221,16 @@ class KafkaSink(ExactlyOnceSink):
         check_reserved(names)
         self._check_id_columns(names)
         check_key_and_value(schema, self.key_column, self.value)
+
+    # -- what `exactlyonce check` reports (.check) --------------------------------------
+
+    def guarantee(self) -> Guarantee:
+        return _check.guarantee(self)
+
+    def preconditions(self) -> list[Check]:
+        """Broker, topics, transaction timeout and the aborted-records probe; no topic is
+        created (the probe runs only where its topic exists)."""
+        return _check.preconditions(self)
 
     # -- the head (HeadStore, on the control topic: .head) -----------------------------
 

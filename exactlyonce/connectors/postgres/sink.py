@@ -44,7 +44,9 @@ from psycopg import sql
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, Removal, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.guarantee import Check, Guarantee
 from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.postgres import check as _check
 from exactlyonce.connectors.postgres import rewind
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.schema import (
@@ -225,6 +227,16 @@ class PostgresSink(ExactlyOnceSink):
             raise ConfigError(
                 "table", f"{self.table} lacks column(s) {missing} that the stream writes"
             )
+
+    # -- what `exactlyonce check` reports (.check) --------------------------------------
+
+    def guarantee(self) -> Guarantee:
+        return _check.guarantee(self)
+
+    def preconditions(self) -> list[Check]:
+        """Server, schema, head and control tables, the table and its unique index; read
+        from the database's catalog, nothing created."""
+        return _check.preconditions(self)
 
     # -- the head ----------------------------------------------------------------------
 

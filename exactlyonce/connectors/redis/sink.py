@@ -17,7 +17,9 @@ from exactlyonce.connectors.base import (
     TaskWriter,
 )
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.guarantee import Check, Guarantee
 from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.redis import check as _check
 from exactlyonce.connectors.redis import lua, rewind
 from exactlyonce.connectors.redis.config import Mode, RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
@@ -233,6 +235,15 @@ class RedisSink(ExactlyOnceSink):
                 self,
                 self._where,
             )
+
+    # -- what `exactlyonce check` reports (.check) --------------------------------------
+
+    def guarantee(self) -> Guarantee:
+        return _check.guarantee(self)
+
+    def preconditions(self) -> list[Check]:
+        """The sink's Redis: reachable, standalone, persistent, no eviction; nothing written."""
+        return _check.preconditions(self)
 
     # -- the head ----------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 ::
 
     exactlyonce run pipeline.yaml [--until-idle SECONDS] [--max-batches N]
-    exactlyonce check pipeline.yaml
+    exactlyonce check pipeline.yaml [--create] [--json]
     exactlyonce reset-head pipeline.yaml --yes
     exactlyonce heads pipeline.yaml [--json]
     exactlyonce rewind pipeline.yaml --to-epoch N [--yes]

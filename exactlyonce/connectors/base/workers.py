@@ -1,0 +1,172 @@
+"""Can Spark's Python workers run our task writers? One tiny task at each sink start says.
+
+A session built with a plain ``SparkSession.builder.getOrCreate()`` from a venv that is not
+activated runs its workers on the system ``python3``: every task of the first batch then
+dies with ``ModuleNotFoundError: No module named 'exactlyonce'`` deep in a Py4J trace, and
+is retried. Before the first batch of each start, :func:`check_workers` runs ONE task that
+reports the worker's ``sys.executable``, Python and pyspark versions and whether ``import
+exactlyonce`` works, and refuses (ConfigError, one sentence with the fix) a worker that
+cannot import the package or runs another Python or pyspark (major.minor) than the driver.
+
+The probe function is compiled here from source in a namespace no module is registered
+under, so cloudpickle ships it BY VALUE: the worker runs it without importing exactlyonce,
+and it catches its own import error. The task itself therefore succeeds and is never
+retried; only a worker that cannot start at all (another Python minor version, which Spark
+refuses itself) fails it, and that error is read and turned into the same one sentence.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from exactlyonce.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("exactlyonce")
+
+FIELD = "spark.pyspark.python"
+SCHEMA = "executable string, python string, pyspark string, version string, error string"
+
+_PROBE_SOURCE = """
+def worker_probe(batches):
+    import importlib, importlib.metadata, sys
+    import pyarrow as pa
+    for _ in batches:
+        pass
+    version, error = None, None
+    try:
+        importlib.import_module("exactlyonce")
+        version = importlib.metadata.version("exactlyonce")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    try:
+        import pyspark
+        pyspark_version = pyspark.__version__
+    except Exception:
+        pyspark_version = "?"
+    python = "%d.%d.%d" % sys.version_info[:3]
+    values = [sys.executable, python, pyspark_version, version, error]
+    names = ["executable", "python", "pyspark", "version", "error"]
+    yield pa.RecordBatch.from_arrays([pa.array([v], pa.string()) for v in values], names=names)
+"""
+
+
+def _compile_probe() -> Any:
+    # "__name__" names no module in sys.modules: cloudpickle then pickles the function by
+    # value, so a worker without exactlyonce can still run it.
+    namespace: dict[str, Any] = {"__name__": "exactlyonce_worker_probe"}
+    exec(compile(_PROBE_SOURCE, "<exactlyonce worker probe>", "exec"), namespace)
+    return namespace["worker_probe"]
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What one Python worker said about itself, and what asking cost."""
+
+    executable: str
+    python: str
+    pyspark: str
+    version: str | None  # exactlyonce's, None when it cannot be imported
+    error: str | None
+    ms: float
+
+
+def probe_workers(spark: SparkSession) -> WorkerReport:
+    """Run the probe as one task (``mapInArrow`` over a 1-row DataFrame: classic Spark and
+    Spark Connect alike)."""
+    began = time.monotonic()
+    rows = spark.range(1, numPartitions=1).mapInArrow(_compile_probe(), SCHEMA).collect()
+    got = rows[0].asDict()
+    return WorkerReport(**got, ms=(time.monotonic() - began) * 1000)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _fix() -> str:
+    return (
+        f"start Spark with the driver's Python ({sys.executable}) as PYSPARK_PYTHON or "
+        "spark.pyspark.python, or build the session with exactlyonce.integration.spark.session()"
+    )
+
+
+def worker_problem(worker: WorkerReport, configured: str | None = None) -> str | None:
+    """One sentence saying why these workers cannot run the sink's tasks, or None;
+    ``configured`` is the worker Python Spark was given, when known."""
+    import pyspark
+
+    told = f" (started as {configured})" if configured else ""
+    where = f"Spark's Python workers{told} run {worker.executable} (Python {worker.python})"
+    if worker.error is not None:
+        return (
+            f"{where}, which cannot import exactlyonce ({worker.error}), so every task would "
+            f"fail: {_fix()}"
+        )
+    driver_python = ".".join(map(str, sys.version_info[:3]))
+    if _minor(worker.python) != _minor(driver_python):
+        return f"{where} but the driver runs Python {driver_python}: {_fix()}"
+    if _minor(worker.pyspark) != _minor(pyspark.__version__):
+        return (
+            f"{where} with pyspark {worker.pyspark} but the driver runs pyspark "
+            f"{pyspark.__version__}: {_fix()}"
+        )
+    return None
+
+
+def failed_probe_problem(exc: BaseException) -> str | None:
+    """The one sentence for a probe task that could not even start, read from Spark's error
+    (its text is all a Py4J error carries); None for anything else."""
+    text = str(exc)
+    if "PYTHON_VERSION_MISMATCH" in text or "different version" in text:
+        return f"Spark's Python workers run another Python version than the driver: {_fix()}"
+    if "ModuleNotFoundError" in text or "No module named" in text:
+        return f"Spark's Python workers cannot import what the sink's tasks need: {_fix()}"
+    return None
+
+
+def configured_python(spark: SparkSession) -> str | None:
+    """The command Spark starts its Python workers with (the SparkContext's ``pythonExec``,
+    from ``$PYSPARK_PYTHON``; else the ``spark.pyspark.python`` conf), if known."""
+    try:
+        return str(spark.sparkContext.pythonExec)
+    except Exception:  # Spark Connect has no SparkContext
+        pass
+    try:
+        value = spark.conf.get("spark.pyspark.python", None)
+    except Exception:  # a conf this Spark cannot read: the environment is the other source
+        value = None
+    return value or os.environ.get("PYSPARK_PYTHON") or None
+
+
+def check_workers(spark: SparkSession) -> WorkerReport:
+    """Probe the workers; ConfigError (field ``spark.pyspark.python``) with one sentence
+    when they cannot run the sink's tasks."""
+    try:
+        worker = probe_workers(spark)
+    except Exception as exc:
+        problem = failed_probe_problem(exc)
+        if problem is None:
+            raise
+        raise ConfigError(FIELD, problem) from None
+    problem = worker_problem(worker, configured_python(spark))
+    if problem is not None:
+        raise ConfigError(FIELD, problem)
+    log.info(
+        "Spark's Python workers checked in %.0f ms: %s (Python %s, pyspark %s, exactlyonce %s)",
+        worker.ms,
+        worker.executable,
+        worker.python,
+        worker.pyspark,
+        worker.version,
+    )
+    return worker
