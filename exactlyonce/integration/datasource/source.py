@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 NAME = "exactlyonce"
 
 
-class ExactlyOnceDataSource(DataSource):  # type: ignore[misc]
+class ExactlyOnceDataSource(DataSource):
     """``df.writeStream.format("exactlyonce").option("sink", "postgres").option(...)``: the
     options are the sink's YAML settings (:mod:`.options`). Stream writes only."""
 

@@ -53,7 +53,7 @@ DEFAULT_SHARDS = 8
 
 
 @dataclass
-class EpochMessage(WriterCommitMessage):  # type: ignore[misc]
+class EpochMessage(WriterCommitMessage):
     """What a task tells the driver's commit: its result, or that the epoch was skipped."""
 
     spark_query_id: str | None
@@ -76,7 +76,7 @@ def build_sink(config: SinkConfig) -> ExactlyOnceSink:
     return build(config, check=False)  # type: ignore[arg-type]
 
 
-class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
     """Writes each epoch of a stream exactly once through a sink whose record writes are
     idempotent by ID (see :mod:`exactlyonce.integration.datasource`)."""
 
@@ -132,8 +132,8 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc
 
     # -- the driver, per epoch ---------------------------------------------------------------
 
-    def commit(self, messages: list[EpochMessage | None], batchId: int) -> None:  # noqa: N803
-        sent = [m for m in messages if m is not None]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        sent = [m for m in messages if isinstance(m, EpochMessage)]
         if sent and all(m.skipped for m in sent):
             log.info("epoch %d <= the head: already committed, skipped", batchId)
             return
@@ -149,7 +149,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc
         log.info("%s epoch %d committed: %s", sink, batchId, report)
         forget_journals(sink, batchId)
 
-    def abort(self, messages: list[EpochMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         log.warning(
             "query %r epoch %d aborted by Spark: the head stays; the re-run writes the epoch "
             "again, record by record idempotently",
