@@ -114,7 +114,9 @@ def test_reset_checkpoint_is_refused(
 def test_bad_option_names_it(
     spark: Any, tmp_path: Path, pg_dsn: str, option: str, value: str, unique_name: str
 ) -> None:
-    (tmp_path / "in").mkdir()
+    """Spark builds the data source when it plans the first epoch, in the driver: the error
+    stops the query there, before any task writes."""
+    make_input(tmp_path / "in", files=1, rows=5, seed=6)
     options = pg_options(pg_dsn, unique_name, **{option: value})
     with pytest.raises(Exception, match=rf"ConfigError: {option}\b") as caught:
         start(spark, tmp_path / "in", tmp_path / "ck", **options).awaitTermination(60)
