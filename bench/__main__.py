@@ -1,10 +1,10 @@
 """``python -m bench SINK [options]``: run one benchmark; JSON results go to bench/results/.
 
-    python -m bench postgres --rows 1000000   # PostgresSink vs Spark JDBC vs raw COPY
-    python -m bench redis                     # RedisSink vs plain pipelined writes
-    python -m bench kafka                     # KafkaSink vs a plain idempotent producer
-    python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs Spark's
-    python -m bench elasticsearch             # ElasticsearchSink vs plain streaming_bulk
+python -m bench postgres --rows 1000000   # PostgresSink vs Spark JDBC vs raw COPY
+python -m bench redis                     # RedisSink vs plain pipelined writes
+python -m bench kafka                     # KafkaSink vs a plain idempotent producer
+python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs Spark's
+python -m bench elasticsearch             # ElasticsearchSink vs plain streaming_bulk
 """
 
 from __future__ import annotations
