@@ -76,7 +76,11 @@ TABLES = {
     "raw_copy": "bench_raw_copy",
     "raw_copy_sorted": "bench_raw_copy_sorted",
 }
-STREAM_TABLES = {"eos_stream": "bench_eos_stream", "raw_copy_stream": "bench_raw_copy_stream"}
+STREAM_TABLES = {
+    "eos_stream": "bench_eos_stream",
+    "eos_format_stream": "bench_eos_format_stream",
+    "raw_copy_stream": "bench_raw_copy_stream",
+}
 QUERY_PREFIX = "bench-postgres-"
 TARGETS = {"eos_vs_spark_jdbc": 1.0, "eos_vs_raw_copy": 0.8}
 MAX_DISTURBED = 3  # re-runs of a timing disturbed by someone else restarting Redis
@@ -376,16 +380,17 @@ def _stream_once(
     spark: SparkSession,
     source: Path,
     schema: Any,
-    fn: Callable[[DataFrame, int], None],
+    fn: Callable[[DataFrame, int], None] | dict[str, str],
     checkpoint_dir: Path,
 ) -> float:
+    """One availableNow query: ``foreachBatch(fn)``, or with options ``format("exactlyonce")``."""
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     stream = spark.readStream.schema(schema).parquet(str(source))
-    writer = (
-        stream.writeStream.foreachBatch(fn)
-        .option("checkpointLocation", str(checkpoint_dir))
-        .trigger(availableNow=True)
-    )
+    if isinstance(fn, dict):
+        writer = stream.writeStream.format("exactlyonce").options(**fn)
+    else:
+        writer = stream.writeStream.foreachBatch(fn)
+    writer = writer.option("checkpointLocation", str(checkpoint_dir)).trigger(availableNow=True)
     began = time.perf_counter()
     query = writer.start()
     query.awaitTermination()
@@ -412,6 +417,33 @@ def run_eos_stream(
         forget_sink(dsn, sink)
     batches = [r for r in sink.reports if not r.skipped]
     return seconds, {"micro_batches": len(batches), "written": sum(r.written for r in batches)}
+
+
+def run_eos_format_stream(
+    spark: SparkSession,
+    source: Path,
+    schema: Any,
+    dsn: str,
+    table: str,
+    shards: int,
+    scratch: Path,
+) -> tuple[float, dict[str, Any]]:
+    """The same sink through Spark's format API (``format("exactlyonce")``)."""
+    sink = new_sink(dsn, table, "format", shards, schema, {})
+    options = {
+        "sink": "postgres",
+        "dsn": dsn,
+        "table": table,
+        "id_columns": "id",
+        "query_name": sink.query_name,
+        "shards": str(shards),
+    }
+    try:
+        checkpoint(dsn)
+        seconds = _stream_once(spark, source, schema, options, scratch / "ckpt-format")
+    finally:
+        forget_sink(dsn, sink)
+    return seconds, {"written": count_rows(dsn, table)}
 
 
 def run_raw_copy_stream(
@@ -551,6 +583,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "eos_stream",
             title="through readStream.parquet -> writeStream.foreachBatch (one micro-batch)",
         )
+        s_format, s_eos = stream_timings["eos_format_stream"], stream_timings["eos_stream"]
+        format_ratio = common.ratio(s_format.rows_per_s, s_eos.rows_per_s)
+        print(f"format('exactlyonce')/foreachBatch = {format_ratio:.3f}x (same sink, same rows)")
 
     met = {
         "eos_vs_spark_jdbc": vs_jdbc >= TARGETS["eos_vs_spark_jdbc"],
@@ -601,8 +636,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if stream_timings:
         s_eos, s_raw = stream_timings["eos_stream"], stream_timings["raw_copy_stream"]
+        s_format = stream_timings["eos_format_stream"]
         result["stream"] = {
             "eos_stream_rows_per_s": round(s_eos.rows_per_s),
+            "eos_format_stream_rows_per_s": round(s_format.rows_per_s),
+            "eos_format_stream_vs_eos_stream": common.ratio(s_format.rows_per_s, s_eos.rows_per_s),
             "raw_copy_stream_rows_per_s": round(s_raw.rows_per_s),
             "eos_stream_vs_raw_copy_stream": common.ratio(s_eos.rows_per_s, s_raw.rows_per_s),
             "paths": {name: t.as_dict() for name, t in stream_timings.items()},
@@ -703,6 +741,9 @@ def _run_streams(
         paths: dict[str, Callable[[Path], tuple[float, dict[str, Any]]]] = {
             "eos_stream": lambda src: run_eos_stream(
                 spark, src, schema, dsn, STREAM_TABLES["eos_stream"], args.shards, scratch
+            ),
+            "eos_format_stream": lambda src: run_eos_format_stream(
+                spark, src, schema, dsn, STREAM_TABLES["eos_format_stream"], args.shards, scratch
             ),
             "raw_copy_stream": lambda src: run_raw_copy_stream(
                 spark, src, schema, dsn, STREAM_TABLES["raw_copy_stream"], scratch

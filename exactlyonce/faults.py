@@ -16,6 +16,8 @@ Points, in write-path order:
 - ``before_confirm`` (Kafka): a task, after its transaction committed and before the commit
   is confirmed on the control topic;
 - ``after_shard_commit``: a task, after its shard transaction committed;
+- ``before_head`` (the Spark data source path): the driver's commit of an epoch, after every
+  task succeeded and before the head advances;
 - ``after_head``: the driver, after the head advanced and before Spark writes its commit log.
 
 "After Spark's commit" needs no hook: a test waits for ``<checkpoint>/commits/<epoch>``.
@@ -41,6 +43,7 @@ POINTS = (
     "mid_produce",
     "before_confirm",
     "after_shard_commit",
+    "before_head",
     "after_head",
 )
 _ENV = "EXACTLYONCE_CRASH_AT"

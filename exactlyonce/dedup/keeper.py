@@ -84,6 +84,17 @@ class CatalogKeeper:
         if removed:
             log.info("catalog: rolled back %d IDs of epochs above head %d", removed, head_epoch)
 
+    def attach(self) -> bool:
+        """Adopt the catalog as it is, rolling nothing back: for a driver process that only
+        advances heads (:meth:`after_head`) while another opened the catalog. False when there
+        is none."""
+        meta = self.catalog.meta()
+        if not meta:
+            return False
+        self.layout = Layout.from_meta(meta)
+        self.instance = meta["instance"]
+        return True
+
     def ensure(self, head_epoch: int) -> None:
         """Before an epoch: is the catalog still the one we opened?"""
         current = self.catalog.redis.hget(self.catalog.meta_key, "instance")

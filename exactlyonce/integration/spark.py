@@ -64,7 +64,25 @@ def session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("EXACTLYONCE_SPARK_LOG_LEVEL", "WARN"))
+    register_data_source(spark)
     return spark
+
+
+def register_data_source(spark: SparkSession) -> None:
+    """Make ``df.writeStream.format("exactlyonce")`` available in ``spark`` (the Python data
+    source of every sink: :mod:`exactlyonce.integration.datasource`). Needs pyspark 4.1+."""
+    try:
+        from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401
+    except ImportError:
+        import pyspark
+
+        raise RuntimeError(
+            f"format('exactlyonce') needs pyspark 4.1 or later (this is {pyspark.__version__}); "
+            "use foreachBatch(sink), or upgrade pyspark"
+        ) from None
+    from exactlyonce.integration.datasource import ExactlyOnceDataSource
+
+    spark.dataSource.register(ExactlyOnceDataSource)
 
 
 def _with_connectors(jars: str | None) -> str:

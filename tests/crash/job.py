@@ -5,6 +5,7 @@ Runs until every input file is committed (availableNow), then exits 0.
 
 from __future__ import annotations
 
+import json
 import os
 
 from exactlyonce.connectors import PostgresSink
@@ -23,6 +24,20 @@ def main() -> None:
     parser.add_argument("--id-from", default="columns", choices=["columns", "content"])
     args = parser.parse_args()
     spark = job_common.crash_session("crash-job", args.master)
+    if args.api == "format":
+        options = {
+            "sink": "postgres",
+            "dsn": os.environ["EXACTLYONCE_PG_DSN"],
+            "table": args.table,
+            "id_columns": "event_id",
+            "query_name": args.query_name,
+            "shards": str(args.shards),
+            "mode": args.mode,
+            "dedup": json.dumps({"expected_ids": 2_000, "on_catalog_loss": args.on_catalog_loss}),
+            "redis_url": os.environ["EXACTLYONCE_REDIS_URL"],
+        }
+        job_common.run_format_to_end(spark, args, options)
+        return
     sink = PostgresSink(
         os.environ["EXACTLYONCE_PG_DSN"],
         args.table,

@@ -30,6 +30,7 @@ def prepare(
     files: int = FILES,
     seed: int = 7,
     mode: str = "insert",
+    api: str = "foreachBatch",
 ) -> tuple[Job, Input]:
     data = make_input(tmp_path / "input", files=files, rows=150, seed=seed)
     from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -44,7 +45,7 @@ def prepare(
     sink = PostgresSink(pg_dsn, table, ["event_id"], table, mode=mode)  # type: ignore[arg-type]
     sink.preflight(schema)
     install_audit(pg, table)
-    return Job(tmp_path, table, pg_dsn, mode=mode), data
+    return Job(tmp_path, table, pg_dsn, mode=mode, extra_args=("--api", api)), data
 
 
 def verify(job: Job, data: Input, pg: psycopg.Connection[Any]) -> None:
@@ -97,4 +98,37 @@ def test_seeded_random_kills(
     job.kill_randomly(random.Random(seed), seed, runs=5, timeout=180)
     job.run_to_end()
     assert len(job.kills) >= 5, f"only {len(job.kills)} kills happened (seed {seed})"
+    verify(job, data, pg)
+
+
+# Spark's format API (format("exactlyonce"), insert mode only). No before_write in the driver
+# here: the point fires in the task, before its first row; before_head is the driver's commit,
+# before the head advances. One job is killed at every point in turn (one run per point, each
+# resuming the previous one's checkpoint), to keep the suite's time in check.
+FORMAT_POINTS = [
+    ("before_write", 2),
+    ("mid_copy", 3),
+    ("after_shard_commit", 4),
+    ("before_head", 5),
+]
+
+
+def test_format_api_kill_at_each_named_point(
+    tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=7, api="format")
+    job.kill_at_points(FORMAT_POINTS)
+    job.run_to_end()
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in FORMAT_POINTS]
+    verify(job, data, pg)
+
+
+def test_format_api_seeded_random_kills(
+    tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    seed = crash_seed()
+    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=10, seed=seed, api="format")
+    job.kill_randomly(random.Random(seed), seed, runs=3, timeout=180)
+    job.run_to_end()
+    assert len(job.kills) == 3, f"only {len(job.kills)} of 3 kills happened (seed {seed})"
     verify(job, data, pg)

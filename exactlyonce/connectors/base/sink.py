@@ -383,6 +383,27 @@ class ExactlyOnceSink(ABC):
         self._record(report)
         return report
 
+    # -- the same steps for a driver of the protocol other than foreachBatch -------------
+    # (exactlyonce.integration.datasource: Spark's data source API runs the tasks itself, and
+    # calls back on the driver to commit each epoch)
+
+    def start(
+        self, schema: StructType, query_id: str | None, default_shards: Callable[[], int]
+    ) -> Head:
+        """Preflight, read and check the head, open the catalog: what the first epoch after a
+        (re)start does. Call it once per query run, before any task writes."""
+        return self._start(schema, default_shards, query_id)
+
+    def task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
+        """The picklable task writer of ``epoch`` (see :meth:`_task_writer`); after
+        :meth:`start`, so that it carries the catalog the start opened."""
+        return self._task_writer(epoch, columns)
+
+    def commit_epoch(self, epoch: int, query_id: str | None) -> None:
+        """Advance the head to ``epoch``: only after every task of it succeeded (step 5)."""
+        self._advance_head(epoch, query_id)
+        crash_point("after_head", epoch)
+
     def _write_with_retries(
         self, write: Callable[[int, int], list[TaskResult]], epoch: int, head: Head
     ) -> list[TaskResult]:

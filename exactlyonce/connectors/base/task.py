@@ -123,6 +123,10 @@ class ShardTask(ABC):
         self.state = TaskStatus.NEW
         self.committed_before: set[int] = set()
         self.shards: set[int] = set()
+        # False on a path whose tasks are not shard-aligned (the Spark data source, see
+        # exactlyonce.integration.datasource): no marker is trusted or written, and every
+        # record's write must be idempotent by its ID.
+        self.shard_markers = True
 
     # -- what a sink provides ------------------------------------------------------------
 
@@ -175,7 +179,8 @@ class ShardTask(ABC):
         if batch.num_rows == 0:
             return
         if self.state is TaskStatus.NEW:
-            self.committed_before = self._open()
+            committed = self._open()
+            self.committed_before = committed if self.shard_markers else set()
             self.state = TaskStatus.OPEN
         self.shards.update(int(s) for s in pc.unique(batch.column(SHARD_COLUMN)).to_pylist())
         batch = self._drop_committed_shards(batch)
@@ -203,7 +208,8 @@ class ShardTask(ABC):
         if self.state is TaskStatus.NEW:
             return
         self.result.shards = sorted(self.shards)
-        self._commit(sorted(self.shards - self.committed_before))
+        new_shards = self.shards - self.committed_before if self.shard_markers else set()
+        self._commit(sorted(new_shards))
         self.state = TaskStatus.COMMITTED
         crash_point("after_shard_commit", self.epoch)
         if self.dedup is not None:
@@ -273,6 +279,18 @@ class ShardWriter(ABC, Generic[TargetT]):
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield self._task().run(batches).to_arrow()
+
+    def for_epoch(self, epoch: int) -> ShardWriter[TargetT]:
+        """The same writer for another epoch (a writer built before its epoch was known)."""
+        return type(self)(self.target, epoch)
+
+    def write_unaligned(self, batches: Iterator[pa.RecordBatch]) -> TaskResult:
+        """Write a task whose rows are NOT one shard's (Spark's data source API hands each
+        task the upstream plan's partition): shard markers are neither trusted nor written,
+        so the caller must only use this for writes that are idempotent by record ID."""
+        task = self._task()
+        task.shard_markers = False
+        return task.run(batches)
 
     @abstractmethod
     def _task(self) -> ShardTask:

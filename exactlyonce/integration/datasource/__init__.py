@@ -1,0 +1,61 @@
+"""Spark's format API for every exactly-once sink: ``df.writeStream.format("exactlyonce")``.
+
+Registered by :func:`exactlyonce.integration.spark.register_data_source` (which
+:func:`exactlyonce.integration.spark.session` calls)::
+
+    (df.writeStream.format("exactlyonce")
+       .option("sink", "postgres").option("dsn", dsn).option("table", "events")
+       .option("id_columns", "event_id").option("query_name", "clicks-to-pg")
+       .option("checkpointLocation", ckpt).start())
+
+The options are the sink's own settings, parsed by its one config model (:mod:`.options`).
+
+How this path keeps the invariants
+----------------------------------
+Spark's data source API hands each task the upstream plan's partition as it is: there is no
+repartition by record ID, and a re-run of an epoch may split its rows differently
+(SPARK-28650). The ``foreachBatch`` path's shard-commit markers say "this shard's rows are
+written"; here a shard's rows may sit in several tasks, so a marker would make a re-run skip
+rows an earlier attempt never wrote. This path therefore writes NO shard marker and trusts
+none; each task:
+
+- adds the record ID (invariant 5: the same MD5 of the key columns as the ``foreachBatch``
+  path; key columns must be strings or integers, whose text Python renders exactly as Spark
+  does) and the ID's catalog shard (``pmod(hash(id), shards)``, deterministic: the catalog's
+  Bloom filters and entries of an ID are always in the same shard);
+- refuses a head that another Spark checkpoint wrote (invariant 9: the task sees the Spark
+  query id; the driver's start also checks it when the checkpoint is a local path);
+- skips an epoch at or below the head the driver read at the query's start (step 1);
+- writes through the sink's own task writer (catalog check, dead letters, one transaction),
+  where a record written twice is a no-op in the destination itself;
+- marks IDs in the catalog only after its transaction committed (invariant 1; a catalog hit
+  is confirmed in Redis, never trusted from the Bloom filter alone: invariants 2 and 3).
+
+The driver's ``commit(messages, batch_id)`` runs only when every task succeeded; it advances
+the head (step 5: never from one task). ``abort`` leaves the head alone: the re-run writes
+the epoch again and every already-written record is a no-op.
+
+Per sink and mode:
+
+- PostgreSQL ``mode="insert"``: served. The unique index on ``record_id`` makes a second
+  write of an ID a no-op (COPY into a savepoint, else ``INSERT ... ON CONFLICT DO NOTHING``),
+  whatever task or attempt writes it; an AFTER INSERT trigger sees each record once.
+- PostgreSQL ``mode="append"``: refused (ConfigError naming ``mode``). Without a unique index
+  exactly-once rests on the shard markers and the catalog: a task that committed and died
+  before marking its IDs would have its rows written again by a differently split re-run.
+- PostgreSQL ``mode="upsert"``: refused (``mode``) for now: rows of one key in one epoch may
+  sit in several tasks, and the within-epoch rule (the row whose canonical form sorts last
+  wins) needs them in one task.
+- Kafka, Elasticsearch, Redis: refused (ConfigError naming ``sink``) for now. Kafka is
+  append-only and its transactional ids are per shard; Elasticsearch and Redis writes are
+  idempotent by key but their task writers and projections are not wired to this path yet.
+
+A lost catalog fails the epoch's tasks here (the ``foreachBatch`` path recovers between
+retries in its driver); the restarted query recovers it at its start, as ``foreachBatch`` does.
+"""
+
+from __future__ import annotations
+
+from exactlyonce.integration.datasource.source import NAME, ExactlyOnceDataSource
+
+__all__ = ["NAME", "ExactlyOnceDataSource"]
