@@ -8,7 +8,7 @@ its ``nodes.conf``; ``restart(..., empty=True)`` deletes its AOF first: the mast
 owning its slots with no data (a total loss of that master's shards).
 
 Use the session fixture ``redis_cluster`` (``from tests.redis_cluster import
-redis_cluster_fixture  # noqa: F401``): one cluster per session (per pytest-xdist worker),
+redis_cluster  # noqa: F401``): one cluster per session (per pytest-xdist worker),
 SIGKILLed at exit.
 """
 
@@ -110,9 +110,11 @@ class RedisClusterNodes:
         while True:
             states = []
             for port in self.ports:
-                with contextlib.suppress(redis.RedisError):
-                    with redis.Redis(host=HOST, port=port, socket_timeout=5) as r:
-                        states.append(r.cluster("info").get("cluster_state"))
+                with (
+                    contextlib.suppress(redis.RedisError),
+                    redis.Redis(host=HOST, port=port, socket_timeout=5) as r,
+                ):
+                    states.append(r.cluster("info").get("cluster_state"))
             if states == ["ok"] * len(self.ports):
                 return
             if time.monotonic() > deadline:
