@@ -57,9 +57,10 @@ def free_cluster_ports(n: int) -> list[int]:
 class RedisClusterNodes:
     """Three masters: start, join, SIGKILL and restart one, stop all."""
 
-    def __init__(self, directory: Path, ports: list[int]) -> None:
+    def __init__(self, directory: Path, ports: list[int], *, persistent: bool = True) -> None:
         self.dir = directory
         self.ports = ports
+        self.persistent = persistent
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         for port in ports:
             self._node_dir(port).mkdir(parents=True, exist_ok=True)
@@ -76,7 +77,8 @@ class RedisClusterNodes:
         argv = ["redis-server", "--port", str(port), "--bind", HOST, "--dir", str(node)]
         argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         argv += ["--cluster-node-timeout", "2000", "--save", ""]
-        argv += ["--appendonly", "yes", "--appendfsync", "always"]
+        if self.persistent:
+            argv += ["--appendonly", "yes", "--appendfsync", "always"]
         argv += ["--logfile", str(node / "redis.log")]
         self.procs[port] = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
