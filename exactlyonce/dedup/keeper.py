@@ -190,8 +190,8 @@ class CatalogKeeper:
                 )
 
     def usage(self, epoch: int) -> CatalogUsage | None:
-        """The catalog's live IDs and bytes with the head at ``epoch`` (one HGETALL); None
-        when Redis does not answer: it only informs the batch report."""
+        """The catalog's live IDs and bytes with the head at ``epoch`` (one pipelined HGETALL
+        per shard); None when Redis does not answer: it only informs the batch report."""
         assert self.layout is not None
         try:
             return self.catalog.usage(self.layout, epoch)
