@@ -413,10 +413,18 @@ def delete_redis_keys(url: str, pattern: str) -> int:
 
 
 def forget_catalog(sink: Any) -> None:
-    """Drop the keys of the sink's ID catalog, if it has one."""
+    """Drop the keys of the sink's ID catalog, if it has one (every shard's, on any master)."""
     config = getattr(sink, "dedup_config", None)
     if config is None:
         return
-    from exactlyonce.dedup.catalog import namespace
+    import redis
 
-    delete_redis_keys(config.redis_url, namespace(sink.query_name, sink.sink_name) + ":*")
+    from exactlyonce.dedup.catalog import RedisCatalog
+
+    catalog = RedisCatalog(config, sink.query_name, sink.sink_name)
+    try:
+        catalog.drop()
+    except redis.RedisError:
+        pass  # no Redis, no catalog to forget
+    finally:
+        catalog.close()

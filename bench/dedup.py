@@ -100,9 +100,7 @@ def task_path_rate(redis_url: str, ids: np.ndarray, dup_fraction: float) -> dict
 
 
 def _clear(catalog: RedisCatalog) -> None:
-    keys = list(catalog.redis.scan_iter(match=f"{catalog.prefix}*", count=10_000))
-    for i in range(0, len(keys), 10_000):
-        catalog.redis.unlink(*keys[i : i + 10_000])
+    catalog.drop()
 
 
 # -- end to end, streaming -----------------------------------------------------------------

@@ -18,25 +18,37 @@ class Held:
     keys: int  # every key of the catalog
 
 
-def generation_of(catalog: RedisCatalog, key: str) -> int | None:
-    """The generation of a bucket (``:c:s:g:b``) or filter (``:b:s:g``, ``:bv:s:g``) key."""
-    rest = key[len(catalog.prefix) + 1 :].split(":")
-    return int(rest[2]) if rest[0] in ("c", "b", "bv") else None
+def generation_of(key: str) -> int | None:
+    """The generation of a bucket (``<s>:c:g:b``) or filter (``<s>:b:g``, ``<s>:bv:g``) key."""
+    rest = key.rpartition("}:")[2].split(":")
+    return int(rest[1]) if rest[0] in ("c", "b", "bv") else None
+
+
+def catalog_keys(catalog: RedisCatalog) -> list[str]:
+    """Every key of the catalog (SCAN on every master of a cluster)."""
+    keys = catalog.keys
+    return sorted(
+        {
+            raw.decode()
+            for pattern in keys.patterns
+            for raw in catalog.redis.scan_iter(match=pattern, count=1000)
+            if keys.owns(raw.decode())
+        }
+    )
 
 
 def held(catalog: RedisCatalog, layout: Layout, epoch: int) -> Held:
     redis: Any = catalog.redis
     live = set(layout.live(epoch))
     ids = memory = total = count = 0
-    for raw in redis.scan_iter(match=catalog.keys.everything, count=1000):
-        key = raw.decode()
+    for key in catalog_keys(catalog):
         usage = int(redis.memory_usage(key) or 0)
         total += usage
         count += 1
-        gen = generation_of(catalog, key)
+        gen = generation_of(key)
         if gen is None or gen not in live:
             continue
         memory += usage
-        if key[len(catalog.prefix) + 1 :].startswith("c:"):
+        if key.rpartition("}:")[2].startswith("c:"):
             ids += int(redis.strlen(key)) // 16
     return Held(ids, memory, total, count)

@@ -9,9 +9,15 @@ All traffic is batched: one Lua call marks or looks up up to 200,000 IDs, groupe
 Every call checks ``instance`` first, so a Redis that restarted empty is detected (it answers
 CATALOG_LOST) instead of answering "never seen" for everything.
 
-The scripts that change the catalog keep per-generation usage counters in its stats hash, in
-the same atomic step (see :mod:`.scripts`); :meth:`RedisCatalog.usage` reads them with one
-HGETALL: the IDs the catalog can still recognise and the Redis memory they take.
+The scripts that change the catalog keep per-generation usage counters in each shard's stats
+hash, in the same atomic step (see :mod:`.scripts`); :meth:`RedisCatalog.usage` reads them
+(one HGETALL per shard, pipelined) and sums them: the IDs the catalog can still recognise and
+the Redis memory they take.
+
+Standalone Redis or Redis Cluster: the client (:func:`.config.connect_redis`) is redis-py's
+cluster client when the server says it is a cluster. Every script and MULTI touches the keys
+of one shard only (one slot); SCANs (drop, journals) run on every master, which redis-py's
+cluster ``scan_iter`` does; multi-key DEL/UNLINK are split per slot by the cluster client.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy.typing as npt
 
 from exactlyonce.dedup.bloom import BloomFilter, Ids
 from exactlyonce.dedup.config import DedupConfig
-from exactlyonce.dedup.keys import CatalogKeys, namespace
+from exactlyonce.dedup.keys import LAYOUT_VERSION, CatalogKeys, namespace
 from exactlyonce.dedup.layout import MAX_PER_CALL, Layout, buckets, pack_groups
 from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_UNMARK
 from exactlyonce.errors import CatalogLostError
@@ -123,30 +129,80 @@ class RedisCatalog:
         return {k.decode(): v.decode() for k, v in raw.items()}
 
     def create(self, layout: Layout) -> str:
-        """A new, empty catalog with a fresh instance id (after loss, or the first start)."""
+        """A new, empty catalog with a fresh instance id (after loss, or the first start).
+
+        Whatever is left of an earlier catalog is dropped first, so a new instance never
+        inherits keys (a cluster may lose one master's shards and keep the others). The shard
+        markers are written before meta: a crash in between leaves meta absent or naming
+        another instance, which the keeper reads as a lost catalog and creates again.
+        """
+        if self._leftovers(layout.shards):
+            self.drop()
         instance = uuid.uuid4().hex
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(self.keys.stats)
-        pipe.hset(self.keys.meta, mapping={"instance": instance, **layout.to_meta()})
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(layout.shards):
+            pipe.set(self.keys.marker(shard), instance)
         pipe.execute()
+        meta = {"instance": instance, "layout": LAYOUT_VERSION, **layout.to_meta()}
+        self.redis.hset(self.keys.meta, mapping=meta)
         return instance
 
+    def _leftovers(self, shards: int) -> bool:
+        """Whether meta or any shard marker exists (a shard's other keys live beside its
+        marker, on the same master, and are lost with it)."""
+        return self.redis.exists(self.keys.meta) > 0 or any(
+            marker is not None for marker in self.markers(shards)
+        )
+
+    def markers(self, shards: int) -> list[bytes | None]:
+        """Every shard's instance marker (one pipeline; per master on a cluster)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(shards):
+            pipe.get(self.keys.marker(shard))
+        return list(pipe.execute())
+
+    def holds_instance(self, instance: str, shards: int) -> bool:
+        """Whether meta and every shard marker name ``instance``: false after any loss, also
+        of one master of a cluster."""
+        current = self.redis.hget(self.keys.meta, "instance")
+        if current is None or current.decode() != instance:
+            return False
+        return all(m is not None and m.decode() == instance for m in self.markers(shards))
+
+    def stats(self, shards: int) -> dict[bytes, bytes]:
+        """The shards' usage counters, summed field by field (one HGETALL per shard)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(shards):
+            pipe.hgetall(self.keys.stats(shard))
+        total: dict[bytes, int] = {}
+        for counters in pipe.execute():
+            for name, value in counters.items():
+                total[name] = total.get(name, 0) + int(value)
+        return {name: str(value).encode() for name, value in total.items()}
+
     def usage(self, layout: Layout, epoch: int) -> CatalogUsage:
-        """The live generations' IDs and bytes at ``epoch``: one HGETALL of the counters."""
-        return CatalogUsage.from_stats(self.redis.hgetall(self.keys.stats), layout.live(epoch))
+        """The live generations' IDs and bytes at ``epoch``, from the shards' counters."""
+        return CatalogUsage.from_stats(self.stats(layout.shards), layout.live(epoch))
 
     def drop(self) -> int:
-        """Delete every key of this catalog (after a head reset); the number deleted. Only
-        the catalog's own (:attr:`CatalogKeys.patterns`): a Redis sink sharing the server
-        keeps its head and markers under the same prefix."""
-        keys = [
+        """Delete every key of this catalog, in either layout (after a head reset, before a
+        new instance); the number deleted. Only the catalog's own (:meth:`CatalogKeys.owns`):
+        a Redis sink sharing the server keeps its head and markers under the same prefix."""
+        keys = {
             key
             for pattern in self.keys.patterns
             for key in self.redis.scan_iter(match=pattern, count=1000)
-        ]
-        for i in range(0, len(keys), 1000):
-            self.redis.unlink(*keys[i : i + 1000])
+            if self.keys.owns(key.decode())
+        }
+        self.unlink(sorted(keys))
         return len(keys)
+
+    def unlink(self, keys: Sequence[Any]) -> int:
+        """UNLINK in batches (split per slot by the cluster client); the number deleted."""
+        deleted = 0
+        for i in range(0, len(keys), 10_000):
+            deleted += int(self.redis.unlink(*keys[i : i + 10_000]))
+        return deleted
 
     # -- lookups and marks (executor side) --------------------------------------------
 
@@ -155,16 +211,17 @@ class RedisCatalog:
     ) -> npt.NDArray[np.bool_]:
         """True for every ID the catalog holds in a live generation. Batched, exact.
 
-        Read-only. Raises :class:`CatalogLostError` if the catalog is not ``instance``.
+        Read-only. Raises :class:`CatalogLostError` if the shard is not ``instance``'s.
         """
         found = np.zeros(len(ids), dtype=bool)
+        marker = self.keys.marker(shard)
         for start in range(0, len(ids), self.config.chunk_ids):
             chunk = ids[start : start + self.config.chunk_ids]
             packed = pack_groups(chunk, layout.bucket_bits)
             hit = np.zeros(len(chunk), dtype=bool)
             for gen in layout.live(epoch):
-                base = self.keys.bucket_prefix(shard, gen)
-                flags = self._call(LUA_LOOKUP, [instance, base, packed.blob, packed.groups])
+                keys = [marker, *self._bucket_keys(shard, gen, packed.buckets)]
+                flags = self._call(LUA_LOOKUP, keys, [instance, packed.blob, packed.bounds])
                 hit |= np.frombuffer(flags, dtype=np.uint8) == ord("1")
             unsorted = np.zeros(len(chunk), dtype=bool)
             unsorted[packed.order] = hit
@@ -183,19 +240,23 @@ class RedisCatalog:
         if not len(ids):
             return
         gen = layout.gen(epoch)
-        base = self.keys.bucket_prefix(shard, gen)
+        fixed = [self.keys.marker(shard), self.keys.stats(shard)]
         for start in range(0, len(ids), self.config.chunk_ids):
             chunk = ids[start : start + self.config.chunk_ids]
             packed = pack_groups(chunk, layout.bucket_bits)
-            self._call(LUA_MARK, [instance, base, packed.blob, packed.groups, gen], stats=True)
+            keys = fixed + self._bucket_keys(shard, gen, packed.buckets)
+            self._call(LUA_MARK, keys, [instance, packed.blob, packed.bounds, gen])
         if journal:
             self.redis.append(self.keys.journal(shard, epoch), np.ascontiguousarray(ids).tobytes())
 
-    def _call(self, source: str, args: Sequence[Any], stats: bool = False) -> bytes:
-        """Run a script with the meta hash (and with ``stats``, the stats hash) as keys."""
+    def _bucket_keys(self, shard: int, gen: int, numbers: list[int]) -> list[Any]:
+        base = self.keys.bucket_prefix(shard, gen).encode()
+        return [base + b"%x" % n for n in numbers]
+
+    def _call(self, source: str, keys: list[Any], args: Sequence[Any]) -> bytes:
+        """Run a script on one shard's keys; CATALOG_LOST becomes :class:`CatalogLostError`."""
         import redis
 
-        keys = [self.keys.meta, self.keys.stats] if stats else [self.keys.meta]
         try:
             result: bytes = self._script(source)(keys=keys, args=args)
         except redis.ResponseError as exc:
@@ -215,8 +276,8 @@ class RedisCatalog:
         is marked, so it holds every ID the catalog holds for that generation.
         """
         gens = list(gens)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hget(self.keys.meta, "instance")
+        pipe = self.redis.pipeline(transaction=True)  # one shard: one slot
+        pipe.get(self.keys.marker(shard))
         for g in gens:
             pipe.get(self.keys.bloom_version(shard, g))
         got = pipe.execute()
@@ -246,27 +307,38 @@ class RedisCatalog:
         Idempotent in content (OR-ing twice changes nothing); the version grows every call.
         Callers merge before they :meth:`mark`, so the filter always covers the catalog.
         """
-        bloom, version = self.keys.bloom(shard, gen), self.keys.bloom_version(shard, gen)
-        args = [instance, bloom, version, self.keys.tmp(), delta.to_bytes(), gen]
-        return int(self._call(LUA_MERGE, args, stats=True))
+        keys = [self.keys.marker(shard), self.keys.stats(shard), self.keys.bloom(shard, gen)]
+        keys += [self.keys.bloom_version(shard, gen), self.keys.tmp(shard)]
+        return int(self._call(LUA_MERGE, keys, [instance, delta.to_bytes(), gen]))
 
     # -- driver-side maintenance -------------------------------------------------------
 
     def roll_back_above(self, layout: Layout, head_epoch: int) -> int:
         """Drop entries marked for epochs above the head (a restart re-runs those epochs).
 
-        Driver only, at (re)start. Deletes every journal it finds, rolled back or not; the
-        number of IDs removed from the buckets.
+        Driver only, at (re)start. Deletes every journal it finds (SCAN on every master),
+        rolled back or not; the number of IDs removed from the buckets.
         """
         removed = 0
-        for key in self.redis.scan_iter(match=self.keys.journals, count=1000):
-            shard, epoch = CatalogKeys.parse_journal(key.decode())
+        for raw in self.redis.scan_iter(match=self.keys.journals, count=1000):
+            found = self.keys.parse_journal(raw.decode())
+            if found is None:
+                continue
+            shard, epoch = found
             if epoch > head_epoch:
-                blob = self.redis.get(key) or b""
-                gen = layout.gen(epoch)
-                args = [self.keys.bucket_prefix(shard, gen), blob, layout.bucket_bits, gen]
-                removed += int(self._script(LUA_UNMARK)(keys=[self.keys.stats], args=args))
-            self.redis.delete(key)
+                blob = self.redis.get(raw) or b""
+                removed += self._unmark(layout, shard, layout.gen(epoch), blob)
+            self.redis.delete(raw)
+        return removed
+
+    def _unmark(self, layout: Layout, shard: int, gen: int, blob: bytes) -> int:
+        ids = np.frombuffer(blob, dtype=np.uint8).reshape(-1, 16)
+        removed = 0
+        for start in range(0, len(ids), self.config.chunk_ids):
+            packed = pack_groups(ids[start : start + self.config.chunk_ids], layout.bucket_bits)
+            keys = [self.keys.stats(shard), *self._bucket_keys(shard, gen, packed.buckets)]
+            args = [packed.blob, packed.bounds, gen]
+            removed += int(self._script(LUA_UNMARK)(keys=keys, args=args))
         return removed
 
     def forget_journals(self, shards: int, epoch: int) -> None:
@@ -283,20 +355,20 @@ class RedisCatalog:
             keys += [self.keys.bloom_version(s, gen) for s in range(layout.shards)]
             for s in range(layout.shards):
                 keys += [self.keys.bucket(s, gen, b) for b in range(1 << layout.bucket_bits)]
-            for i in range(0, len(keys), 10_000):
-                deleted += int(self.redis.unlink(*keys[i : i + 10_000]))
-        self._forget_counters(oldest_live)
+            deleted += self.unlink(keys)
+        self._forget_counters(layout.shards, oldest_live)
         return deleted
 
-    def _forget_counters(self, oldest_live: int) -> None:
-        """Drop the stats of every generation before ``oldest_live`` (after their keys)."""
-        names = [
-            name
-            for name in self.redis.hkeys(self.keys.stats)
-            if int(name.partition(b":")[2]) < oldest_live
-        ]
-        if names:
-            self.redis.hdel(self.keys.stats, *names)
+    def _forget_counters(self, shards: int, oldest_live: int) -> None:
+        """Drop every shard's stats of the generations before ``oldest_live`` (after their
+        keys)."""
+        for shard in range(shards):
+            key = self.keys.stats(shard)
+            names = [
+                name for name in self.redis.hkeys(key) if int(name.partition(b":")[2]) < oldest_live
+            ]
+            if names:
+                self.redis.hdel(key, *names)
 
     def memory_per_id(self, layout: Layout, epoch: int) -> float | None:
         """Redis bytes per live ID in this catalog (sampled with MEMORY USAGE)."""

@@ -13,14 +13,33 @@ from typing import Any
 from exactlyonce.dedup.bloom import Backend, BloomSpec
 from exactlyonce.errors import ConfigError
 
-__all__ = ["DedupConfig", "connect_redis"]
+__all__ = ["DedupConfig", "connect_redis", "is_cluster_node"]
 
 
 def connect_redis(url: str) -> Any:
-    """The catalog's client unless ``DedupConfig.connect`` says otherwise: redis-py."""
+    """The catalog's client unless ``DedupConfig.connect`` says otherwise: redis-py's
+    ``RedisCluster`` when the server at ``url`` is a Redis Cluster node (``INFO cluster``
+    says ``cluster_enabled:1``; any one node's URL will do, the client finds the others),
+    else ``Redis``. The same ``redis://`` / ``rediss://`` URL serves both."""
     import redis
 
-    return redis.Redis.from_url(url, socket_timeout=30)
+    single = redis.Redis.from_url(url, socket_timeout=30)
+    if not is_cluster_node(single):
+        return single
+    single.close()
+    from redis.cluster import RedisCluster
+
+    return RedisCluster.from_url(url, socket_timeout=30)
+
+
+def is_cluster_node(client: Any) -> bool:
+    """Whether ``client``'s server runs in cluster mode (False if INFO is refused)."""
+    import redis
+
+    try:
+        return int(client.info("cluster").get("cluster_enabled", 0)) == 1
+    except redis.ResponseError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -42,8 +61,9 @@ class DedupConfig:
     fixed when the catalog is created and kept after restarts.
 
     ``connect`` is the one seam to the catalog's Redis: it gets ``redis_url`` and returns a
-    redis-py-like client. None (the default) is ``redis.Redis.from_url(url,
-    socket_timeout=30)``. :mod:`exactlyonce.testing` passes an in-memory stand-in here; a
+    redis-py-like client. None (the default) is :func:`connect_redis`: ``redis.Redis``, or
+    ``redis.cluster.RedisCluster`` when ``redis_url`` names a Redis Cluster node.
+    :mod:`exactlyonce.testing` passes an in-memory stand-in here; a
     real deployment leaves it alone (it must be picklable to reach Spark's executors).
     """
 

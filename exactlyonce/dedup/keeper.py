@@ -22,9 +22,11 @@ import numpy.typing as npt
 from exactlyonce.dedup.bloom import ids_from_hex
 from exactlyonce.dedup.catalog import CatalogUsage, RedisCatalog
 from exactlyonce.dedup.config import DedupConfig
+from exactlyonce.dedup.keys import LAYOUT_VERSION
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.dedup.murmur3 import spark_shard
 from exactlyonce.dedup.shard import DedupPlan
+from exactlyonce.dedup.upgrade import upgrade_layout
 from exactlyonce.errors import CatalogLostError
 from exactlyonce.progress import Progress
 
@@ -71,15 +73,22 @@ class CatalogKeeper:
                 dropped,
             )
             meta = {}
+        why = "no catalog found for a query that has committed epochs"
+        if meta and meta.get("layout") != LAYOUT_VERSION:
+            meta = upgrade_layout(self.catalog, meta)
+            why = "the catalog was in layout 1, which a Redis Cluster cannot hold"
         if not meta:
             self.layout = Layout.plan(self.config, shards)
             if head_epoch < 0:
                 self.instance = self.catalog.create(self.layout)
                 return
-            self._recover(head_epoch, "no catalog found for a query that has committed epochs")
+            self._recover(head_epoch, why)
             return
         self.layout = Layout.from_meta(meta)
         self.instance = meta["instance"]
+        if not self.catalog.holds_instance(self.instance, self.layout.shards):
+            self._recover(head_epoch, "part of the catalog was lost (a master restarted empty?)")
+            return
         removed = self.catalog.roll_back_above(self.layout, head_epoch)
         if removed:
             log.info("catalog: rolled back %d IDs of epochs above head %d", removed, head_epoch)
@@ -96,9 +105,8 @@ class CatalogKeeper:
         return True
 
     def ensure(self, head_epoch: int) -> None:
-        """Before an epoch: is the catalog still the one we opened?"""
-        current = self.catalog.redis.hget(self.catalog.meta_key, "instance")
-        if current is None or current.decode() != self.instance:
+        """Before an epoch: is the catalog still the one we opened, on every shard?"""
+        if self.lost(raising=True):
             self._recover(head_epoch, "the catalog's Redis lost its data")
 
     def reachable(self) -> bool:
@@ -114,12 +122,17 @@ class CatalogKeeper:
         after :meth:`ensure` may succeed? Anything else is the caller's to raise."""
         return self.lost() or not self.reachable()
 
-    def lost(self) -> bool:
+    def lost(self, raising: bool = False) -> bool:
+        """Whether meta or any shard marker no longer names our instance (a Redis, or one
+        master of a cluster, lost its data). Unreachable is not lost: False, the caller
+        retries (or, with ``raising``, the error is raised)."""
+        assert self.instance is not None and self.layout is not None
         try:
-            current = self.catalog.redis.hget(self.catalog.meta_key, "instance")
+            return not self.catalog.holds_instance(self.instance, self.layout.shards)
         except Exception:
-            return False  # unreachable is not lost; the caller retries
-        return current is None or current.decode() != self.instance
+            if raising:
+                raise
+            return False
 
     def _recover(self, head_epoch: int, why: str) -> None:
         assert self.layout is not None
@@ -188,8 +201,8 @@ class CatalogKeeper:
                 )
 
     def usage(self, epoch: int) -> CatalogUsage | None:
-        """The catalog's live IDs and bytes with the head at ``epoch`` (one HGETALL); None
-        when Redis does not answer: it only informs the batch report."""
+        """The catalog's live IDs and bytes with the head at ``epoch`` (one pipelined HGETALL
+        per shard); None when Redis does not answer: it only informs the batch report."""
         assert self.layout is not None
         try:
             return self.catalog.usage(self.layout, epoch)

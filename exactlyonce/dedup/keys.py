@@ -1,21 +1,44 @@
-"""Names of the catalog's Redis keys, per (query, sink).
+"""Names of the catalog's Redis keys, per (query, sink) and per (query, sink, shard).
 
-All keys share one ``{hash tag}`` (:func:`namespace`), so a Redis Cluster keeps a query's keys
-together. Under the prefix ``<p>``:
+Layout 2 (this one) spreads a catalog over a Redis Cluster: each shard's keys share their own
+hash tag, so one shard's keys sit in one slot (a script may touch them together) and the
+shards spread over the masters. Two tags, from :func:`namespace`'s prefix ``<p>`` =
+``eo:{<query>:<digest>}``:
 
-``<p>:meta``                         HASH: ``instance`` (random, new whenever the catalog is
-                                     created), and the sizing fixed at creation
-``<p>:c:<shard>:<gen>:<bucket>``     STRING of 16-byte IDs, appended to (bucket in hex): about
-                                     17 bytes per live ID (a SET costs 80, a listpack HASH 25-45)
-``<p>:j:<shard>:<epoch>``            the IDs first marked in an epoch the head has not passed
-                                     yet (a journal), to roll them back on restart
-``<p>:b:<shard>:<gen>`` / ``:bv:``    the shard's Bloom filter for a generation, and its version
-``<p>:stats``                        HASH of usage counters per generation, kept by the scripts:
-                                     ``ids:<gen>`` IDs held, ``bytes:<gen>`` Redis memory of the
-                                     generation's bucket and filter keys (``MEMORY USAGE``)
-``<p>:tmp:<random>``                 a delta filter, only inside one MULTI
+- per query, one slot, tag ``{<query>:<digest>}``:
 
-The Redis sink builds its own keys under ``namespace(query, sink) + ":sink"``.
+  ``<p>:meta``       HASH: ``instance`` (random, new whenever the catalog is created), the
+                     sizing fixed at creation, and ``layout`` = ``2``
+
+- per (query, shard), one slot per shard, prefix ``<s>`` = ``eo:{<query>:<digest>:<shard>}``
+  (:meth:`CatalogKeys.shard_prefix`):
+
+  ``<s>:i``                 STRING: the instance this shard's keys belong to. Every script
+                            checks it (not meta: another slot), so a master that restarted
+                            empty answers CATALOG_LOST for exactly its own shards
+  ``<s>:c:<gen>:<bucket>``  STRING of 16-byte IDs, appended to (bucket in hex): about 17 bytes
+                            per live ID (a SET costs 80, a listpack HASH 25-45)
+  ``<s>:j:<epoch>``         the IDs first marked in an epoch the head has not passed yet (a
+                            journal), to roll them back on restart
+  ``<s>:b:<gen>`` / ``<s>:bv:<gen>``  the shard's Bloom filter for a generation, its version
+  ``<s>:stats``             HASH of the shard's usage counters per generation, kept by the
+                            scripts: ``ids:<gen>`` IDs held, ``bytes:<gen>`` Redis memory of the
+                            generation's bucket and filter keys. Readers sum them over shards
+  ``<s>:tmp:<random>``      a delta filter, only inside one script
+
+Every script names all of its keys in ``KEYS``, and they are all of one shard: the marker,
+the stats hash, the buckets or the filter (see :mod:`.scripts`), so Redis Cluster never
+answers CROSSSLOT. Nothing needs meta and a shard's keys in one atomic step: creation writes
+the shard markers before meta, and loss is detected per shard by the markers (the keeper
+reads meta and every marker before each epoch).
+
+Layout 1 (before Redis Cluster support) kept every key under ``<p>`` (one slot per query:
+``<p>:c:<shard>:<gen>:<bucket>``, ``<p>:j:<shard>:<epoch>``, ``<p>:b:...``, ``<p>:stats``)
+and its meta has no ``layout`` field. :mod:`.upgrade` renames such a catalog into this
+layout on a standalone Redis; on a cluster it is dropped and treated as lost.
+
+The Redis sink builds its own keys under ``namespace(query, sink) + ":sink"``; no pattern
+here matches them.
 """
 
 from __future__ import annotations
@@ -24,8 +47,13 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 
-__all__ = ["CatalogKeys", "namespace"]
+__all__ = ["LAYOUT_VERSION", "CatalogKeys", "namespace"]
+
+LAYOUT_VERSION = "2"
+SHARD_KINDS = ("i", "stats", "c", "j", "b", "bv", "tmp")
+OLD_KINDS = ("stats", "c", "j", "b", "bv", "tmp")  # layout 1, under the query's prefix
 
 
 def namespace(query_name: str, sink_name: str) -> str:
@@ -44,55 +72,92 @@ class CatalogKeys:
     def meta(self) -> str:
         return f"{self.prefix}:meta"
 
-    @property
-    def stats(self) -> str:
-        return f"{self.prefix}:stats"
+    def shard_prefix(self, shard: int) -> str:
+        """``eo:{<query>:<digest>:<shard>}``: the shard's own hash tag."""
+        return f"{self.prefix[:-1]}:{shard}}}"
+
+    def marker(self, shard: int) -> str:
+        return f"{self.shard_prefix(shard)}:i"
+
+    def stats(self, shard: int) -> str:
+        return f"{self.shard_prefix(shard)}:stats"
 
     def bucket_prefix(self, shard: int, gen: int) -> str:
-        return f"{self.prefix}:c:{shard}:{gen}:"
+        return f"{self.shard_prefix(shard)}:c:{gen}:"
 
     def bucket(self, shard: int, gen: int, bucket: int) -> str:
         return f"{self.bucket_prefix(shard, gen)}{bucket:x}"
 
     def journal(self, shard: int, epoch: int) -> str:
-        return f"{self.prefix}:j:{shard}:{epoch}"
+        return f"{self.shard_prefix(shard)}:j:{epoch}"
+
+    def bloom(self, shard: int, gen: int) -> str:
+        return f"{self.shard_prefix(shard)}:b:{gen}"
+
+    def bloom_version(self, shard: int, gen: int) -> str:
+        return f"{self.shard_prefix(shard)}:bv:{gen}"
+
+    def tmp(self, shard: int) -> str:
+        """A fresh, unique scratch key in the shard's slot."""
+        return f"{self.shard_prefix(shard)}:tmp:{uuid.uuid4().hex}"
+
+    # -- finding keys by SCAN (every master of a cluster) ------------------------------
 
     @property
     def journals(self) -> str:
-        """SCAN pattern of every journal key."""
-        return f"{self.prefix}:j:*"
+        """SCAN pattern of every journal key (filter the hits with :meth:`parse_journal`)."""
+        return f"{self._shard_glob}:j:*"
 
-    @staticmethod
-    def parse_journal(key: str) -> tuple[int, int]:
-        """(shard, epoch) of a journal key."""
-        _, _, shard, epoch = key.rsplit(":", 3)
-        return int(shard), int(epoch)
-
-    def bloom(self, shard: int, gen: int) -> str:
-        return f"{self.prefix}:b:{shard}:{gen}"
-
-    def bloom_version(self, shard: int, gen: int) -> str:
-        return f"{self.prefix}:bv:{shard}:{gen}"
-
-    def tmp(self) -> str:
-        """A fresh, unique scratch key."""
-        return f"{self.prefix}:tmp:{uuid.uuid4().hex}"
+    def parse_journal(self, key: str) -> tuple[int, int] | None:
+        """(shard, epoch) of one of this catalog's journal keys; None for any other key."""
+        found = self._shard_key.match(key)
+        if found is None or found["kind"] != "j":
+            return None
+        return int(found["shard"]), int(found["rest"])
 
     @property
     def everything(self) -> str:
-        """SCAN pattern of every key under the prefix (its glob characters escaped). It also
-        matches the Redis sink's own keys of the same (query, sink) (``<p>:sink:*``: its head,
-        markers, dead letters) when they share a Redis: never delete by it, see
-        :attr:`patterns`."""
+        """SCAN pattern of every key under the query's prefix (its glob characters escaped),
+        layout 1 included. It also matches the Redis sink's own keys of the same (query, sink)
+        (``<p>:sink:*``: its head, markers, dead letters) when they share a Redis: never
+        delete by it, see :attr:`patterns`. Shard keys match :attr:`shard_keys`."""
         return _glob_escaped(self.prefix) + ":*"
 
     @property
+    def shard_keys(self) -> str:
+        """SCAN pattern of every shard key (filter the hits with :meth:`owns`)."""
+        return f"{self._shard_glob}:*"
+
+    @property
     def patterns(self) -> list[str]:
-        """SCAN patterns of exactly this catalog's keys (meta, stats, buckets, journals,
-        filters, scratch), and of no key the Redis sink keeps under the same prefix."""
+        """SCAN patterns of this catalog's keys, in both layouts, and of no key the Redis sink
+        keeps under the same prefix. A shard pattern may match another query's keys whose
+        name extends this one's: keep only the hits :meth:`owns` accepts."""
         base = _glob_escaped(self.prefix)
-        names = ("meta", "stats", "c:*", "j:*", "b:*", "bv:*", "tmp:*")
-        return [f"{base}:{name}" for name in names]
+        old = [f"{base}:{kind}" if kind == "stats" else f"{base}:{kind}:*" for kind in OLD_KINDS]
+        return [f"{base}:meta", *old, self.shard_keys]
+
+    def owns(self, key: str) -> bool:
+        """Whether ``key`` is one of this catalog's keys (either layout), never a sink key."""
+        if self._shard_key.match(key):
+            return True
+        rest = key[len(self.prefix) + 1 :] if key.startswith(self.prefix + ":") else None
+        if rest is None:
+            return False
+        kind = rest.partition(":")[0]
+        return rest in ("meta", "stats") or (kind in OLD_KINDS and ":" in rest)
+
+    @property
+    def _shard_glob(self) -> str:
+        return f"{_glob_escaped(self.prefix[:-1])}:*}}"
+
+    @cached_property
+    def _shard_key(self) -> re.Pattern[str]:
+        kinds = "|".join(SHARD_KINDS)
+        return re.compile(
+            rf"{re.escape(self.prefix[:-1])}:(?P<shard>\d+)\}}:(?P<kind>{kinds})(?::(?P<rest>.*))?\Z",
+            re.DOTALL,
+        )
 
 
 def _glob_escaped(text: str) -> str:

@@ -104,15 +104,17 @@ def buckets(ids: Ids, bits: int) -> npt.NDArray[np.int64]:
 
 
 class Groups(NamedTuple):
-    """A batch of IDs packed for the mark and lookup scripts.
+    """A batch of IDs packed for the mark, lookup and unmark scripts.
 
-    ``blob``: the IDs sorted by bucket, 16 bytes each; ``groups``: (bucket, start, end) as
-    little-endian uint32 into that blob; ``order``: ``blob``'s position -> the batch index.
+    ``blob``: the IDs sorted by bucket, 16 bytes each; ``bounds``: (start, end) as
+    little-endian uint32 into that blob, one pair per group; ``buckets``: each group's bucket
+    (the script gets its key in ``KEYS``); ``order``: ``blob``'s position -> the batch index.
     """
 
     order: npt.NDArray[np.intp]
     blob: bytes
-    groups: bytes
+    bounds: bytes
+    buckets: list[int]
 
 
 def pack_groups(ids: Ids, bits: int) -> Groups:
@@ -131,5 +133,6 @@ def pack_groups(ids: Ids, bits: int) -> Groups:
         ]
         starts = np.array([lo for lo, _ in pieces], dtype=np.int64)
         ends = np.array([hi for _, hi in pieces], dtype=np.int64)
-    groups = np.column_stack((sorted_keys[starts], starts, ends)).astype("<u4")
-    return Groups(order, np.ascontiguousarray(ids[order]).tobytes(), groups.tobytes())
+    bounds = np.column_stack((starts, ends)).astype("<u4")
+    blob = np.ascontiguousarray(ids[order]).tobytes()
+    return Groups(order, blob, bounds.tobytes(), sorted_keys[starts].tolist() if len(ids) else [])

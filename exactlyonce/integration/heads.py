@@ -73,7 +73,7 @@ def catalog_state(sink: ExactlyOnceSink, head_epoch: int) -> dict[str, Any] | No
 
 
 def _catalog(config: DedupConfig, query_name: str, sink_name: str, epoch: int) -> dict[str, Any]:
-    """The catalog's meta and usage counters (HGETALL of two hashes)."""
+    """The catalog's meta and usage counters (meta, then the shards' counters summed)."""
     from exactlyonce.dedup.catalog import CatalogUsage, Layout, RedisCatalog
 
     catalog = RedisCatalog(config, query_name, sink_name)
@@ -82,7 +82,7 @@ def _catalog(config: DedupConfig, query_name: str, sink_name: str, epoch: int) -
         if not meta:
             return {"exists": False}
         layout = Layout.from_meta(meta)
-        stats = catalog.redis.hgetall(catalog.keys.stats)
+        stats = catalog.stats(layout.shards)
     finally:
         catalog.close()
     live = layout.live(epoch)

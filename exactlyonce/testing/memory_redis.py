@@ -212,6 +212,20 @@ class MemoryRedisClient:
 
     unlink = delete
 
+    def exists(self, *keys: Any) -> int:
+        return self._run(lambda: sum(encode(k) in self.server.data for k in keys))  # type: ignore[no-any-return]
+
+    def rename(self, key: Any, new: Any) -> bool:
+        def run() -> bool:
+            if encode(key) not in self.server.data:
+                import redis
+
+                raise redis.ResponseError("ERR no such key")
+            self.server.data[encode(new)] = self.server.data.pop(encode(key))
+            return True
+
+        return self._run(run)  # type: ignore[no-any-return]
+
     def keys(self, pattern: Any = "*") -> list[bytes]:
         regex = glob_regex(encode(pattern))
         return self._run(lambda: [k for k in self.server.data if regex.match(k)])  # type: ignore[no-any-return]

@@ -2,10 +2,11 @@
 
 Each twin reads and writes the server's key dict as its script does in Redis, step by step
 (see :data:`exactlyonce.dedup.scripts.LUA_MARK`, ``LUA_LOOKUP``, ``LUA_UNMARK`` and
-``LUA_MERGE``): the same instance check answering ``CATALOG_LOST``, the same packed groups of
-(bucket, start, end), the same buckets of 16-byte IDs matched only at multiples of 16, the
-same usage counters in the stats hash (with :func:`memory_usage` standing for Redis's
-``MEMORY USAGE``). A twin runs under the server's lock, so it is atomic as a script is.
+``LUA_MERGE``): the same instance check of the shard's marker answering ``CATALOG_LOST``, the
+same packed (start, end) groups with each group's bucket key in ``KEYS``, the same buckets of
+16-byte IDs matched only at multiples of 16, the same usage counters in the shard's stats hash
+(with :func:`memory_usage` standing for Redis's ``MEMORY USAGE``). A twin runs under the
+server's lock, so it is atomic as a script is.
 """
 
 from __future__ import annotations
@@ -28,20 +29,17 @@ def wrong_type() -> Exception:
     return redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
 
 
-def _check_instance(data: Data, meta_key: bytes, instance: bytes) -> None:
-    meta = data.get(meta_key)
-    if not isinstance(meta, dict) or meta.get(b"instance") != instance:
+def _check_instance(data: Data, marker_key: bytes, instance: bytes) -> None:
+    if data.get(marker_key) != instance:
         import redis
 
         raise redis.ResponseError("CATALOG_LOST")
 
 
-def _groups(packed: bytes) -> list[tuple[int, int, int]]:
-    return list(struct.iter_unpack("<III", packed))
-
-
-def _bucket_key(prefix: bytes, bucket: int) -> bytes:
-    return prefix + format(bucket, "x").encode()
+def _groups(bounds: bytes, bucket_keys: list[bytes]) -> list[tuple[bytes, int, int]]:
+    """(bucket key, start, end) per group: the keys come in ``KEYS``, the bounds packed."""
+    pairs = list(struct.iter_unpack("<II", bounds))
+    return [(key, s, e) for key, (s, e) in zip(bucket_keys, pairs, strict=True)]
 
 
 def _string(data: Data, key: bytes) -> bytes | None:
@@ -82,24 +80,23 @@ def holds(bucket: bytes, record_id: bytes) -> bool:
 def mark(data: Data, keys: list[bytes], args: list[bytes]) -> int:
     """LUA_MARK: append each group's IDs to its bucket; count them and the bytes."""
     _check_instance(data, keys[0], args[0])
-    prefix, blob = args[1], args[2]
+    blob = args[1]
     grown = 0
-    for bucket, start, end in _groups(args[3]):
-        key = _bucket_key(prefix, bucket)
+    for key, start, end in _groups(args[2], keys[2:]):
         before = memory_usage(data, key) or 0
         data[key] = (_string(data, key) or b"") + blob[start * ID : end * ID]
         grown += (memory_usage(data, key) or 0) - before
-    _count(data, keys[1], args[4], len(blob) // ID, grown)
+    _count(data, keys[1], args[3], len(blob) // ID, grown)
     return 1
 
 
 def lookup(data: Data, keys: list[bytes], args: list[bytes]) -> bytes:
     """LUA_LOOKUP: b'1' or b'0' per ID of the blob, in the blob's order."""
     _check_instance(data, keys[0], args[0])
-    prefix, blob = args[1], args[2]
+    blob = args[1]
     out = bytearray(b"0" * (len(blob) // ID))
-    for bucket_no, start, end in _groups(args[3]):
-        bucket = _string(data, _bucket_key(prefix, bucket_no))
+    for key, start, end in _groups(args[2], keys[1:]):
+        bucket = _string(data, key)
         for k in range(start, end):
             if bucket and holds(bucket, blob[k * ID : (k + 1) * ID]):
                 out[k] = ord("1")
@@ -107,31 +104,27 @@ def lookup(data: Data, keys: list[bytes], args: list[bytes]) -> bytes:
 
 
 def unmark(data: Data, keys: list[bytes], args: list[bytes]) -> int:
-    """LUA_UNMARK: remove the blob's IDs from their buckets; the number removed."""
-    prefix, blob, bits = args[0], args[1], int(args[2])
-    drop: dict[bytes, set[bytes]] = {}
-    for j in range(0, len(blob), ID):
-        record_id = blob[j : j + ID]
-        bucket = ((record_id[0] << 8) | record_id[1]) >> (16 - bits)
-        drop.setdefault(_bucket_key(prefix, bucket), set()).add(record_id)
+    """LUA_UNMARK: remove each group's IDs from its bucket; the number removed."""
+    blob = args[0]
     removed = grown = 0
-    for key, ids in drop.items():
+    for key, start, end in _groups(args[1], keys[1:]):
         held = _string(data, key)
         if held is None:
             continue
+        ids = {blob[k * ID : (k + 1) * ID] for k in range(start, end)}
         kept = [held[j : j + ID] for j in range(0, len(held), ID)]
         removed += sum(1 for i in kept if i in ids)
         before = memory_usage(data, key) or 0
         data[key] = b"".join(i for i in kept if i not in ids)
         grown += (memory_usage(data, key) or 0) - before
-    _count(data, keys[0], args[3], -removed, grown)
+    _count(data, keys[0], args[2], -removed, grown)
     return removed
 
 
 def merge(data: Data, keys: list[bytes], args: list[bytes]) -> int:
     """LUA_MERGE: OR the delta into the filter, bump its version; count the bytes."""
     _check_instance(data, keys[0], args[0])
-    bloom, version, delta = args[1], args[2], args[4]
+    bloom, version, delta = keys[2], keys[3], args[1]
     before = (memory_usage(data, bloom) or 0) + (memory_usage(data, version) or 0)
     held = _string(data, bloom) or b""
     size = max(len(held), len(delta))
@@ -142,7 +135,7 @@ def merge(data: Data, keys: list[bytes], args: list[bytes]) -> int:
     new_version = int(_string(data, version) or b"0") + 1
     data[version] = str(new_version).encode()
     after = (memory_usage(data, bloom) or 0) + (memory_usage(data, version) or 0)
-    _count(data, keys[1], args[5], 0, after - before)
+    _count(data, keys[1], args[2], 0, after - before)
     return new_version
 
 

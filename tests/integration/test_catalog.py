@@ -83,17 +83,26 @@ def test_generations_expire_after_the_retention_window(catalog: RedisCatalog) ->
             catalog.expire_before(layout, epoch)
     assert last_remembered >= catalog.config.retention_epochs, "kept for the whole window"
     assert not catalog.lookup(instance, layout, 0, 39, ids).any(), "then forgotten"
-    assert not catalog.redis.keys(f"{catalog.prefix}:c:0:0:*"), "expired keys are deleted"
+    assert not catalog.redis.keys(catalog.keys.bucket_prefix(0, 0) + "*"), "expired keys deleted"
 
 
 def test_a_catalog_that_lost_its_data_says_so(catalog: RedisCatalog) -> None:
-    layout = Layout.plan(catalog.config, 1)
+    layout = Layout.plan(catalog.config, 2)
     instance = catalog.create(layout)
-    catalog.redis.delete(catalog.meta_key)  # what a Redis restart without persistence does
+    assert catalog.holds_instance(instance, layout.shards)
+    # What a restart without persistence does to the shard's keys (on a cluster: the
+    # master holding shard 1 alone); the other shard still answers.
+    catalog.redis.delete(catalog.keys.marker(1))
     with pytest.raises(CatalogLostError):
-        catalog.lookup(instance, layout, 0, 1, random_ids(10))
+        catalog.lookup(instance, layout, 1, 1, random_ids(10))
     with pytest.raises(CatalogLostError):
-        catalog.mark(instance, layout, 0, 1, random_ids(10))
+        catalog.mark(instance, layout, 1, 1, random_ids(10))
+    with pytest.raises(CatalogLostError):
+        catalog.merge_bloom(instance, 1, 0, layout.bloom.empty())
+    with pytest.raises(CatalogLostError):
+        catalog.load_blooms(instance, layout, 1, [0], {})
+    assert not catalog.lookup(instance, layout, 0, 1, random_ids(10)).any()
+    assert not catalog.holds_instance(instance, layout.shards), "the keeper sees the loss"
 
 
 def test_redis_memory_per_live_id_is_at_most_64_bytes(catalog: RedisCatalog) -> None:

@@ -77,11 +77,12 @@ def test_a_remote_checkpoint_is_left_to_the_user(tmp_path: Path) -> None:
 def test_catalog_patterns_never_match_the_redis_sinks_keys_under_the_same_prefix() -> None:
     keys = CatalogKeys(namespace("q", "redis:stream:s"))
     sink_keys = [f"{keys.prefix}:sink:{k}" for k in ("head", "done:3", "streams", "dead-letters")]
-    mine = [keys.meta, keys.stats, keys.bucket(0, 1, 2), keys.journal(1, 4), keys.bloom(0, 1)]
-    mine += [keys.bloom_version(0, 1), keys.tmp()]
+    mine = [keys.meta, keys.stats(0), keys.bucket(0, 1, 2), keys.journal(1, 4), keys.bloom(0, 1)]
+    mine += [keys.bloom_version(0, 1), keys.tmp(3), keys.marker(2)]
+    mine += [f"{keys.prefix}:{old}" for old in ("stats", "c:0:1:2", "j:1:4", "b:0:1", "bv:0:1")]
 
     def matched(key: str) -> bool:
-        return any(fnmatch.fnmatchcase(key, p) for p in keys.patterns)
+        return any(fnmatch.fnmatchcase(key, p) for p in keys.patterns) and keys.owns(key)
 
     assert all(matched(k) for k in mine)
     assert not any(matched(k) for k in sink_keys)

@@ -2,35 +2,40 @@
 
 Each file is the exact text Redis runs (redis-py registers it by its SHA1), so a file starts
 with the blank line the scripts always had; comments about them live here, not in the Lua.
-Every script that takes the catalog's meta hash as ``KEYS[1]`` first checks its ``instance``
-against ``ARGV[1]`` and answers ``CATALOG_LOST`` on a mismatch: a Redis that restarted empty
-is never read as "nothing seen yet".
+
+Every script names every key it touches in ``KEYS``, and all of them are keys of ONE shard
+(one hash tag, one slot; see :mod:`..keys`), so a Redis Cluster routes the call to the master
+of that slot and never answers CROSSSLOT. Every script but the rollback takes the shard's
+instance marker (``<s>:i``) as ``KEYS[1]``, checks it against ``ARGV[1]`` and answers
+``CATALOG_LOST`` on a mismatch: a Redis (or one master) that restarted empty is never read as
+"nothing seen yet".
 
 The scripts that change the catalog also keep its usage counters, in the same atomic step:
-the stats hash (``<prefix>:stats``, see :mod:`..keys`) holds per generation ``ids:<gen>``
-(IDs held in its buckets) and ``bytes:<gen>`` (what Redis's ``MEMORY USAGE`` says its bucket
-and Bloom keys take, summed as the change of each key a script touches). The driver reads it
-with one HGETALL per batch; expiry deletes a generation's fields with its keys. Calling
-``MEMORY USAGE`` before writes in a script needs Redis 5 or later (scripts replicate their
-effects); it costs about a fifth of the mark rate (2.4-2.8M instead of 3.3-3.5M IDs/s, 50,000
-IDs per call in 2,048 buckets, measured on the local Redis 7.0).
+the shard's stats hash (``<s>:stats``) holds per generation ``ids:<gen>`` (IDs held in its
+buckets) and ``bytes:<gen>`` (what Redis's ``MEMORY USAGE`` says its bucket and Bloom keys
+take, summed as the change of each key a script touches). Readers sum the shards' hashes;
+expiry deletes a generation's fields with its keys. Calling ``MEMORY USAGE`` before writes in
+a script needs Redis 5 or later (scripts replicate their effects); it costs about a fifth of
+the mark rate (2.4-2.8M instead of 3.3-3.5M IDs/s, 50,000 IDs per call in 2,048 buckets,
+measured on the local Redis 7.0).
 
-- :data:`LUA_MARK` (``mark.lua``): ``KEYS = meta, stats``; ``ARGV = instance, bucket
-  prefix, blob, groups, generation``. Appends each group's IDs to its bucket; returns 1.
-  ``groups`` packs three little-endian uint32 per group: bucket, first and end index into
-  the blob of IDs sorted by bucket. One packed argument instead of three per bucket: redis-py
-  encodes every argument in Python, which cost more than the script (47 ms per 10k IDs).
-- :data:`LUA_LOOKUP` (``lookup.lua``): ``KEYS = meta``; ``ARGV = instance, bucket prefix,
-  blob, groups``; returns ``'1'`` or ``'0'`` per ID of the blob, in the blob's order. A bucket
-  is a string of 16-byte IDs, so a match counts only at a multiple of 16 (the ``holds`` helper
-  at the top of the file).
-- :data:`LUA_UNMARK` (``unmark.lua``): ``KEYS = stats``; ``ARGV = bucket prefix, blob, bucket
-  bits, generation``, no instance check (the driver's rollback). Removes the blob's IDs from
-  their buckets, the bucket computed from each ID's first two bytes; returns the number
-  removed.
-- :data:`LUA_MERGE` (``merge.lua``): ``KEYS = meta, stats``; ``ARGV = instance, filter key,
-  version key, scratch key, delta filter, generation``. ORs the delta into the shard's
-  persisted Bloom filter and increments its version; returns the new version.
+``bounds`` packs two little-endian uint32 per group of IDs of one bucket: first and end index
+into ``blob``, the IDs sorted by bucket (:func:`..layout.pack_groups`); group ``i`` (from 1)
+belongs to the bucket key right after the fixed keys. One packed argument instead of two per
+group: redis-py encodes every argument in Python (47 ms per 10k IDs with three per bucket).
+
+- :data:`LUA_MARK` (``mark.lua``): ``KEYS = marker, stats, bucket per group``; ``ARGV =
+  instance, blob, bounds, generation``. Appends each group's IDs to its bucket; returns 1.
+- :data:`LUA_LOOKUP` (``lookup.lua``): ``KEYS = marker, bucket per group``; ``ARGV =
+  instance, blob, bounds``; returns ``'1'`` or ``'0'`` per ID of the blob, in the blob's
+  order. A bucket is a string of 16-byte IDs, so a match counts only at a multiple of 16 (the
+  ``holds`` helper at the top of the file).
+- :data:`LUA_UNMARK` (``unmark.lua``): ``KEYS = stats, bucket per group``; ``ARGV = blob,
+  bounds, generation``, no instance check (the driver's rollback). Removes each group's IDs
+  from its bucket; returns the number removed.
+- :data:`LUA_MERGE` (``merge.lua``): ``KEYS = marker, stats, filter, version, scratch``;
+  ``ARGV = instance, delta filter, generation``. ORs the delta into the shard's persisted
+  Bloom filter and increments its version; returns the new version.
 
 The Python twins in :mod:`exactlyonce.testing.memory_scripts` are keyed by these constants.
 """

@@ -9,11 +9,11 @@ local function holds(bucket, id)
   end
 end
 
-if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
-local prefix = ARGV[2]; local blob = ARGV[3]; local groups = ARGV[4]; local out = {}
-for j = 1, #groups, 12 do
-  local b, s, e = struct.unpack('<I4I4I4', groups, j)
-  local bucket = redis.call('GET', prefix .. string.format('%x', b))
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
+local blob = ARGV[2]; local bounds = ARGV[3]; local out = {}
+for j = 1, #bounds, 8 do
+  local s, e = struct.unpack('<I4I4', bounds, j)
+  local bucket = redis.call('GET', KEYS[1 + (j + 7) / 8])
   for k = s + 1, e do
     out[k] = (bucket and holds(bucket, string.sub(blob, k * 16 - 15, k * 16))) and '1' or '0'
   end

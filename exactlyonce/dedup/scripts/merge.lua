@@ -1,11 +1,11 @@
 
-if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
-local bloom = ARGV[2]; local version = ARGV[3]; local tmp = ARGV[4]
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('CATALOG_LOST') end
+local bloom = KEYS[3]; local version = KEYS[4]; local tmp = KEYS[5]
 local before = (redis.call('MEMORY', 'USAGE', bloom) or 0) + (redis.call('MEMORY', 'USAGE', version) or 0)
-redis.call('SET', tmp, ARGV[5])
+redis.call('SET', tmp, ARGV[2])
 redis.call('BITOP', 'OR', bloom, bloom, tmp)
 redis.call('DEL', tmp)
 local v = redis.call('INCR', version)
 local after = redis.call('MEMORY', 'USAGE', bloom) + redis.call('MEMORY', 'USAGE', version)
-redis.call('HINCRBY', KEYS[2], 'bytes:' .. ARGV[6], after - before)
+redis.call('HINCRBY', KEYS[2], 'bytes:' .. ARGV[3], after - before)
 return v
