@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import os
 import socket
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
@@ -55,6 +57,9 @@ class DeadLetter:
     record_id: str | None
     error: str
     payload: str | None
+    # Set on a path without shard markers (ShardWriter.write_unaligned): the letter's
+    # identity, so that a re-run of the same Spark partition cannot write it twice.
+    key: str | None = None
 
 
 def writer_name() -> str:
@@ -127,6 +132,9 @@ class ShardTask(ABC):
         # exactlyonce.integration.datasource): no marker is trusted or written, and every
         # record's write must be idempotent by its ID.
         self.shard_markers = True
+        # With shard_markers False: the Spark partition, which keys each dead letter.
+        self.letter_scope: int | None = None
+        self._letter_counts: Counter[str] = Counter()
 
     # -- what a sink provides ------------------------------------------------------------
 
@@ -259,8 +267,23 @@ class ShardTask(ABC):
                 strict=True,
             )
         ]
+        self._send_dead_letters(letters)
+
+    def _send_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        """Write dead letters (keyed first on a path without shard markers) and count them."""
+        if self.letter_scope is not None:
+            letters = [replace(d, key=self._letter_key(d)) for d in letters]
         self._write_dead_letters(letters)
         self.result.dead_letters += len(letters)
+
+    def _letter_key(self, letter: DeadLetter) -> str:
+        """``<partition>:<digest of the letter>:<n>``, the n-th identical letter of the task:
+        the same for a re-run of the same partition (a task retry, or a restart over a source
+        whose partitions are deterministic, as files and Kafka are)."""
+        text = f"{letter.record_id}\0{letter.error}\0{letter.payload}"
+        digest = hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+        self._letter_counts[digest] += 1
+        return f"{self.letter_scope}:{digest}:{self._letter_counts[digest]}"
 
 
 def shards_of(batch: pa.RecordBatch) -> Any:
@@ -284,12 +307,14 @@ class ShardWriter(ABC, Generic[TargetT]):
         """The same writer for another epoch (a writer built before its epoch was known)."""
         return type(self)(self.target, epoch)
 
-    def write_unaligned(self, batches: Iterator[pa.RecordBatch]) -> TaskResult:
+    def write_unaligned(self, batches: Iterator[pa.RecordBatch], partition: int) -> TaskResult:
         """Write a task whose rows are NOT one shard's (Spark's data source API hands each
-        task the upstream plan's partition): shard markers are neither trusted nor written,
-        so the caller must only use this for writes that are idempotent by record ID."""
+        task the upstream plan's ``partition``): shard markers are neither trusted nor
+        written, so the caller must only use this for writes that are idempotent by record
+        ID; dead letters are keyed by the partition and their content instead."""
         task = self._task()
         task.shard_markers = False
+        task.letter_scope = partition
         return task.run(batches)
 
     @abstractmethod

@@ -12,7 +12,10 @@ Tables the sink keeps next to the target table, in the same schema:
     as the shard's rows; rows at or below the head are deleted when the head advances.
 ``exactlyonce_dead_letters``
     records that could not be written, with epoch, record ID, error and JSON payload; written
-    in the shard's transaction, so a re-run never doubles them.
+    in the shard's transaction, so a re-run never doubles them. On the ``format("exactlyonce")``
+    path (no shard markers) each letter also has a ``letter_key`` (the Spark partition, a
+    digest of the letter, and its count among identical letters of the task), unique per
+    (query, sink, epoch), so a re-run of the same partition writes none of them again.
 ``exactlyonce_tombstones``
     ``mode="upsert"`` with a ``tombstone_column`` only: one row per (target table, record ID)
     deleted, with the epoch of the delete, so a re-run of an older epoch cannot bring the key
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
 HEADS = "exactlyonce_heads"
 SHARD_COMMITS = "exactlyonce_shard_commits"
 DEAD_LETTERS = "exactlyonce_dead_letters"
+DEAD_LETTER_KEYS = "exactlyonce_dead_letters_key"  # the unique index on letter_key
+CONTROL_DDL_LOCK = 0x656F_6464  # pg_advisory_xact_lock key: one control-table DDL at a time
 TOMBSTONES = "exactlyonce_tombstones"
 
 
@@ -102,8 +107,17 @@ def control_tables_ddl(table: TableName, *, tombstones: bool = False) -> list[sq
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, query_name text NOT NULL, "
             "sink text NOT NULL, epoch bigint NOT NULL, shard integer, record_id text, "
-            "error text NOT NULL, payload text, created_at timestamptz NOT NULL DEFAULT now())"
+            "error text NOT NULL, payload text, created_at timestamptz NOT NULL DEFAULT now(), "
+            "letter_key text)"
         ).format(table.sibling(DEAD_LETTERS)),
+        # Tables made before letter_key existed get it here (NULL for every old letter).
+        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS letter_key text").format(
+            table.sibling(DEAD_LETTERS)
+        ),
+        # NULLs are distinct: letters of the foreachBatch path (no key) never conflict.
+        sql.SQL(
+            "CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} (query_name, sink, epoch, letter_key)"
+        ).format(sql.Identifier(DEAD_LETTER_KEYS), table.sibling(DEAD_LETTERS)),
     ]
     if tombstones:
         statements.append(

@@ -50,6 +50,7 @@ from exactlyonce.connectors.postgres import check as _check
 from exactlyonce.connectors.postgres import rewind
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.schema import (
+    CONTROL_DDL_LOCK,
     HEADS,
     SHARD_COMMITS,
     TableName,
@@ -142,6 +143,15 @@ class PostgresSink(ExactlyOnceSink):
 
     # -- connections -------------------------------------------------------------------
 
+    def _create_control_tables(self, conn: psycopg.Connection[Any], tombstones: bool) -> None:
+        """Create (or upgrade) the control tables in one transaction under an advisory lock:
+        two queries starting at once on a fresh schema would otherwise race in
+        ``CREATE TABLE IF NOT EXISTS`` (a unique violation in ``pg_type``)."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [CONTROL_DDL_LOCK])
+            for statement in control_tables_ddl(self.table, tombstones=tombstones):
+                conn.execute(statement)
+
     def _connect(self) -> psycopg.Connection[Any]:
         try:
             return psycopg.connect(
@@ -172,8 +182,7 @@ class PostgresSink(ExactlyOnceSink):
             if not schema_exists(conn, self.table.schema):
                 raise ConfigError("table", f"schema {self.table.schema!r} does not exist")
             tombstones = self.upsert is not None and self.upsert.tombstone_column is not None
-            for statement in control_tables_ddl(self.table, tombstones=tombstones):
-                conn.execute(statement)
+            self._create_control_tables(conn, tombstones)
             oid = regclass(conn, self.table)
             if oid is None:
                 if stored is None:

@@ -260,15 +260,15 @@ class PgShardTask(ShardTask):
         record = row.to_pylist()[0]
         payload = json.dumps(record, default=str, ensure_ascii=False)
         letter = DeadLetter(self.epoch, None, record.get(self.t.id_column), error, payload)
-        self._write_dead_letters([letter])
-        self.result.dead_letters += 1
+        self._send_dead_letters([letter])
 
     def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
         with self._conn.cursor() as cur:
             cur.executemany(
                 sql.SQL(
-                    "INSERT INTO {} (query_name, sink, epoch, shard, record_id, error, payload) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                    "INSERT INTO {} (query_name, sink, epoch, shard, record_id, error, payload, "
+                    "letter_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (query_name, sink, epoch, letter_key) DO NOTHING"
                 ).format(self.t.table.sibling(DEAD_LETTERS)),
                 [
                     (
@@ -279,6 +279,7 @@ class PgShardTask(ShardTask):
                         d.record_id,
                         d.error,
                         d.payload,
+                        d.key,
                     )
                     for d in letters
                 ],

@@ -127,7 +127,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             return EpochMessage(query_id, skipped=True)
         crash_point("before_write", epoch)
         batches = (started.columns.add(b, epoch) for b in iterator if b.num_rows)
-        result = started.writer.for_epoch(epoch).write_unaligned(batches)
+        result = started.writer.for_epoch(epoch).write_unaligned(batches, context.partitionId())
         return EpochMessage(query_id, skipped=False, result=result.__dict__)
 
     # -- the driver, per epoch ---------------------------------------------------------------
