@@ -30,6 +30,11 @@ none; each task:
   where a record written twice is a no-op in the destination itself;
 - marks IDs in the catalog only after its transaction committed (invariant 1; a catalog hit
   is confirmed in Redis, never trusted from the Bloom filter alone: invariants 2 and 3).
+- keys each dead letter by (Spark partition, digest of the letter, its count among identical
+  letters of the task), unique per (query, epoch) in the destination, so a task retry or a
+  re-run of the epoch writes none of them twice. Exact when the re-run splits the epoch into
+  the same partitions (task retries; file and Kafka sources); a source whose re-run splits
+  differently may leave an identical bad record lettered twice (never lost).
 
 The driver's ``commit(messages, batch_id)`` runs only when every task succeeded; it advances
 the head (step 5: never from one task). ``abort`` leaves the head alone: the re-run writes
