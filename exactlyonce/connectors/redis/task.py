@@ -185,8 +185,12 @@ class RedisShardTask(ShardTask):
         answers status 2 with the counts it recorded, never applying twice. Another attempt's
         markers (status 0) or a head past the epoch (-1) make it a no-op; the shards are then
         reported skipped. With no new shards it only drops what this attempt staged.
+
+        Without shard markers (the Spark data source path: tasks are not shard-aligned) the
+        script applies the records with no marker; a second apply of a hash or string record
+        writes the same value under the same key, a no-op in effect.
         """
-        if not new_shards:
+        if not new_shards and self.shard_markers:
             self._drop_staging()
             return
         script = self.r.register_script(lua.APPLY)

@@ -36,6 +36,7 @@ from exactlyonce.errors import CheckpointResetError
 from exactlyonce.faults import crash_point
 from exactlyonce.integration.datasource.options import checkpoint_location, sink_config
 from exactlyonce.integration.datasource.records import ProtocolColumns
+from exactlyonce.integration.datasource.shapes import sink_shape
 from exactlyonce.integration.datasource.support import check_stream, check_supported
 
 if TYPE_CHECKING:
@@ -102,11 +103,15 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         sink = build_sink(self.config)
         shards = self.config.shards or DEFAULT_SHARDS
         head = sink.start(schema, checkpoint_query_id(self.options), lambda: shards)
-        id_column, epoch_column = sink.id_column, getattr(sink, "epoch_column", "epoch")
+        shape = sink_shape(sink, schema)
         columns = ProtocolColumns(
-            tuple(self.config.id_columns or ()), id_column, epoch_column, head.num_shards
+            tuple(self.config.id_columns or ()),
+            sink.id_column,
+            shape.epoch_column,
+            head.num_shards,
+            shape.convert,
         )
-        writer = sink.task_writer(head.epoch, [*schema.names, id_column, epoch_column])
+        writer = sink.task_writer(head.epoch, shape.columns)
         assert isinstance(writer, ShardWriter)
         log.info("%s: started through format('exactlyonce'), head %s", sink, head)
         return Started(head, writer, columns)
