@@ -196,7 +196,7 @@ class RedisShardTask(ShardTask):
         script = self.r.register_script(lua.APPLY)
         keys, args = self._apply_keys(), self._apply_args(new_shards)
         try:
-            status, written, failed, stale, deleted = self._patient(
+            status, written, failed, stale, deleted, *unchanged = self._patient(
                 lambda: script(keys=keys, args=args)
             )
         except redis.ResponseError as exc:
@@ -207,6 +207,7 @@ class RedisShardTask(ShardTask):
         self.result.dead_letters += int(failed)
         self.result.stale += int(stale)
         self.result.deleted += int(deleted)
+        self.result.duplicates += sum(int(n) for n in unchanged)  # held by their keys already
         if int(status) <= 0:  # another attempt wrote these shards, and their dead letters
             self.result.dead_letters -= self.letters
             self.result.skipped_shards = sorted(set(self.result.skipped_shards) | set(new_shards))
@@ -242,6 +243,7 @@ class RedisShardTask(ShardTask):
             "upsert": self.t.upsert is not None,
             "tomb": self.t.tombstone_prefix,
             "ekey": self.t.epoch_prefix,
+            "unaligned": not self.shard_markers,
         }
         return [
             self.epoch,
