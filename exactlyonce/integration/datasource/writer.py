@@ -10,8 +10,9 @@ Who calls what (pyspark 4.1+, ``DataSourceStreamArrowWriter``):
 - :meth:`write` runs in each task. Its epoch and Spark query id are the task's local
   properties (``streaming.sql.batchId``, ``sql.streaming.queryId``). It refuses a head
   another checkpoint wrote (invariant 9), skips an epoch at or below the head read at start,
-  else adds the protocol's columns and writes through the sink's own task writer with no
-  shard marker (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`).
+  else adds the protocol's columns, shapes the rows as the sink's projection does
+  (:mod:`.shapes`), and writes through the sink's own task writer with no shard marker
+  (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`).
 - :meth:`commit` (every task succeeded) and :meth:`abort` run in a new Python process on the
   driver per epoch, on a writer Spark builds anew (never pickled): commit advances the head,
   abort leaves it alone.
