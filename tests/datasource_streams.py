@@ -14,6 +14,7 @@ from exactlyonce.integration.spark import start_stream
 # Text Spark and Python could write differently: quotes, a backslash, a control character,
 # non-ASCII, an empty string.
 AWKWARD = ['é "q"', "a\\b", "tab\there\x01", "", "日本", "x/y"]
+RICH_SCHEMA = "event_id STRING, amount BIGINT, action STRING, ok BOOLEAN"
 
 
 def start_format(spark: Any, source: Path, checkpoint: Path, schema: str, **options: str) -> Any:
@@ -24,6 +25,17 @@ def start_format(spark: Any, source: Path, checkpoint: Path, schema: str, **opti
     return writer.trigger(availableNow=True).start()
 
 
+def through_both_paths(
+    spark: Any, workdir: Path, sink: ExactlyOnceSink, options: dict[str, str], seed: int
+) -> None:
+    """The same rich input (:func:`make_rich_input`) through ``foreachBatch(sink)`` and
+    through format("exactlyonce") with ``options``, each to its end."""
+    source = workdir / "in"
+    make_rich_input(source, files=2, rows=80, seed=seed)
+    start_foreach(spark, source, workdir / "ck-fb", RICH_SCHEMA, sink).awaitTermination()
+    start_format(spark, source, workdir / "ck", RICH_SCHEMA, **options).awaitTermination()
+
+
 def start_foreach(
     spark: Any, source: Path, checkpoint: Path, schema: str, sink: ExactlyOnceSink
 ) -> Any:
@@ -31,10 +43,15 @@ def start_foreach(
     return start_stream(df, sink, str(checkpoint), available_now=True)
 
 
-def lose_spark_commit(checkpoint: Path, epoch: int) -> None:
-    """Spark's commit log loses ``epoch``: a crash after the head moved, before Spark's commit."""
+def rerun_after_losing_commit(
+    spark: Any, source: Path, checkpoint: Path, schema: str, epoch: int, **options: str
+) -> None:
+    """Spark's commit log loses ``epoch`` (a crash after the head moved, before Spark's
+    commit); the restarted query runs it again, to the end."""
     for name in (str(epoch), f".{epoch}.crc"):
         (checkpoint / "commits" / name).unlink(missing_ok=True)
+    start_format(spark, source, checkpoint, schema, **options).awaitTermination()
+    assert (checkpoint / "commits" / str(epoch)).exists(), f"Spark re-ran epoch {epoch}"
 
 
 def make_rich_input(directory: Path, files: int, rows: int, seed: int) -> set[str]:
@@ -60,6 +77,3 @@ def make_rich_input(directory: Path, files: int, rows: int, seed: int) -> set[st
             "\n".join(json.dumps(line) for line in lines) + "\n"
         )
     return seen
-
-
-RICH_SCHEMA = "event_id STRING, amount BIGINT, action STRING, ok BOOLEAN"

@@ -20,10 +20,10 @@ from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.dedup.ids import record_id
 from tests.datasource_streams import (
     RICH_SCHEMA,
-    lose_spark_commit,
     make_rich_input,
-    start_foreach,
+    rerun_after_losing_commit,
     start_format,
+    through_both_paths,
 )
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 
@@ -73,10 +73,7 @@ def test_writes_every_record_once_and_a_rerun_epoch_is_skipped(
     head = ElasticsearchSink(es.url, index, ["event_id"], index, check=False).head()
     assert head is not None and (head.epoch, head.spark_query_id) == (2, str(query.id))
 
-    lose_spark_commit(tmp_path / "ck", 2)
-    query = start_format(spark, tmp_path / "in", tmp_path / "ck", RICH_SCHEMA, **options)
-    query.awaitTermination()
-    assert (tmp_path / "ck" / "commits" / "2").exists(), "Spark re-ran epoch 2"
+    rerun_after_losing_commit(spark, tmp_path / "in", tmp_path / "ck", RICH_SCHEMA, 2, **options)
     assert_written_once(es, index, event_ids)
     assert sum(letters(es, index).values()) == 3
 
@@ -84,12 +81,9 @@ def test_writes_every_record_once_and_a_rerun_epoch_is_skipped(
 def test_documents_match_the_foreachbatch_path(
     spark: Any, tmp_path: Path, es: EsHandle, index: str
 ) -> None:
-    make_rich_input(tmp_path / "in", files=2, rows=80, seed=12)
     through_sink = f"{index}-fb"
     sink = ElasticsearchSink(es.url, through_sink, ["event_id"], through_sink, shards=3)
-    start_foreach(spark, tmp_path / "in", tmp_path / "ck-fb", RICH_SCHEMA, sink).awaitTermination()
-    options = es_options(es, index)
-    start_format(spark, tmp_path / "in", tmp_path / "ck", RICH_SCHEMA, **options).awaitTermination()
+    through_both_paths(spark, tmp_path, sink, es_options(es, index), seed=12)
     expected = es.docs(through_sink)
     assert len(expected) > 50
     assert es.docs(index) == expected

@@ -18,10 +18,10 @@ import pytest
 from exactlyonce.connectors.redis import RedisSink
 from tests.datasource_streams import (
     RICH_SCHEMA,
-    lose_spark_commit,
     make_rich_input,
-    start_foreach,
+    rerun_after_losing_commit,
     start_format,
+    through_both_paths,
 )
 from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
 
@@ -80,10 +80,7 @@ def test_writes_every_record_once_and_a_rerun_epoch_is_skipped(
     head = sink.head()
     assert head is not None and (head.epoch, head.spark_query_id) == (2, str(query.id))
 
-    lose_spark_commit(tmp_path / "ck", 2)
-    query = start_format(spark, tmp_path / "in", tmp_path / "ck", RICH_SCHEMA, **options)
-    query.awaitTermination()
-    assert (tmp_path / "ck" / "commits" / "2").exists(), "Spark re-ran epoch 2"
+    rerun_after_losing_commit(spark, tmp_path / "in", tmp_path / "ck", RICH_SCHEMA, 2, **options)
     assert sink_redis.write_counts("HSET", f"{unique_name}:") == expected
     assert sum(letters(sink_redis, unique_name).values()) == 3
 
@@ -93,13 +90,10 @@ def test_keys_and_values_match_the_foreachbatch_path(
     spark: Any, tmp_path: Path, sink_redis: SinkRedis, unique_name: str, write: str
 ) -> None:
     """String writes' template names ``action`` too: a null one makes a bad record."""
-    make_rich_input(tmp_path / "in", files=2, rows=80, seed=22)
     fb = f"{unique_name}fb"
     template = TEMPLATES[write].format(name=fb)
     sink = RedisSink(sink_redis.url, template, ["event_id"], query_name=fb, write=write, shards=3)  # type: ignore[arg-type]
-    start_foreach(spark, tmp_path / "in", tmp_path / "ck-fb", RICH_SCHEMA, sink).awaitTermination()
-    options = redis_options(sink_redis, unique_name, write)
-    start_format(spark, tmp_path / "in", tmp_path / "ck", RICH_SCHEMA, **options).awaitTermination()
+    through_both_paths(spark, tmp_path, sink, redis_options(sink_redis, unique_name, write), 22)
     expected = stored(sink_redis, fb, write)
     assert len(expected) > 40
     assert stored(sink_redis, unique_name, write) == expected
