@@ -13,7 +13,7 @@ from exactlyonce.integration.spark import start_stream
 
 # Text Spark and Python could write differently: quotes, a backslash, a control character,
 # non-ASCII, an empty string.
-AWKWARD = ['é "q"', "a\\b", "tab\there\x01", "", "日本", "x/y"]
+AWKWARD = ['é "q"', "a\\b", "tab\there\x01\x1f", "", "日本", "x/y"]
 RICH_SCHEMA = "event_id STRING, amount BIGINT, action STRING, ok BOOLEAN"
 
 

@@ -125,10 +125,11 @@ def test_sinks_idempotent_by_key_are_served(options: dict[str, str]) -> None:
     check_supported(sink_config({**options, "id_columns": "event_id", "query_name": "q"}))
 
 
-def test_json_like_spark_escapes_as_jackson_does() -> None:
-    record = {"s": 'é "q" \\u0001 \x01\n\t', "n": -5, "b": True, "z": None}
+def test_json_like_spark_writes_what_spark_to_json_writes() -> None:
+    """Spark 4.1's to_json (Jackson) writes "\\x1f" as '\\u001F': upper-case hex, unlike Python."""
+    record = {"s": 'é "q" \\u001f \x01\x1f\n\t', "n": -5, "b": True, "z": None}
     assert json_like_spark(record) == (
-        '{"s":"é \\"q\\" \\\\u0001 \\u0001\\n\\t","n":-5,"b":true,"z":null}'
+        '{"s":"é \\"q\\" \\\\u001f \\u0001\\u001F\\n\\t","n":-5,"b":true,"z":null}'
     )
 
 
