@@ -6,7 +6,9 @@ Takes the arguments of tests/crash/job.py (``--table`` names the index) plus ``-
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
 from tests.crash import job_common
@@ -23,6 +25,22 @@ def main() -> None:
     args = parser.parse_args()
     spark = job_common.crash_session("es-crash-job", args.master)
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+    if args.api == "format":
+        options = {
+            "sink": "elasticsearch",
+            "hosts": args.es_url,
+            "index": args.table,
+            "id_columns": "event_id",
+            "query_name": args.query_name,
+            "op_type": "index" if args.mode == "index" else "create",
+            "shards": str(args.shards),
+            "dedup": json.dumps({"expected_ids": 2_000}),
+            "redis_url": os.environ["EXACTLYONCE_REDIS_URL"],
+            "max_retries": "6",
+            "bulk_max_actions": "50",
+        }
+        job_common.run_format_to_end(spark, args, options)
+        return
     sink = ElasticsearchSink(
         args.es_url,
         args.table,

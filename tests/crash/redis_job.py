@@ -6,6 +6,7 @@ command line. Runs until every input file is committed (availableNow), then exit
 
 from __future__ import annotations
 
+import json
 import os
 
 from exactlyonce.connectors.redis import RedisSink
@@ -26,6 +27,21 @@ def main() -> None:
     parser.add_argument("--pipeline-size", type=int, default=16)
     args = parser.parse_args()
     spark = job_common.crash_session("redis-crash-job", args.master)
+    if args.api == "format":
+        options = {
+            "sink": "redis",
+            "url": os.environ["EXACTLYONCE_SINK_REDIS_URL"],
+            "key_template": key_template(args.query_name, args.write),
+            "write": args.write,
+            "id_columns": "event_id",
+            "query_name": args.query_name,
+            "shards": str(args.shards),
+            "pipeline_size": str(args.pipeline_size),
+            "dedup": json.dumps({"expected_ids": 2_000}),
+            "redis_url": os.environ["EXACTLYONCE_REDIS_URL"],
+        }
+        job_common.run_format_to_end(spark, args, options)
+        return
     sink = RedisSink(
         os.environ["EXACTLYONCE_SINK_REDIS_URL"],
         key_template(args.query_name, args.write),

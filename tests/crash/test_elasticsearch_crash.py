@@ -109,3 +109,22 @@ def test_seeded_random_kills_with_429s_and_a_lost_bulk_reply(
     job.run_to_end(timeout=300)
     assert len(job.kills) >= 2, f"only {len(job.kills)} kills happened (seed {seed})"
     verify(job, data, es)
+
+
+# Spark's format API (format("exactlyonce")): no shard markers on this path, so a task killed
+# after its last bulk, before its IDs reached the catalog, is re-run whole: every re-sent
+# `create` must be a 409, never a second write; mid_bulk leaves a task half-written. One job,
+# killed at each point in turn: two JVM restarts, for the suite's time.
+FORMAT_POINTS = [("mid_bulk", 1), ("after_shard_commit", 2)]
+
+
+def test_format_api_kill_at_each_named_point(
+    tmp_path: Path, services: dict[str, str], es: EsHandle, index: str
+) -> None:
+    job, data = prepare(tmp_path, es, index, files=6, seed=31)
+    assert data.null_keys == 1, "the last file holds a null key: a dead letter"
+    job.extra_args = ("--api", "format")
+    job.kill_at_points(FORMAT_POINTS, timeout=240)
+    job.run_to_end(timeout=300)
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in FORMAT_POINTS]
+    verify(job, data, es)

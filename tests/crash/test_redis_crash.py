@@ -184,3 +184,23 @@ def event_ids(data: Input) -> set[str]:
     found = {f"e{n}" for n in range(data.records) if record_id([f"e{n}"]) in data.expected_ids}
     assert len(found) == len(data.expected_ids)
     return found
+
+
+# Spark's format API (format("exactlyonce"), hash writes): no shard markers on this path, so a
+# task killed after its apply script, before its IDs reached the catalog, is re-run whole; the
+# apply script must then skip every key that holds its record already (the AOF would show a
+# second HSET), and one killed in the driver's commit before the head (the re-run meets the
+# catalog). One job, killed at each point in turn: two JVM restarts, for the suite's time.
+FORMAT_POINTS = [("after_shard_commit", 1), ("before_head", 2)]
+
+
+def test_format_api_kill_at_each_named_point(
+    tmp_path: Path, sink_redis: SinkRedis, unique_name: str
+) -> None:
+    data = make_input(tmp_path / "input", files=6, rows=120, seed=31)
+    assert data.null_keys == 1, "the last file holds a null key: a dead letter"
+    job = RedisJob(tmp_path, unique_name, sink_redis.url, extra_args=("--api", "format"))
+    job.kill_at_points(FORMAT_POINTS, timeout=240)
+    job.run_to_end(timeout=300)
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in FORMAT_POINTS]
+    verify(job, data, sink_redis, "hash")

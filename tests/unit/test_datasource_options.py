@@ -5,7 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from exactlyonce.connectors.base.columns import ERROR_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.projection import json_like_spark
+from exactlyonce.connectors.redis.projection import project_arrow
+from exactlyonce.connectors.redis.task import VALUE_COLUMN
+from exactlyonce.connectors.redis.template import KeyTemplate
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.dedup.murmur3 import spark_shard
 from exactlyonce.errors import ConfigError
@@ -45,6 +49,49 @@ def test_a_bad_option_is_named_and_no_secret_shown(option: str, value: str) -> N
         ({"mode": "append"}, "mode"),
         ({"mode": "upsert"}, "mode"),
         ({"id_columns": None, "id_from": "content"}, "id_from"),
+        (
+            {
+                "sink": "kafka",
+                "dsn": None,
+                "table": None,
+                "bootstrap_servers": "k:9092",
+                "topic": "t",
+            },
+            "sink",
+        ),
+        (
+            {
+                "sink": "redis",
+                "dsn": None,
+                "table": None,
+                "url": "redis://r",
+                "key_template": "k:{event_id}",
+                "write": "stream",
+            },
+            "write",
+        ),
+        (
+            {
+                "sink": "redis",
+                "dsn": None,
+                "table": None,
+                "url": "redis://r",
+                "key_template": "k:{event_id}",
+                "mode": "upsert",
+            },
+            "mode",
+        ),
+        (
+            {
+                "sink": "elasticsearch",
+                "dsn": None,
+                "table": None,
+                "hosts": "http://es:9200",
+                "index": "i",
+                "mode": "upsert",
+            },
+            "mode",
+        ),
     ],
 )
 def test_modes_this_path_cannot_serve_are_refused(options: dict[str, str], field: str) -> None:
@@ -64,3 +111,46 @@ def test_task_columns_match_the_foreachbatch_ids_and_shards() -> None:
     shards = out.column(SHARD_COLUMN).to_pylist()
     assert [shards[0], shards[2]] == expected
     assert out.column(ERROR_COLUMN).to_pylist() == [None, "null key column(s): event_id", None]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"sink": "elasticsearch", "hosts": "http://es:9200", "index": "i"},
+        {"sink": "redis", "url": "redis://r", "key_template": "k:{event_id}"},
+        {"sink": "redis", "url": "redis://r", "key_template": "k:{event_id}", "write": "string"},
+    ],
+)
+def test_sinks_idempotent_by_key_are_served(options: dict[str, str]) -> None:
+    check_supported(sink_config({**options, "id_columns": "event_id", "query_name": "q"}))
+
+
+def test_json_like_spark_writes_what_spark_to_json_writes() -> None:
+    """Spark 4.1's to_json (Jackson) writes "\\x1f" as '\\u001F': upper-case hex, unlike Python."""
+    record = {"s": 'é "q" \\u001f \x01\x1f\n\t', "n": -5, "b": True, "z": None}
+    assert json_like_spark(record) == (
+        '{"s":"é \\"q\\" \\\\u001f \\u0001\\u001F\\n\\t","n":-5,"b":true,"z":null}'
+    )
+
+
+def test_redis_arrow_projection_text_and_bad_records() -> None:
+    batch = pa.record_batch(
+        {"event_id": ["a", "b", None], "n": [1, None, 3], "ok": [True, False, None]}
+    )
+    rows = ProtocolColumns(("event_id",), "record_id", "epoch", 4).add(batch, 2)
+    template = KeyTemplate.parse("p:{event_id}:{n}")
+    out = project_arrow(rows, ("event_id", "n", "ok"), template, "string", "record_id", "epoch")
+    assert out.schema.names == [
+        "event_id", "n", "record_id", "epoch", VALUE_COLUMN,
+        ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN,
+    ]  # fmt: skip
+    assert out.column("n").to_pylist() == ["1", None, "3"]
+    assert out.column(VALUE_COLUMN).to_pylist()[0] == '{"event_id":"a","n":1,"ok":true}'
+    assert out.column(ERROR_COLUMN).to_pylist() == [
+        None,
+        "null key template column(s): n",
+        "null key column(s): event_id",
+    ]
+    assert out.column(PAYLOAD_COLUMN).to_pylist()[1] == '{"event_id":"b","n":null,"ok":false}'
+    hashed = project_arrow(rows, ("event_id", "n", "ok"), template, "hash", "record_id", "epoch")
+    assert hashed.column("ok").to_pylist() == ["true", "false", None]

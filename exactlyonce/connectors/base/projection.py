@@ -3,7 +3,9 @@ without a key the dead-letter reason and payload. Spark computes them in the exe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+import json
+import re
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN
@@ -56,3 +58,16 @@ class ExpressionMemo:
                 self._built.clear()
             self._built[key] = build()
         return cast("T", self._built[key])
+
+
+# Python's json writes a control character's escape in lower-case hex, Spark's (Jackson) in
+# upper case; an escaped backslash before "u00" is text, not an escape.
+_LOWER_HEX_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u00([0-9a-f]{2})")
+
+
+def json_like_spark(record: Mapping[str, Any]) -> str:
+    """``record`` as Spark's ``to_json(struct(...), {"ignoreNullFields": "false"})`` writes it,
+    byte for byte for flat strings, integers, booleans and nulls (the types the Spark data
+    source path converts in Python); any other value is written as its ``str``."""
+    text = json.dumps(record, default=str, ensure_ascii=False, separators=(",", ":"))
+    return _LOWER_HEX_ESCAPE.sub(lambda m: m.group(1) + "\\u00" + m.group(2).upper(), text)

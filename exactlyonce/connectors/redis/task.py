@@ -185,14 +185,18 @@ class RedisShardTask(ShardTask):
         answers status 2 with the counts it recorded, never applying twice. Another attempt's
         markers (status 0) or a head past the epoch (-1) make it a no-op; the shards are then
         reported skipped. With no new shards it only drops what this attempt staged.
+
+        Without shard markers (the Spark data source path: tasks are not shard-aligned) the
+        script applies the records with no marker; a second apply of a hash or string record
+        writes the same value under the same key, a no-op in effect.
         """
-        if not new_shards:
+        if not new_shards and self.shard_markers:
             self._drop_staging()
             return
         script = self.r.register_script(lua.APPLY)
         keys, args = self._apply_keys(), self._apply_args(new_shards)
         try:
-            status, written, failed, stale, deleted = self._patient(
+            status, written, failed, stale, deleted, *unchanged = self._patient(
                 lambda: script(keys=keys, args=args)
             )
         except redis.ResponseError as exc:
@@ -203,6 +207,7 @@ class RedisShardTask(ShardTask):
         self.result.dead_letters += int(failed)
         self.result.stale += int(stale)
         self.result.deleted += int(deleted)
+        self.result.duplicates += sum(int(n) for n in unchanged)  # held by their keys already
         if int(status) <= 0:  # another attempt wrote these shards, and their dead letters
             self.result.dead_letters -= self.letters
             self.result.skipped_shards = sorted(set(self.result.skipped_shards) | set(new_shards))
@@ -238,6 +243,7 @@ class RedisShardTask(ShardTask):
             "upsert": self.t.upsert is not None,
             "tomb": self.t.tombstone_prefix,
             "ekey": self.t.epoch_prefix,
+            "unaligned": not self.shard_markers,
         }
         return [
             self.epoch,

@@ -26,9 +26,10 @@ none; each task:
 - refuses a head that another Spark checkpoint wrote (invariant 9: the task sees the Spark
   query id; the driver's start also checks it when the checkpoint is a local path);
 - skips an epoch at or below the head the driver read at the query's start (step 1);
-- writes through the sink's own task writer (catalog check, dead letters, one transaction),
-  where a record written twice is a no-op in the destination itself;
-- marks IDs in the catalog only after its transaction committed (invariant 1; a catalog hit
+- shapes the rows as the sink's ``foreachBatch`` projection does (:mod:`.shapes`), and writes
+  through the sink's own task writer (catalog check, dead letters, its atomic step), where a
+  record written twice is a no-op in the destination itself;
+- marks IDs in the catalog only after its write is durable (invariant 1; a catalog hit
   is confirmed in Redis, never trusted from the Bloom filter alone: invariants 2 and 3).
 - keys each dead letter by (Spark partition, digest of the letter, its count among identical
   letters of the task), unique per (query, epoch) in the destination, so a task retry or a
@@ -51,9 +52,33 @@ Per sink and mode:
 - PostgreSQL ``mode="upsert"``: refused (``mode``) for now: rows of one key in one epoch may
   sit in several tasks, and the within-epoch rule (the row whose canonical form sorts last
   wins) needs them in one task.
-- Kafka, Elasticsearch, Redis: refused (ConfigError naming ``sink``) for now. Kafka is
-  append-only and its transactional ids are per shard; Elasticsearch and Redis writes are
-  idempotent by key but their task writers and projections are not wired to this path yet.
+- Elasticsearch ``mode="insert"``: served. Each record is a bulk ``create`` (or ``index``
+  with ``op_type="index"``) with ``_id`` = its record ID: a second ``create`` of an ID is a
+  409, a no-op counted as such; an ``index`` rewrites the same document. The documents are
+  the rows as they are (binary, which ``foreachBatch`` base64s, is refused on this path).
+  Dead letters have deterministic ``_id`` values too.
+- Elasticsearch ``mode="upsert"``: refused (``mode``), as PostgreSQL's.
+- Redis ``write="hash"`` and ``write="string"`` (``mode="insert"``): served. A key holds the
+  record its template names: writing it again sets the same value. The task shapes the rows
+  as the sink's Spark projection does (stored columns as Spark's text, string mode's record
+  as Spark's ``to_json``, a null key-template column makes a bad record), on Arrow:
+  :func:`exactlyonce.connectors.redis.projection.project_arrow`, byte for byte the same for
+  the column types this path takes (strings, integers, booleans; others are refused naming
+  ``sink``: cast them). The apply script runs without shard markers and skips a record its
+  key holds already (counted a duplicate), so a re-run writes nothing twice.
+- Redis ``write="stream"``: refused (``write``), for PostgreSQL append's reason: an append is
+  not idempotent by key, so a differently split re-run would append committed records again.
+- Redis ``mode="upsert"``: refused (``mode``), as PostgreSQL's.
+- Kafka: refused (``sink``). A topic is append-only: a task that committed its transaction
+  and died before its IDs reached the catalog would have them appended again by a re-run
+  that splits the epoch differently, and nothing in the topic makes that second append a
+  no-op. Its transactional ids are per shard (fencing a crashed shard's open transaction),
+  which assumes shard-aligned tasks. Use ``foreachBatch`` (or the Kafka buffer ahead of a
+  slow sink).
+
+Dead letters are written by the task that meets the bad record. On this path a re-run of a
+task that had committed may write its PostgreSQL or Redis dead letters a second time
+(Elasticsearch's have deterministic ``_id`` values); records are never doubled.
 
 A lost catalog fails the epoch's tasks here (the ``foreachBatch`` path recovers between
 retries in its driver); the restarted query recovers it at its start, as ``foreachBatch`` does.

@@ -11,8 +11,7 @@ the dead-letter reason and its payload.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
+from exactlyonce.connectors.base.projection import json_like_spark
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.dedup.murmur3 import spark_shard
 from exactlyonce.errors import ConfigError
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 # Key types whose text Python writes exactly as Spark's cast to string does.
 _EXACT_KEYS = ("string", "tinyint", "smallint", "int", "bigint")
+_NULL_HASH = 42  # Spark's Murmur3 hash() of a null: its seed
 
 
 def check_key_columns(schema: StructType, key_columns: Sequence[str]) -> None:
@@ -51,6 +52,8 @@ class ProtocolColumns:
     id_column: str
     epoch_column: str
     num_shards: int
+    # The sink's own shaping of the rows (:mod:`.shapes`), run last; None: the rows as they are.
+    convert: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None
 
     def add(self, batch: pa.RecordBatch, epoch: int) -> pa.RecordBatch:
         keys = [batch.column(c).to_pylist() for c in self.key_columns]
@@ -61,13 +64,14 @@ class ProtocolColumns:
             ids.append(None if missing else record_id(values))
             reasons.append(f"null key column(s): {', '.join(missing)}" if missing else None)
         rows = batch.num_rows
-        shards = np.zeros(rows, dtype=np.int32)
+        # A null ID's shard is Spark's too: hash(null) is the seed, 42.
+        shards = np.full(rows, _NULL_HASH % self.num_shards, dtype=np.int32)
         present = np.array([i is not None for i in ids], dtype=bool)
         if present.any():
             hex_ids = np.array([i for i in ids if i is not None], dtype="S32")
             shards[present] = spark_shard(hex_ids, self.num_shards)
         payloads = _payloads(batch, reasons) if not present.all() else [None] * rows
-        return pa.RecordBatch.from_arrays(
+        added = pa.RecordBatch.from_arrays(
             [
                 *batch.columns,
                 pa.array(ids, pa.string()),
@@ -85,12 +89,14 @@ class ProtocolColumns:
                 SHARD_COLUMN,
             ],
         )
+        return added if self.convert is None else self.convert(added)
 
 
 def _payloads(batch: pa.RecordBatch, reasons: list[str | None]) -> list[str | None]:
-    """The JSON of each bad record (only those: the others carry none)."""
+    """The JSON of each bad record, as Spark's ``to_json`` writes it on the ``foreachBatch``
+    path (only those: the others carry none)."""
     rows: list[dict[str, Any]] = batch.to_pylist()
     return [
-        json.dumps(row, default=str, ensure_ascii=False) if reason is not None else None
+        json_like_spark(row) if reason is not None else None
         for row, reason in zip(rows, reasons, strict=True)
     ]

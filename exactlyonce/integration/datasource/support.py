@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from exactlyonce.connectors.base.config import SinkConfig
-from exactlyonce.connectors.postgres.config import PostgresSinkConfig
+from exactlyonce.connectors.kafka.config import KafkaSinkConfig
+from exactlyonce.connectors.redis.config import RedisSinkConfig
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.datasource.records import check_key_columns
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 _NOT_COPIED = ("binary", "array", "map", "struct")
+# Column types whose string and JSON text the task writes exactly as Spark's cast and to_json
+# do (Redis stores every value as text; see connectors/redis/projection.py).
+_AS_TEXT = ("string", "tinyint", "smallint", "int", "bigint", "boolean")
 
 
 def check_supported(config: SinkConfig) -> None:
@@ -31,21 +35,28 @@ def check_supported(config: SinkConfig) -> None:
             "content IDs number identical rows across the whole epoch, which a task of the "
             "data source path cannot see: name id_columns, or use foreachBatch",
         )
-    if isinstance(config, PostgresSinkConfig):
-        if config.mode != "insert":
-            raise ConfigError(
-                "mode",
-                f"mode {config.mode!r} is not exactly-once through format('exactlyonce'): "
-                "without a unique index (append) or with a key written by several tasks of "
-                "one epoch (upsert) it needs shard-aligned tasks; use mode 'insert', or "
-                "foreachBatch",
-            )
-        return
-    raise ConfigError(
-        "sink",
-        f"sink {config.type!r} is not served by format('exactlyonce') yet (its records are "  # type: ignore[attr-defined]
-        "not idempotent by ID without shard-aligned tasks): use foreachBatch",
-    )
+    if isinstance(config, KafkaSinkConfig):
+        raise ConfigError(
+            "sink",
+            "Kafka is not served by format('exactlyonce'): a topic is append-only, so a "
+            "re-run that splits an epoch's rows differently would append them again, and its "
+            "transactional ids are per shard, which this path's tasks are not; use foreachBatch",
+        )
+    if isinstance(config, RedisSinkConfig) and config.write == "stream":
+        raise ConfigError(
+            "write",
+            "write 'stream' is not exactly-once through format('exactlyonce'): a stream "
+            "append is not idempotent by key, so it needs shard-aligned tasks; use 'hash' "
+            "or 'string', or foreachBatch",
+        )
+    mode = getattr(config, "mode", "insert")
+    if mode != "insert":
+        raise ConfigError(
+            "mode",
+            f"mode {mode!r} is not exactly-once through format('exactlyonce'): without a "
+            "unique index (append) or with a key written by several tasks of one epoch "
+            "(upsert) it needs shard-aligned tasks; use mode 'insert', or foreachBatch",
+        )
 
 
 def check_stream(config: SinkConfig, schema: StructType) -> None:
@@ -58,4 +69,11 @@ def check_stream(config: SinkConfig, schema: StructType) -> None:
                 "sink",
                 f"column {field.name!r} is {kind}: format('exactlyonce') writes flat columns "
                 "only (to_json() it first, or use foreachBatch)",
+            )
+        if isinstance(config, RedisSinkConfig) and field.dataType.simpleString() not in _AS_TEXT:
+            raise ConfigError(
+                "sink",
+                f"column {field.name!r} is {field.dataType.simpleString()}: Redis stores text, "
+                "and format('exactlyonce') writes Spark's text exactly only for "
+                f"{list(_AS_TEXT)} (cast it to string, or use foreachBatch)",
             )

@@ -10,8 +10,9 @@ Who calls what (pyspark 4.1+, ``DataSourceStreamArrowWriter``):
 - :meth:`write` runs in each task. Its epoch and Spark query id are the task's local
   properties (``streaming.sql.batchId``, ``sql.streaming.queryId``). It refuses a head
   another checkpoint wrote (invariant 9), skips an epoch at or below the head read at start,
-  else adds the protocol's columns and writes through the sink's own task writer with no
-  shard marker (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`).
+  else adds the protocol's columns, shapes the rows as the sink's projection does
+  (:mod:`.shapes`), and writes through the sink's own task writer with no shard marker
+  (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`).
 - :meth:`commit` (every task succeeded) and :meth:`abort` run in a new Python process on the
   driver per epoch, on a writer Spark builds anew (never pickled): commit advances the head,
   abort leaves it alone.
@@ -36,6 +37,7 @@ from exactlyonce.errors import CheckpointResetError
 from exactlyonce.faults import crash_point
 from exactlyonce.integration.datasource.options import checkpoint_location, sink_config
 from exactlyonce.integration.datasource.records import ProtocolColumns
+from exactlyonce.integration.datasource.shapes import sink_shape
 from exactlyonce.integration.datasource.support import check_stream, check_supported
 
 if TYPE_CHECKING:
@@ -102,11 +104,15 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         sink = build_sink(self.config)
         shards = self.config.shards or DEFAULT_SHARDS
         head = sink.start(schema, checkpoint_query_id(self.options), lambda: shards)
-        id_column, epoch_column = sink.id_column, getattr(sink, "epoch_column", "epoch")
+        shape = sink_shape(sink, schema)
         columns = ProtocolColumns(
-            tuple(self.config.id_columns or ()), id_column, epoch_column, head.num_shards
+            tuple(self.config.id_columns or ()),
+            sink.id_column,
+            shape.epoch_column,
+            head.num_shards,
+            shape.convert,
         )
-        writer = sink.task_writer(head.epoch, [*schema.names, id_column, epoch_column])
+        writer = sink.task_writer(head.epoch, shape.columns)
         assert isinstance(writer, ShardWriter)
         log.info("%s: started through format('exactlyonce'), head %s", sink, head)
         return Started(head, writer, columns)

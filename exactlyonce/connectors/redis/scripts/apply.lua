@@ -2,7 +2,7 @@
 -- Runs after records.lua (eo_records), which lua.py puts in front of it.
 -- KEYS: head, done:<epoch>, done-epochs, stage, dead-letters, stream registry, stage registry.
 -- ARGV: epoch, attempt token, staged chunks, config JSON, shards JSON, inline chunks...
--- Returns {status, written, failed, stale, deleted}: 1 applied, 2 applied by this attempt before
+-- Returns {status, written, failed, stale, deleted[, unchanged]}: 1 applied, 2 applied by this attempt before
 -- (a lost reply), 0 another attempt committed these shards, -1 the head already passed the epoch.
 -- Upserts (cfg.upsert): see records.lua (the epoch guard).
 local epoch, token, nstaged = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -47,4 +47,4 @@ for i = 6, #ARGV do apply(cjson.decode(ARGV[i])) end
 redis.call('HSET', KEYS[2], 'w:' .. token,
   table.concat({counts.written, counts.failed, counts.stale, counts.deleted}, ' '))
 drop_stage()
-return {1, counts.written, counts.failed, counts.stale, counts.deleted}
+return {1, counts.written, counts.failed, counts.stale, counts.deleted, counts.unchanged}

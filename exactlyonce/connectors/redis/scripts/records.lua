@@ -12,18 +12,36 @@
 --   (a hash's epoch field, else its tombstone key cfg.tomb..key; a string's companion key
 --   cfg.ekey..key), else it is counted stale. A delete leaves its epoch behind (tombstone or
 --   companion key), so an older epoch never resurrects the key.
---   counts.written, .failed, .stale, .deleted: records applied, refused (dead-lettered),
---   skipped as older than the stored epoch, and deleted, so far.
+--   counts.written, .failed, .stale, .deleted, .unchanged: records applied, refused
+--   (dead-lettered), skipped as older than the stored epoch, deleted, and skipped because
+--   their key held them already (cfg.unaligned only), so far.
+--   cfg.unaligned: the Spark data source path, whose tasks are not shard-aligned and write no
+--   shard markers; a hash or string record whose key holds it already is not written again.
 local function eo_records(cfg, epoch, dead_key, streams_key)
   local mode, ttl, fields = cfg.mode, tonumber(cfg.ttl), cfg.fields
   local nf = #fields
-  local counts = {written = 0, failed = 0, stale = 0, deleted = 0}
+  local counts = {written = 0, failed = 0, stale = 0, deleted = 0, unchanged = 0}
   local function dead(at, shard, rid, err, payload)
     local a = {'query', cfg.query, 'sink', cfg.sink, 'epoch', at, 'error', err}
     if shard ~= nil and shard ~= cjson.null then a[#a + 1] = 'shard'; a[#a + 1] = shard end
     if rid ~= nil and rid ~= cjson.null then a[#a + 1] = 'record_id'; a[#a + 1] = rid end
     if payload ~= nil and payload ~= cjson.null then a[#a + 1] = 'payload'; a[#a + 1] = payload end
     redis.call('XADD', dead_key, '*', unpack(a))
+  end
+  -- cfg.unaligned (hash and string writes from tasks that are not shard-aligned: the Spark
+  -- data source path): whether the key already holds record i, so writing it again would
+  -- change nothing; it is then skipped, counted unchanged, and not written a second time.
+  local function holds(key, body, i)
+    if mode == 'string' then return redis.pcall('GET', key) == body[i] end
+    local want, names = {}, {}
+    for j = 1, nf do
+      if body[j][i] ~= cjson.null then want[#want + 1] = body[j][i]; names[#names + 1] = fields[j] end
+    end
+    if #names == 0 then return redis.pcall('EXISTS', key) == 1 end
+    local got = redis.pcall('HMGET', key, unpack(names))
+    if type(got) ~= 'table' or got.err then return false end
+    for j = 1, #names do if got[j] ~= want[j] then return false end end
+    return true
   end
   local function as_json(cols, i)
     local t = {}
@@ -98,7 +116,9 @@ local function eo_records(cfg, epoch, dead_key, streams_key)
     for i = 1, #keys do
       local key, r, at = keys[i], nil, epoch
       if epochs then at = epochs[i] end
-      if mode == 'string' then
+      if cfg.unaligned and holds(key, body, i) then
+        counts.unchanged = counts.unchanged + 1
+      elseif mode == 'string' then
         if ttl > 0 then r = redis.pcall('SET', key, body[i], 'PX', ttl)
         else r = redis.pcall('SET', key, body[i]) end
       else
@@ -121,7 +141,8 @@ local function eo_records(cfg, epoch, dead_key, streams_key)
         r = redis.pcall(cmd, unpack(args, 1, n))
         if base == 1 and ttl > 0 and type(r) ~= 'table' then redis.pcall('PEXPIRE', key, ttl) end
       end
-      if type(r) == 'table' and r.err then
+      if r == nil then -- the key holds the record already: nothing written
+      elseif type(r) == 'table' and r.err then
         counts.failed = counts.failed + 1
         dead(at, nil, ids[i], 'redis: ' .. r.err, mode == 'string' and body[i] or as_json(body, i))
       else
