@@ -160,7 +160,9 @@ class EsShardTask(ShardTask):
     def _write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
         actions: list[Action] = []
         for d in letters:
-            if d.record_id is None:  # identical null-key records stay distinct letters
+            if d.key is not None:  # a path without shard markers: keyed per Spark partition
+                key = d.key
+            elif d.record_id is None:  # identical null-key records stay distinct letters
                 self.null_letters[d.payload or ""] += 1
                 key = f"null:{d.payload}#{self.null_letters[d.payload or '']}"
             else:

@@ -76,9 +76,11 @@ Per sink and mode:
   which assumes shard-aligned tasks. Use ``foreachBatch`` (or the Kafka buffer ahead of a
   slow sink).
 
-Dead letters are written by the task that meets the bad record. On this path a re-run of a
-task that had committed may write its PostgreSQL or Redis dead letters a second time
-(Elasticsearch's have deterministic ``_id`` values); records are never doubled.
+Dead letters are written by the task that meets the bad record, keyed as above: PostgreSQL
+inserts them ``ON CONFLICT DO NOTHING`` on a unique ``letter_key``, Elasticsearch uses the key
+for the letter's ``_id`` (so identical bad records of two tasks stay two letters). Redis
+appends them to its dead-letter stream (``XADD``): a re-run of a task that had committed may
+letter its bad records a second time there. Records are never doubled.
 
 A lost catalog fails the epoch's tasks here (the ``foreachBatch`` path recovers between
 retries in its driver); the restarted query recovers it at its start, as ``foreachBatch`` does.
