@@ -25,6 +25,9 @@ def recreate_topics(bootstrap: str, delete: Collection[str], create: Mapping[str
     _wait(lambda: not doomed & _topics(admin), f"topics {sorted(doomed)} to be deleted")
     for name, partitions in create.items():
         _create(admin, name, partitions)
+    # CreateTopics answers before every broker's metadata has the topic: a reader right after
+    # could still be told UNKNOWN_TOPIC_OR_PART. Wait until each one has its partitions, led.
+    _wait(lambda: _ready(admin, create), f"topics {sorted(create)} to have leaders")
 
 
 def _create(admin: AdminClient, name: str, partitions: int) -> None:
@@ -41,6 +44,17 @@ def _create(admin: AdminClient, name: str, partitions: int) -> None:
             if time.monotonic() > deadline:
                 raise SystemExit(f"could not create topic {name}: {exc}") from None
             time.sleep(0.5)
+
+
+def _ready(admin: AdminClient, create: Mapping[str, int]) -> bool:
+    topics = admin.list_topics(timeout=TOPIC_TIMEOUT_S).topics
+    for name, partitions in create.items():
+        meta = topics.get(name)
+        if meta is None or meta.error is not None or len(meta.partitions) != partitions:
+            return False
+        if any(p.leader < 0 or p.error is not None for p in meta.partitions.values()):
+            return False
+    return True
 
 
 def _topics(admin: AdminClient) -> set[str]:
