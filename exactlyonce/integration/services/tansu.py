@@ -63,7 +63,7 @@ def start(home: Path) -> None:
     if adopt_running("tansu", pidfile, PROCESS_NAME, answers, log):
         return
     if tcp_open(port("tansu")):
-        port_taken("kafka", home)
+        port_taken("tansu", home)
     binary = tansu_binary()
     base.mkdir(parents=True, exist_ok=True)
     url = f"tcp://{HOST}:{port('tansu')}"

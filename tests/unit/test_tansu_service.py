@@ -1,0 +1,30 @@
+"""Tansu's start moves TANSU to a free port when its port is taken, never Kafka's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exactlyonce.integration.services import tansu
+
+
+class Moved(Exception):
+    pass
+
+
+def test_a_taken_tansu_port_moves_tansu_not_kafka(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    moved: list[str] = []
+
+    def port_taken(name: str, home: Path) -> None:
+        moved.append(name)
+        raise Moved
+
+    monkeypatch.setattr(tansu, "adopt_running", lambda *args: False)
+    monkeypatch.setattr(tansu, "tcp_open", lambda port: True)
+    monkeypatch.setattr(tansu, "port_taken", port_taken)
+    with pytest.raises(Moved):
+        tansu.start(tmp_path)
+    assert moved == ["tansu"]
