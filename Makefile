@@ -53,9 +53,11 @@ system-packages:
 	echo "apt-get install -y$$missing$$optional" && apt-get install -y $$missing $$optional </dev/null
 
 # Apache Kafka's broker jars and Spark's Kafka/Avro connector jars, from Maven Central into
-# ~/.cache/exactlyonce/jars (once; later runs find them there).
+# ~/.cache/exactlyonce/jars (once; later runs find them there). Then the class-data archive
+# that makes Spark's driver JVM start faster (exactlyonce/integration/jvm_archive.py; once).
 jars: install system-packages
 	$(BIN)/python -m exactlyonce.integration.jars
+	$(BIN)/python -m exactlyonce.integration.jvm_archive
 
 services: install system-packages jars
 	$(BIN)/python -m exactlyonce.integration.services up

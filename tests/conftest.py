@@ -81,7 +81,8 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from exactlyonce.integration.spark import session
+    from tests.crash.job_common import TEST_JVM
 
-    spark = session("exactlyonce-tests", master="local[2]")
+    spark = session("exactlyonce-tests", master="local[2]", extra=TEST_JVM)
     yield spark
     spark.stop()

@@ -40,9 +40,12 @@ def session(
     default), Spark's own Kafka source and sink and ``spark-avro``, for this pyspark's
     version, are on its class path (``spark.jars``, resolved from Maven Central once:
     :func:`exactlyonce.integration.jars.spark_connector_jars`); a ``spark.jars`` in ``extra``
-    is added to them.
+    is added to them. The driver JVM maps Spark's classes from the class-data archive when
+    ``make jars`` wrote one (:mod:`exactlyonce.integration.jvm_archive`: a faster start).
     """
     from pyspark.sql import SparkSession
+
+    from exactlyonce.integration.jvm_archive import with_archive
 
     ensure_java()
     # Local runs stay on loopback; a cluster deployment sets SPARK_LOCAL_IP itself.
@@ -60,6 +63,7 @@ def session(
     settings = dict(extra or {})
     if connectors:
         settings["spark.jars"] = _with_connectors(settings.get("spark.jars"))
+    settings = with_archive(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -17,6 +17,8 @@ from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.integration.spark import session, start_stream
 
 SCHEMA = "event_id STRING, amount BIGINT, action STRING"
+# Short-lived test JVMs start faster with the C1 compiler only (the JIT tier; nothing else).
+TEST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
 
 def job_arguments() -> argparse.ArgumentParser:
@@ -46,7 +48,10 @@ def crash_session(
         if key.startswith("EXACTLYONCE_CRASH_")
     }
     return session(
-        app_name, master=master, extra={**crash_env, **(extra or {})}, connectors=connectors
+        app_name,
+        master=master,
+        extra={**crash_env, **TEST_JVM, **(extra or {})},
+        connectors=connectors,
     )
 
 

@@ -1,0 +1,49 @@
+"""Which Java options a session gets from the class-data archive (pure logic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exactlyonce.integration import jvm_archive
+
+OPTIONS = "spark.driver.extraJavaOptions"
+
+
+@pytest.fixture
+def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "spark-driver.jsa"
+    monkeypatch.setattr(jvm_archive, "archive_path", lambda: path)
+    monkeypatch.delenv("EXACTLYONCE_JVM_ARCHIVE", raising=False)
+    return path
+
+
+def test_no_archive_adds_nothing(archive: Path) -> None:
+    assert jvm_archive.with_archive({"a": "b"}) == {"a": "b"}
+
+
+def test_an_archive_is_added_after_the_options_given(archive: Path) -> None:
+    archive.write_bytes(b"x")
+    settings = jvm_archive.with_archive({OPTIONS: "-XX:TieredStopAtLevel=1"})
+    assert settings[OPTIONS] == f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}"
+    assert jvm_archive.with_archive({})[OPTIONS] == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_options_that_pick_an_archive_are_left_alone(archive: Path) -> None:
+    archive.write_bytes(b"x")
+    for own in ("-XX:SharedArchiveFile=/elsewhere.jsa", "-XX:ArchiveClassesAtExit=/new.jsa"):
+        assert jvm_archive.with_archive({OPTIONS: own}) == {OPTIONS: own}
+
+
+def test_turned_off_by_the_environment(archive: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive.write_bytes(b"x")
+    monkeypatch.setenv("EXACTLYONCE_JVM_ARCHIVE", "off")
+    assert jvm_archive.with_archive({}) == {}
+
+
+def test_the_archive_is_named_by_java_and_pyspark(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = jvm_archive.archive_path()
+    monkeypatch.setattr("pyspark.__version__", "0.0.1")
+    assert jvm_archive.archive_path() != first
+    assert first.parent == jvm_archive.cache_folder()
