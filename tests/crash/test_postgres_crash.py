@@ -63,29 +63,27 @@ def verify(job: Job, data: Input, pg: psycopg.Connection[Any]) -> None:
 MODES = ["insert", "append"]  # append: no unique index; exactly-once rests on head + catalog
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("point", ["before_write", "mid_copy", "after_shard_commit", "after_head"])
-def test_kill_at_named_point(
-    point: str,
-    mode: str,
-    tmp_path: Path,
-    pg_dsn: str,
-    pg: psycopg.Connection[Any],
-    unique_name: str,
-) -> None:
-    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, mode=mode)
-    job.kill_at_points([(point, 3)])
-    job.run_to_end()
-    verify(job, data, pg)
+# One job is killed at every named point in turn (one run per point, each resuming the
+# previous one's checkpoint), then right after a Spark commit: every recovery path, with the
+# suite's JVM starts kept in check.
+NAMED_POINTS = [
+    ("before_write", 2),
+    ("mid_copy", 3),
+    ("after_shard_commit", 4),
+    ("after_head", 5),
+]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_kill_after_spark_commit(
+def test_kill_at_each_named_point_then_after_a_spark_commit(
     mode: str, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
-    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, mode=mode)
-    job.kill_after_commit(3)
+    job, data = prepare(tmp_path, pg_dsn, pg, unique_name, files=9, mode=mode)
+    job.kill_at_points(NAMED_POINTS)
+    job.kill_after_commit(6)
     job.run_to_end()
+    expected = [f"{point}@{epoch}" for point, epoch in NAMED_POINTS]
+    assert job.kills == [*expected, "after Spark's commit of epoch 6"]
     verify(job, data, pg)
 
 

@@ -3,10 +3,11 @@
 
 The job (tests/crash/upsert_job.py) reads JSON event files with duplicate events (retries)
 and replayed blocks, runs ``dropDuplicates(["event_id"])`` then ``groupBy("key").agg(count,
-sum)`` in ``outputMode("update")``, and writes it with ``mode="upsert"`` keyed by ``key``. One
-seeded schedule per sink: three runs SIGKILLed at named points (``before_write``, the sink's
-mid-write point, ``after_head``) at seeded epochs, one run SIGKILLed at a seeded random moment
-(every scheduled kill is asserted to have happened), then a run to the end.
+sum)`` in ``outputMode("update")``, and writes each epoch with ``mode="upsert"`` keyed by
+``key`` into PostgreSQL, Redis and Elasticsearch in turn (one JVM start per run serves all
+three sinks). One seeded schedule: five runs SIGKILLed at named points (``before_write``,
+each sink's mid-write point, ``after_head``) at seeded epochs, one run SIGKILLed at a seeded
+random moment (every scheduled kill is asserted to have happened), then a run to the end.
 
 The audit:
 
@@ -46,7 +47,7 @@ from tests.upsert_audit import install_upsert_audit, upsert_writes
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-FILES = 9  # epochs 0-8: the named kills land in 1-4, the random one after 5
+FILES = 9  # epochs 0-8: the named kills land in 1-6, the random one after
 KEYS = 24
 MID_WRITE = {"postgres": "mid_copy", "redis": "mid_write", "elasticsearch": "mid_bulk"}
 SINKS = ["postgres", "redis", "elasticsearch"]
@@ -135,7 +136,7 @@ class UpsertJob(Job):
     """tests/crash/harness.py's Job, running upsert_job.py against one sink."""
 
     script: ClassVar[Path] = Path(__file__).with_name("upsert_job.py")
-    sink: str = "postgres"
+    sink: str = "all"
     redis_url: str = ""
     es_url: str = ""
 
@@ -147,14 +148,7 @@ class UpsertJob(Job):
         return {"EXACTLYONCE_PG_DSN": self.dsn, "EXACTLYONCE_SINK_REDIS_URL": self.redis_url}
 
     def sink_args(self) -> list[str]:
-        args = [
-            "--sink",
-            self.sink,
-            "--table",
-            self.table,
-            "--expected-out",
-            str(self.expected_path),
-        ]
+        args = ["--sink", self.sink, "--expected-out", str(self.expected_path)]
         return [*args, "--es-url", self.es_url] if self.es_url else args
 
     def batch_result(self) -> dict[str, tuple[int, int]]:
@@ -212,17 +206,27 @@ def es_state(
 # -- the test ----------------------------------------------------------------------------
 
 
-def schedule(rng: random.Random, sink: str) -> list[tuple[str, int]]:
-    """The three named kills, each at its own seeded epoch among 1..4, in epoch order."""
-    points = ["before_write", MID_WRITE[sink], "after_head"]
-    epochs = sorted(rng.sample(range(1, 5), 3))
+def schedule(rng: random.Random) -> list[tuple[str, int]]:
+    """The named kills, each at its own seeded epoch among 1..6, in epoch order: before any
+    write of the epoch, inside each sink's write, after the first sink's head."""
+    points = ["before_write", *MID_WRITE.values(), "after_head"]
+    epochs = sorted(rng.sample(range(1, 7), len(points)))
     rng.shuffle(points)
     return list(zip(points, epochs, strict=True))
 
 
-@pytest.mark.parametrize("sink", SINKS)
+def sink_state(
+    sink: str, name: str, pg: psycopg.Connection[Any], sink_redis: SinkRedis, es: EsHandle
+) -> tuple[dict[str, tuple[int, int, int]], dict[str, list[int]] | None]:
+    """The sink's rows (key -> (n, total, epoch)) and its write history (None: no log)."""
+    if sink == "postgres":
+        return postgres_state(pg, name)
+    if sink == "redis":
+        return redis_state(sink_redis, name)
+    return es_state(es, name)
+
+
 def test_an_upserted_aggregation_survives_kill_9(
-    sink: str,
     tmp_path: Path,
     pg_dsn: str,
     pg: psycopg.Connection[Any],
@@ -230,46 +234,42 @@ def test_an_upserted_aggregation_survives_kill_9(
     es: EsHandle,
     unique_name: str,
 ) -> None:
-    seed = crash_seed(f"upsert crash schedule ({sink})")
+    """One job writes each epoch into PostgreSQL, Redis and Elasticsearch in turn (one JVM
+    start per run serves all three); every sink must end exactly as the batch job says."""
+    seed = crash_seed("upsert crash schedule")
     rng = random.Random(seed)
     events = make_events(tmp_path / "input", seed)
-    name = unique_name if sink == "postgres" else unique_name.replace("_", "-")
-    job = UpsertJob(
-        tmp_path, name, pg_dsn, sink=sink, redis_url=sink_redis.url,
-        es_url=es.url if sink == "elasticsearch" else "",
-    )  # fmt: skip
-    if sink == "postgres":  # the table and its audit trigger, before the first write
-        from pyspark.sql.types import LongType, StringType, StructField, StructType
+    names = {sink: f"{unique_name}_{sink}" for sink in SINKS}
+    job = UpsertJob(tmp_path, unique_name, pg_dsn, redis_url=sink_redis.url, es_url=es.url)
+    # the table and its audit trigger, before the first write
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-        schema = StructType([StructField("key", StringType()), StructField("n", LongType()),
-                             StructField("total", LongType())])  # fmt: skip
-        PostgresSink(pg_dsn, name, ["key"], name, mode="upsert").preflight(schema)
-        install_upsert_audit(pg, name)
+    schema = StructType([StructField("key", StringType()), StructField("n", LongType()),
+                         StructField("total", LongType())])  # fmt: skip
+    table = names["postgres"]
+    PostgresSink(pg_dsn, table, ["key"], table, mode="upsert").preflight(schema)
+    install_upsert_audit(pg, table)
 
-    named = schedule(rng, sink)
+    named = schedule(rng)
     print(f"named kills: {named}", flush=True)
     job.kill_at_points(named)
     job.kill_randomly(rng, seed, runs=1, max_delay=1.0, first=1)
     job.run_to_end()
-    assert len(job.kills) == 4, f"scheduled 4 kills, {len(job.kills)} happened (seed {seed})"
+    assert len(job.kills) == len(named) + 1, f"kills: {job.kills} (seed {seed})"
 
-    if sink == "postgres":
-        state, history = postgres_state(pg, name)
-    elif sink == "redis":
-        state, history = redis_state(sink_redis, name)
-    else:
-        state, maybe = es_state(es, name)
-        history = maybe if maybe is not None else {}
     batch = job.batch_result()
     assert batch == events.totals, "the Spark batch job and the Python count disagree"
-    assert {k: v[:2] for k, v in state.items()} == batch, f"end state differs (seed {seed})"
     epochs = events.epochs(epoch_of_each_file(job.checkpoint))
     last = {k: e[-1] for k, e in epochs.items()}
-    assert {k: v[2] for k, v in state.items()} == last, f"a key's epoch is off (seed {seed})"
-    if sink != "elasticsearch" or es.server is not None:
+    for sink, name in names.items():
+        state, history = sink_state(sink, name, pg, sink_redis, es)
+        assert {k: v[:2] for k, v in state.items()} == batch, f"{sink}: end state (seed {seed})"
+        assert {k: v[2] for k, v in state.items()} == last, f"{sink}: a key's epoch (seed {seed})"
+        if history is None:
+            continue  # a real Elasticsearch cluster keeps no write log
         backwards = {k: e for k, e in history.items() if e != sorted(e)}
-        assert not backwards, f"writes went back an epoch: {list(backwards.items())[:3]}"
+        assert not backwards, f"{sink}: writes went back: {list(backwards.items())[:3]}"
         assert {k: sorted(set(e)) for k, e in history.items()} == epochs, (
-            f"the epochs written differ from the epochs whose output held each key (seed {seed})"
+            f"{sink}: the epochs written differ from those whose output held each key (seed {seed})"
         )
     assert job.last_commit() == max(epoch_of_each_file(job.checkpoint).values())
