@@ -20,6 +20,19 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test's crash seeds go into its report (a section), to replay it with."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        from tests.crash.harness import SEEDS
+
+        seeds = SEEDS.get(item.nodeid)
+        if seeds:
+            report.sections.append(("crash seeds", "\n".join(seeds)))
+
+
 @pytest.fixture(scope="session")
 def services() -> dict[str, str]:
     from exactlyonce.integration.services import service_env

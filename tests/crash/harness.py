@@ -203,14 +203,16 @@ class Job:
         timeout: float = 240,
         first: int = 1,
     ) -> None:
-        """Up to ``runs`` runs, each SIGKILLed at a random moment after it made progress
-        (inside a later batch); stops early when a run finishes before its kill."""
+        """``runs`` runs, each SIGKILLed at a random moment after it made progress (inside a
+        later batch). Every kill must happen: a run that finishes first fails the test (give
+        the job more input)."""
         for n in range(runs):
             self.start()
             self.wait_for_progress(timeout)
             why = f"random kill {first + n} (seed {seed})"
-            if not self.kill_at_random_moment(rng, why, max_delay):
-                break  # finished before the kill: nothing left to interrupt
+            assert self.kill_at_random_moment(rng, why, max_delay), (
+                f"run {self.runs} finished before {why}: the input ran out"
+            )
 
     def run_to_end(self, timeout: float = 300) -> None:
         """A last run, which must finish every input file and exit 0."""
@@ -255,10 +257,19 @@ class Job:
             time.sleep(0.1)
 
 
+# Seeds drawn by each test (pytest's node id -> lines): tests/conftest.py puts them in the
+# report of a test that fails, so its schedule can be replayed.
+SEEDS: dict[str, list[str]] = {}
+
+
 def crash_seed(schedule: str = "random kill schedule") -> int:
-    """``EXACTLYONCE_CRASH_SEED`` when set (a replay), else a fresh seed; printed either way."""
+    """``EXACTLYONCE_CRASH_SEED`` when set (a replay), else a fresh seed; printed, and named
+    in pytest's report when the test fails."""
     seed = int(os.environ.get("EXACTLYONCE_CRASH_SEED", random.randrange(1 << 30)))
-    print(f"{schedule} seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})")
+    line = f"{schedule} seed={seed} (replay: EXACTLYONCE_CRASH_SEED={seed})"
+    print(line)
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rpartition(" (")[0]
+    SEEDS.setdefault(test, []).append(line)
     return seed
 
 

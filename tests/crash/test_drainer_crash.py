@@ -168,15 +168,17 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
             assert open_tx is not None and open_tx[0] >= 1, "not inside an open transaction"
         drainer.kill(f"{point}@{at}")
         progress.append(sum(stored_offsets(pg, unique_name).values()))
-    # And once at a random moment.
+    # And once at a random moment (it idles 2 s before it exits: it is still running).
     drainer.start()
     time.sleep(rng.uniform(0.5, 2.5))
-    if drainer.proc is not None and drainer.proc.poll() is None:
-        drainer.kill(f"random moment (seed {seed})")
+    assert drainer.proc is not None and drainer.proc.poll() is None, (
+        f"the drainer ended before its random kill (seed {seed})"
+    )
+    drainer.kill(f"random moment (seed {seed})")
     drainer.start()
     drainer.finish()
     print(drainer.log_tail(3))
-    assert len(drainer.kills) >= len(schedule)
+    assert len(drainer.kills) == len(schedule) + 1, f"kills: {drainer.kills} (seed {seed})"
     assert progress[-1] > 0, "no kill came after any committed transaction"
 
     assert_exactly_once(pg, unique_name, data.expected_ids)

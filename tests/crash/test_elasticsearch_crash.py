@@ -84,7 +84,7 @@ def test_seeded_random_kills_with_429s_and_a_lost_bulk_reply(
 ) -> None:
     seed = crash_seed()
     rng = random.Random(seed)
-    job, data = prepare(tmp_path, es, index, files=12, seed=seed)
+    job, data = prepare(tmp_path, es, index, files=16, seed=seed)
     server = es.server
     job.start()
     job._wait(lambda: len(job.spark_commits()) >= 1, 240, "first commit")
@@ -104,10 +104,12 @@ def test_seeded_random_kills_with_429s_and_a_lost_bulk_reply(
         job._wait(lambda: server.dropped_replies > dropped, 120, "a dropped bulk reply")
     else:
         print("real Elasticsearch: no 429 window and no dropped reply (no fault injection)")
-    job.kill_at_random_moment(rng, f"random kill 1 (seed {seed})", max_delay=1.5)
+    assert job.kill_at_random_moment(rng, f"random kill 1 (seed {seed})", max_delay=1.5), (
+        f"the run finished before random kill 1 (seed {seed})"
+    )
     job.kill_randomly(rng, seed, runs=2, first=2)
     job.run_to_end(timeout=300)
-    assert len(job.kills) >= 2, f"only {len(job.kills)} kills happened (seed {seed})"
+    assert len(job.kills) == 3, f"kills: {job.kills} (seed {seed})"
     verify(job, data, es)
 
 

@@ -111,7 +111,9 @@ def test_kills_and_sink_restart_end_exactly_once(
     if write == "stream":  # the append-only mode also gets a kill at a random moment
         start(len(epochs))
         job.progress(1)
-        job.kill_at_random_moment(rng, f"random kill (seed {seed})", max_delay=1.5)
+        assert job.kill_at_random_moment(rng, f"random kill (seed {seed})", max_delay=1.5), (
+            f"the run finished before its random kill (seed {seed})"
+        )
         start(len(epochs) + 1)
     else:
         start(len(epochs))
