@@ -13,6 +13,16 @@ running it again):
 3. the Spark checkpoint is moved back to match (:mod:`exactlyonce.integration.checkpoint`):
    batches above N deleted, or for N = -1 the whole checkpoint.
 
+Cut short (killed) anywhere, running the rewind again finishes it: before step 2's end the
+head is still above N, so it runs whole again (dropping an absent catalog, deleting what is
+left above N); after it the head is at N and the checkpoint still holds batches above N (for
+-1: still exists), which counts as "not done yet" (``CheckpointPlan.pending``). What is NOT
+safe is to start the stream from a rewind cut short after step 2: Spark would go on after
+its old last batch while the sink lost the epochs in between. So a rewind that did not print
+its ``rewound ...`` line must be run again before the stream.
+tests/crash/test_rewind_crash.py kills it at each step (``rewind_after_catalog``,
+``rewind_mid_delete``, ``rewind_after_sink``, ``rewind_mid_checkpoint``: exactlyonce.faults).
+
 Refused, with nothing changed: without ``--yes`` (it prints what it would remove, per place
 and epoch); when N is not below the head (unless a rewind to N was cut short before the
 checkpoint) or below -1; when the sink cannot remove its records by epoch exactly (Kafka, a
@@ -46,6 +56,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import NO_EPOCH, Removal
+from exactlyonce.faults import crash_point
 from exactlyonce.integration.checkpoint import CheckpointPlan, plan_rewind, rewind_checkpoint
 from exactlyonce.integration.cli.common import EXIT_CONFIG, EXIT_OK, err
 from exactlyonce.integration.config import load_config
@@ -119,7 +130,9 @@ def rewind(
     """The rewind's three steps, in the order the module docstring gives; returns the
     catalog keys dropped and what the sink removed."""
     dropped = drop_catalog(sink)  # first: a catalog must never mark IDs above the head
+    crash_point("rewind_after_catalog", epoch)
     removed = sink.rewind_to(epoch)
+    crash_point("rewind_after_sink", epoch)
     rewind_checkpoint(checkpoint)
     return dropped, removed
 
@@ -195,7 +208,7 @@ def _position_refusal(head: Head | None, epoch: int, checkpoint: CheckpointPlan)
         return "the query has no head yet: nothing was committed, nothing to rewind"
     if epoch > head.epoch:
         return f"epoch {epoch} is above the head ({head.epoch}): a rewind only goes back"
-    if epoch == head.epoch and not checkpoint.batches_above:
+    if epoch == head.epoch and not checkpoint.pending:
         return f"the head is at epoch {epoch} already: nothing to rewind"
     return None
 
