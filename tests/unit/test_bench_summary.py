@@ -1,0 +1,37 @@
+"""bench/summary.py's panels, from results files only: PostgreSQL's streaming panel puts
+format("exactlyonce") first, so its "ours Nx" is the format/foreachBatch ratio."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.summary import draw, throughput_panels
+
+PG = {
+    "rows": 1000,
+    "eos_rows_per_s": 300.0,
+    "spark_jdbc_rows_per_s": 400.0,
+    "format_vs_foreach_batch": 0.9,
+    "stream": {
+        "eos_stream_rows_per_s": 200.0,
+        "eos_format_stream_rows_per_s": 180.0,
+        "raw_copy_stream_rows_per_s": 250.0,
+    },
+}
+
+
+def test_the_postgres_streaming_panel_compares_format_with_foreach_batch(tmp_path: Path) -> None:
+    panels = dict(throughput_panels({"postgres": PG}))
+    stream = panels["PostgreSQL streaming, one micro-batch (1,000 rows)"]
+    assert stream == [
+        ("format('exactlyonce')", 180.0),
+        ("foreachBatch(sink)", 200.0),
+        ("raw COPY in foreachBatch", 250.0),
+    ]
+    assert draw({"postgres": PG}, tmp_path / "summary.png").stat().st_size > 0
+
+
+def test_results_without_streaming_runs_leave_the_panel_out() -> None:
+    older = {k: v for k, v in PG.items() if k != "stream"}
+    titles = [title for title, _ in throughput_panels({"postgres": older})]
+    assert titles == ["PostgreSQL (1,000 rows)"]
