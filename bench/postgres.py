@@ -36,7 +36,10 @@ sink then recovers, and the rows are still right) is re-run, and listed as disca
 
 With ``--stream`` (the default) the sink and the COPY ceiling are also timed through a real
 ``readStream.parquet(...).writeStream.foreachBatch(...)`` query (one micro-batch with
-``availableNow``); those figures include reading Parquet and are reported separately.
+``availableNow``), and the sink through Spark's format API as well
+(``writeStream.format("exactlyonce")``, the same options); those figures include reading
+Parquet and are reported separately, under ``stream``, with the format/foreachBatch ratio
+also at the top as ``format_vs_foreach_batch`` (``bench summary`` draws it).
 """
 
 from __future__ import annotations
@@ -637,6 +640,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if stream_timings:
         s_eos, s_raw = stream_timings["eos_stream"], stream_timings["raw_copy_stream"]
         s_format = stream_timings["eos_format_stream"]
+        # Informational (no target): the Python Data Source path against foreachBatch.
+        result["format_vs_foreach_batch"] = common.ratio(s_format.rows_per_s, s_eos.rows_per_s)
         result["stream"] = {
             "eos_stream_rows_per_s": round(s_eos.rows_per_s),
             "eos_format_stream_rows_per_s": round(s_format.rows_per_s),

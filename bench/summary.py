@@ -2,8 +2,10 @@
 
 One panel per sink: our throughput beside each baseline measured in the same run (the
 results file of that sink's benchmark), and the buffer's p99 batch time (bench/results/
-buffer.json). A results file that is missing leaves its panel out. Runs no benchmark; ``make
-bench`` calls it last.
+buffer.json). PostgreSQL has a second panel, its streaming runs: the sink through Spark's
+format API (``format("exactlyonce")``) beside the same sink through ``foreachBatch``, so its
+"ours Nx" is the format/foreachBatch ratio. A results file that is missing leaves its panel
+out. Runs no benchmark; ``make bench`` calls it last.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ def throughput_panels(results: dict[str, dict[str, Any]]) -> list[tuple[str, Bar
         ("PostgresSink, dedup off", pg.get("eos_no_dedup_rows_per_s")),
         ("Spark JDBC", pg.get("spark_jdbc_rows_per_s")),
         ("raw COPY", pg.get("raw_copy_rows_per_s")),
+    ])  # fmt: skip
+    stream = pg.get("stream") or {}
+    add(f"PostgreSQL streaming, one micro-batch ({pg.get('rows', 0):,} rows)", [
+        ("format('exactlyonce')", stream.get("eos_format_stream_rows_per_s")),
+        ("foreachBatch(sink)", stream.get("eos_stream_rows_per_s")),
+        ("raw COPY in foreachBatch", stream.get("raw_copy_stream_rows_per_s")),
     ])  # fmt: skip
     add(f"Kafka ({kafka.get('rows', 0):,} messages)", [
         ("KafkaSink", kafka.get("eos_msgs_per_s")),

@@ -20,6 +20,15 @@ Points, in write-path order:
   task succeeded and before the head advances;
 - ``after_head``: the driver, after the head advanced and before Spark writes its commit log.
 
+``exactlyonce rewind`` (the epoch is the one rewound to):
+
+- ``rewind_after_catalog``: after the dedup catalog was dropped, before the sink's step;
+- ``rewind_mid_delete`` (Redis): after one stream's entries above the epoch were deleted,
+  before the others and the head;
+- ``rewind_after_sink``: after the sink removed its records and moved its head back, before
+  the Spark checkpoint;
+- ``rewind_mid_checkpoint``: after the first of the checkpoint's batch files was deleted.
+
 "After Spark's commit" needs no hook: a test waits for ``<checkpoint>/commits/<epoch>``.
 
 A test can also HOLD a run at a point, to do something to a service at a known moment (restart
@@ -45,6 +54,10 @@ POINTS = (
     "after_shard_commit",
     "before_head",
     "after_head",
+    "rewind_after_catalog",
+    "rewind_mid_delete",
+    "rewind_after_sink",
+    "rewind_mid_checkpoint",
 )
 _ENV = "EXACTLYONCE_CRASH_AT"
 _HOLD_ENV = "EXACTLYONCE_HOLD_AT"

@@ -43,21 +43,33 @@ def dsn_password(dsn: str) -> str | None:
 
 
 def redact_dsn(dsn: str) -> str:
-    """The DSN with its password replaced by ``***``; safe to print."""
+    """The DSN with its password replaced by ``***``, in a URL's user part and in its query
+    string (``?password=``, ``?sslpassword=``: any key :func:`is_secret_key` names); safe to
+    print."""
     if "://" in dsn:
         try:
             parts = urlsplit(dsn)
         except ValueError:
             return "<unparsable connection string>"
-        if parts.password is None:
+        netloc, query = parts.netloc, _redact_query(parts.query)
+        if parts.password is not None:
+            netloc = netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
+        if (netloc, query) == (parts.netloc, parts.query):
             return dsn
-        netloc = parts.netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
-        return parts._replace(netloc=netloc).geturl()
+        return parts._replace(netloc=netloc, query=query).geturl()
     out = []
     for part in dsn.split():
         key, sep, _ = part.partition("=")
         out.append(f"{key}={MASK}" if sep and key.strip() == "password" else part)
     return " ".join(out)
+
+
+def _redact_query(query: str) -> str:
+    pairs = []
+    for pair in query.split("&") if query else []:
+        key, sep, _ = pair.partition("=")
+        pairs.append(f"{key}={MASK}" if sep and is_secret_key(unquote(key)) else pair)
+    return "&".join(pairs)
 
 
 def scrub(text: str, *secrets: str | None) -> str:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from exactlyonce.faults import crash_point
+
 LOGS = ("offsets", "commits")
 _BATCH = re.compile(r"\.?(\d+)(\.crc)?")
 
@@ -44,6 +46,12 @@ class CheckpointPlan:
     @property
     def exists(self) -> bool:
         return self.local is not None and self.local.exists()
+
+    @property
+    def pending(self) -> bool:
+        """Whether the checkpoint still has to follow a head already at the epoch (a rewind
+        cut short after the sink's step): batches above it, or for -1 the directory."""
+        return bool(self.batches_above) if self.epoch >= 0 else self.exists
 
     @property
     def batches_above(self) -> list[int]:
@@ -123,6 +131,7 @@ def rewind_checkpoint(plan: CheckpointPlan) -> None:
         return
     for path in sorted(plan.files, key=lambda p: (-batch_of(p), p.parent.name == "offsets")):
         path.unlink(missing_ok=True)
+        crash_point("rewind_mid_checkpoint", plan.epoch)
 
 
 __all__ = ["CheckpointPlan", "local_path", "plan_rewind", "rewind_checkpoint"]

@@ -126,3 +126,71 @@ def _changed(cfg: PipelineConfig, change: dict[str, object]) -> PipelineConfig:
         else:
             updates[key] = value
     return cfg.model_copy(update=updates)
+
+
+def test_the_demos_stream_progress_counts_each_batchs_rows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import io
+    import subprocess
+    from typing import cast
+
+    from exactlyonce.integration.demo.echo import echo
+    from exactlyonce.progress import Progress
+
+    lines = [
+        "started q: kafka -> postgres:public.t\n",
+        "PostgresSink(q) epoch 0: 120 rows, 100 written, 20 duplicates, 0 dead letters, "
+        "1.00 s, 120 rows/s | dedup: 120 checked, 100 bloom negatives, 20 catalog lookups, "
+        "20 catalog duplicates, 0 false positives\n",
+        "PostgresSink(q) epoch 1: already committed (at or below the head), skipped\n",
+        "PostgresSink(q) epoch 2: 80 rows, 80 written, 0 duplicates, 0 dead letters, "
+        "1.00 s, 80 rows/s\n",
+    ]
+
+    class Run:
+        stdout = io.StringIO("".join(lines))
+
+    progress_out = io.StringIO()
+    with Progress("pg stream", total=400, unit="rows", stream=progress_out) as progress:
+        echo(cast(subprocess.Popen[str], Run()), "pg run 1", progress)
+        assert progress.done == 200
+    out = capsys.readouterr().out
+    assert "[pg run 1] PostgresSink(q) epoch 0: 120 rows" in out and "| dedup" not in out
+    assert "pg stream: 200/400 rows (50%)" in progress_out.getvalue()
+
+
+def test_the_topic_audit_shows_its_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from exactlyonce.integration.demo import topic_audit
+
+    class Message:
+        def __init__(self, partition: int, eof: bool = False) -> None:
+            self._partition, self._eof = partition, eof
+
+        def error(self) -> object:
+            if not self._eof:
+                return None
+
+            class Eof:
+                def code(self) -> int:
+                    return topic_audit.KafkaError._PARTITION_EOF
+
+            return Eof()
+
+        def partition(self) -> int:
+            return self._partition
+
+    batches = [[Message(0), Message(0), Message(1)], [Message(0, eof=True), Message(1, True)]]
+
+    class Consumer:
+        def consume(self, num_messages: int, timeout: float) -> list[Message]:
+            return batches.pop(0)
+
+    monkeypatch.setattr(topic_audit, "headers_of", lambda msg: {})
+    stream = io.StringIO()
+    with topic_audit.Progress("audit", total=3, unit="records", stream=stream) as progress:
+        out = topic_audit._consume(Consumer(), "t", 2, progress)  # type: ignore[arg-type]
+    assert len(out) == 3 and progress.done == 3
+    assert "audit: 3/3 records (100%)" in stream.getvalue()

@@ -143,3 +143,12 @@ def test_plain_heads_output_reads_in_a_terminal() -> None:
     assert "drain offsets: [0] 5" in text and "3 records, 1.5s behind" in text
     state["head"] = None
     assert "head: no head yet" in "\n".join(describe(state))
+
+
+def test_a_checkpoint_still_to_follow_the_head_is_pending(tmp_path: Path) -> None:
+    root = make_checkpoint(tmp_path / "ckpt", batches=3, committed=3)
+    assert plan_rewind(str(root), 0).pending and plan_rewind(str(root), -1).pending
+    rewind_checkpoint(plan_rewind(str(root), 0))
+    assert not plan_rewind(str(root), 0).pending
+    rewind_checkpoint(plan_rewind(str(root), -1))
+    assert not plan_rewind(str(root), -1).pending  # gone: a rewind to -1 is done

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base.rewind import Removal
 from exactlyonce.connectors.redis import lua
+from exactlyonce.faults import crash_point
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.redis.sink import RedisSink
@@ -97,6 +98,7 @@ def _scan(sink: RedisSink, epoch: int, delete: bool) -> list[Removal]:
                     sink._patient(
                         lambda p=page, k=key: sink._client.xdel(k, *p)  # type: ignore[misc]
                     )
+                crash_point("rewind_mid_delete", epoch)
             out.append(Removal(what, counts))
         out.append(Removal("shard commits", _marker_counts(sink, epoch)))
     return out

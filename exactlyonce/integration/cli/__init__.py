@@ -5,7 +5,7 @@
     exactlyonce run pipeline.yaml [--until-idle SECONDS] [--max-batches N]
     exactlyonce check pipeline.yaml [--create] [--json]
     exactlyonce reset-head pipeline.yaml --yes
-    exactlyonce heads pipeline.yaml [--json]
+    exactlyonce heads pipeline.yaml|SINK-URL [--query-name Q] [--catalog REDIS-URL] [--json]
     exactlyonce rewind pipeline.yaml --to-epoch N [--yes]
     exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N]
     exactlyonce drain pipeline.yaml [--until-idle SECONDS] [--batch-size N] [--reset-offsets --yes]

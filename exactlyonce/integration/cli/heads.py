@@ -1,4 +1,11 @@
-"""``exactlyonce heads pipeline.yaml [--json]``: where the query stands, read-only.
+"""``exactlyonce heads pipeline.yaml|SINK-URL [--json]``: where the query stands, read-only.
+
+The target is a pipeline file, or a sink URL with ``--query-name`` (and ``--catalog
+redis://...`` for the dedup catalog's Redis), in the forms
+:mod:`exactlyonce.integration.config.urls` gives::
+
+    exactlyonce heads 'postgresql://user:pw@host/db?table=events' --query-name clicks \
+        --catalog redis://host:6379/0
 
 Prints the sink head (epoch, Spark query id, shard count, when it last moved), the shard
 commits still held above it, the dedup catalog (live IDs, generations, bytes) and, for a
@@ -11,30 +18,57 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from exactlyonce.errors import ConfigError
 from exactlyonce.integration.cli.common import EXIT_OK
 from exactlyonce.integration.config import load_config
+from exactlyonce.integration.config.urls import is_sink_url, sink_from_url
 from exactlyonce.integration.heads import query_state
+from exactlyonce.secrets import redact_dsn
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.base import ExactlyOnceSink
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     heads = sub.add_parser(
         "heads", help="show the query's sink head, shard commits, catalog and drain lag"
     )
-    heads.add_argument("config")
+    heads.add_argument(
+        "config",
+        metavar="PIPELINE|SINK-URL",
+        help="a pipeline file, or a sink URL (postgresql://, redis://, kafka://, "
+        "elasticsearch://...; see the README)",
+    )
+    heads.add_argument("--query-name", help="with a sink URL: the query's query_name")
+    heads.add_argument(
+        "--catalog", metavar="REDIS-URL", help="with a sink URL: the dedup catalog's Redis"
+    )
     heads.add_argument("--json", action="store_true", help="one JSON document")
     heads.set_defaults(func=cmd_heads)
 
 
 def cmd_heads(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    state = query_state(cfg.build_sink(check=False))
+    state = query_state(target_sink(args))
     if args.json:
         print(json.dumps(state, indent=2), flush=True)
-    else:
-        print("\n".join(describe(state)), flush=True)
+        return EXIT_OK
+    if is_sink_url(args.config):
+        print(f"sink URL: {redact_dsn(args.config)}")
+    print("\n".join(describe(state)), flush=True)
     return EXIT_OK
+
+
+def target_sink(args: argparse.Namespace) -> ExactlyOnceSink:
+    """The sink of the command's pipeline file or sink URL, built without preflight."""
+    if is_sink_url(args.config):
+        return sink_from_url(args.config, query_name=args.query_name, catalog=args.catalog)
+    for option in ("query_name", "catalog"):
+        if getattr(args, option) is not None:
+            flag = "--" + option.replace("_", "-")
+            raise ConfigError(flag, "only with a sink URL (a pipeline file names its own)")
+    return load_config(args.config).build_sink(check=False)
 
 
 def describe(state: dict[str, Any]) -> list[str]:

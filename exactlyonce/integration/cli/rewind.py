@@ -1,4 +1,5 @@
-"""``exactlyonce rewind pipeline.yaml --to-epoch N [--yes]``: move a query back to epoch N.
+"""``exactlyonce rewind pipeline.yaml --to-epoch N [--yes] [--json]``: move a query back to
+epoch N.
 
 What it does, in this order (each step idempotent, so a rewind cut short is finished by
 running it again):
@@ -12,20 +13,50 @@ running it again):
 3. the Spark checkpoint is moved back to match (:mod:`exactlyonce.integration.checkpoint`):
    batches above N deleted, or for N = -1 the whole checkpoint.
 
+Cut short (killed) anywhere, running the rewind again finishes it: before step 2's end the
+head is still above N, so it runs whole again (dropping an absent catalog, deleting what is
+left above N); after it the head is at N and the checkpoint still holds batches above N (for
+-1: still exists), which counts as "not done yet" (``CheckpointPlan.pending``). What is NOT
+safe is to start the stream from a rewind cut short after step 2: Spark would go on after
+its old last batch while the sink lost the epochs in between. So a rewind that did not print
+its ``rewound ...`` line must be run again before the stream.
+tests/crash/test_rewind_crash.py kills it at each step (``rewind_after_catalog``,
+``rewind_mid_delete``, ``rewind_after_sink``, ``rewind_mid_checkpoint``: exactlyonce.faults).
+
 Refused, with nothing changed: without ``--yes`` (it prints what it would remove, per place
 and epoch); when N is not below the head (unless a rewind to N was cut short before the
 checkpoint) or below -1; when the sink cannot remove its records by epoch exactly (Kafka, a
 buffered pipeline, upserts, Redis hash/string writes: each says why); when the checkpoint
 cannot follow (a stateful query, a batch Spark no longer keeps); with
 ``on_catalog_loss: fail`` (the next start would refuse the dropped catalog).
+
+``--json`` prints one document instead of the lines (errors still go to stderr; exit codes
+are the same), keyed like ``heads --json``::
+
+    {
+      "query_name": str, "sink": str, "kind": str,
+      "from_epoch": int | null (the head before; null when refused before reading it),
+      "to_epoch": int,
+      "applied": bool (false: a dry run without --yes, or refused),
+      "refused": null | str (why nothing was changed),
+      "removals": null (refused) | [{"what": str, "total": int,
+                                     "per_epoch": {"<epoch>": int}}, ...]
+                  (what was removed, or in a dry run what would be),
+      "catalog": null (dedup off) | {"dropped": bool, "keys_dropped": int | null},
+      "spark_query_id_cleared": bool,
+      "checkpoint": {"path": str, "action": "rewound" | "deleted" | "none" | "left to you",
+                     "batches_removed": [int, ...], "what": str}
+    }
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import NO_EPOCH, Removal
+from exactlyonce.faults import crash_point
 from exactlyonce.integration.checkpoint import CheckpointPlan, plan_rewind, rewind_checkpoint
 from exactlyonce.integration.cli.common import EXIT_CONFIG, EXIT_OK, err
 from exactlyonce.integration.config import load_config
@@ -48,6 +79,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the epoch to go back to (-1: before the first)",
     )
     rewind.add_argument("--yes", action="store_true", help="really rewind")
+    rewind.add_argument(
+        "--json", action="store_true", help="one JSON document (what was, or would be, done)"
+    )
     rewind.set_defaults(func=cmd_rewind)
 
 
@@ -58,26 +92,100 @@ def cmd_rewind(args: argparse.Namespace) -> int:
     refusal = _sink_refusal(sink, epoch)
     head = sink.peek_head() if refusal is None else None
     checkpoint = plan_rewind(cfg.checkpoint, epoch)
+    before = checkpoint_json(checkpoint)  # what it is and gets, before anything changes
     if refusal is None:
         refusal = _position_refusal(head, epoch, checkpoint) or checkpoint.refusal
     if refusal is not None:
+        if args.json:
+            _print_json(rewind_json(sink, head, epoch, before, refused=refusal))
         err(f"refusing to rewind {sink.query_name!r} on {sink.sink_name}: {refusal}")
         return EXIT_CONFIG
     assert head is not None
-    print("\n".join(plan_lines(sink, head, epoch, sink.removals_above(epoch), checkpoint)))
     if not args.yes:
+        removals = sink.removals_above(epoch)
+        if args.json:
+            _print_json(rewind_json(sink, head, epoch, before, removals, applied=False))
+        else:
+            print("\n".join(plan_lines(sink, head, epoch, removals, checkpoint)))
         err(
             "refusing to rewind without --yes: nothing was changed. Stop the query (and its "
             "drainer) first, then run this again with --yes"
         )
         return EXIT_CONFIG
-    dropped = drop_catalog(sink)  # first: a catalog must never mark IDs above the head
-    removed = sink.rewind_to(epoch)
-    rewind_checkpoint(checkpoint)
+    if not args.json:
+        print("\n".join(plan_lines(sink, head, epoch, sink.removals_above(epoch), checkpoint)))
+    dropped, removed = rewind(sink, epoch, checkpoint)
+    if args.json:
+        _print_json(rewind_json(sink, head, epoch, before, removed, dropped=dropped))
+        return EXIT_OK
     print(f"rewound {sink.query_name!r} to epoch {epoch}: removed {_totals(removed)}", end="")
     print(f"; {dropped} catalog keys dropped" if sink.dedup_config is not None else "")
     print("\n".join(procedure(epoch, checkpoint)), flush=True)
     return EXIT_OK
+
+
+def rewind(
+    sink: ExactlyOnceSink, epoch: int, checkpoint: CheckpointPlan
+) -> tuple[int, list[Removal]]:
+    """The rewind's three steps, in the order the module docstring gives; returns the
+    catalog keys dropped and what the sink removed."""
+    dropped = drop_catalog(sink)  # first: a catalog must never mark IDs above the head
+    crash_point("rewind_after_catalog", epoch)
+    removed = sink.rewind_to(epoch)
+    crash_point("rewind_after_sink", epoch)
+    rewind_checkpoint(checkpoint)
+    return dropped, removed
+
+
+def rewind_json(
+    sink: ExactlyOnceSink,
+    head: Head | None,
+    epoch: int,
+    checkpoint: dict[str, Any],
+    removals: list[Removal] | None = None,
+    *,
+    applied: bool = True,
+    dropped: int | None = None,
+    refused: str | None = None,
+) -> dict[str, Any]:
+    """The rewind as one document, keyed like ``heads --json`` (see the README): what was
+    removed (``applied``), or would be (a dry run), or why it was refused."""
+    catalog: dict[str, Any] | None = None
+    if sink.dedup_config is not None:
+        catalog = {"dropped": applied and refused is None, "keys_dropped": dropped}
+    return {
+        "query_name": sink.query_name,
+        "sink": sink.sink_name,
+        "kind": sink.kind,
+        "from_epoch": None if head is None else head.epoch,
+        "to_epoch": epoch,
+        "applied": applied and refused is None,
+        "refused": refused,
+        "removals": None if removals is None else [r.to_json() for r in removals],
+        "catalog": catalog,
+        "spark_query_id_cleared": applied and refused is None,
+        "checkpoint": checkpoint,
+    }
+
+
+def checkpoint_json(checkpoint: CheckpointPlan) -> dict[str, Any]:
+    """The checkpoint's part of the document, from the plan (made before the rewind)."""
+    if checkpoint.local is None:
+        action = "left to you"
+    elif not checkpoint.exists:
+        action = "none"
+    else:
+        action = "deleted" if checkpoint.epoch < 0 else "rewound"
+    return {
+        "path": checkpoint.checkpoint,
+        "action": action,
+        "batches_removed": checkpoint.batches_above,
+        "what": checkpoint.describe(),
+    }
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    print(json.dumps(document, indent=2), flush=True)
 
 
 def _sink_refusal(sink: ExactlyOnceSink, epoch: int) -> str | None:
@@ -100,7 +208,7 @@ def _position_refusal(head: Head | None, epoch: int, checkpoint: CheckpointPlan)
         return "the query has no head yet: nothing was committed, nothing to rewind"
     if epoch > head.epoch:
         return f"epoch {epoch} is above the head ({head.epoch}): a rewind only goes back"
-    if epoch == head.epoch and not checkpoint.batches_above:
+    if epoch == head.epoch and not checkpoint.pending:
         return f"the head is at epoch {epoch} already: nothing to rewind"
     return None
 

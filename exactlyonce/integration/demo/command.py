@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     expected = _fresh_input(pg, kafka, seed, args.events)
     log_dir = Path(pg.checkpoint).parent.parent / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    pg_kills, kafka_kills = _run_both(pg, kafka, args, seed, log_dir)
+    pg_kills, kafka_kills = _run_both(pg, kafka, args, seed, log_dir, expected.records)
 
     print_dedup_totals()
     ok = _audits(pg, kafka, expected, (pg_kills, kafka_kills))
@@ -74,15 +74,28 @@ def _fresh_input(pg: PipelineConfig, kafka: PipelineConfig, seed: int, events: i
 
 
 def _run_both(
-    pg: PipelineConfig, kafka: PipelineConfig, args: argparse.Namespace, seed: int, log_dir: Path
+    pg: PipelineConfig,
+    kafka: PipelineConfig,
+    args: argparse.Namespace,
+    seed: int,
+    log_dir: Path,
+    input_records: int,
 ) -> tuple[int, int]:
-    """Both pipelines' runs and kills, side by side (one thread each, own seeded schedule);
-    the kills done. A failed run of either ends the demo, its other runs killed."""
+    """Both pipelines' runs and kills, side by side (one thread each, own seeded schedule,
+    own progress of rows read against the ``input_records``); the kills done. A failed run
+    of either ends the demo, its other runs killed."""
     jobs = ((pg, args.pg_config, "pg"), (kafka, args.kafka_config, "kafka"))
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = [
             pool.submit(
-                run_with_kills, cfg, path, args.kills, random.Random(seed + i), log_dir, name
+                run_with_kills,
+                cfg,
+                path,
+                args.kills,
+                random.Random(seed + i),
+                log_dir,
+                name,
+                input_records,
             )
             for i, (cfg, path, name) in enumerate(jobs, start=1)
         ]

@@ -1,12 +1,15 @@
 """A run's progress lines: echoed under the run's label (``pg run 2``), with the dedup
 counters each batch reports summed over every run of the demo (both pipelines, killed runs
-included) and printed at the end."""
+included) and printed at the end. Each batch's rows also move the pipeline's progress bar
+(a plain line every few seconds when not on a terminal): rows read against the input's."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import threading
+
+from exactlyonce.progress import Progress
 
 _DEDUP_LINE = re.compile(
     r"\| dedup: (\d+) checked, (\d+) bloom negatives, (\d+) catalog lookups, "
@@ -22,15 +25,23 @@ DEDUP_FIELDS = (
 # Dedup counters summed over every batch of every run (killed runs included).
 DEDUP_TOTALS = dict.fromkeys(DEDUP_FIELDS, 0)
 _TOTALS_LOCK = threading.Lock()  # runs of both pipelines are echoed at once
+_BATCH_ROWS = re.compile(r"epoch \d+: (\d+) rows,")
 
 
-def echo(proc: subprocess.Popen[str], label: str) -> None:
+def echo(proc: subprocess.Popen[str], label: str, progress: Progress | None = None) -> None:
     """Print each line of ``proc``'s stdout (its dedup part cut off) until it ends, adding
-    the dedup counters to :data:`DEDUP_TOTALS`. Runs in a daemon thread per run."""
+    the dedup counters to :data:`DEDUP_TOTALS` and each batch's rows to ``progress``. Runs
+    in a daemon thread per run."""
     assert proc.stdout is not None
     for line in proc.stdout:
         text, _, _ = line.rstrip().partition(" | dedup:")
-        print(f"  [{label}] {text}", flush=True)
+        if progress is None:
+            print(f"  [{label}] {text}", flush=True)
+        else:
+            progress.write(f"  [{label}] {text}")  # above the bar on a terminal
+            rows = _BATCH_ROWS.search(text)
+            if rows:
+                progress.update(int(rows.group(1)))
         found = _DEDUP_LINE.search(line)
         if found:
             with _TOTALS_LOCK:

@@ -18,6 +18,7 @@ from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.demo.echo import echo
 from exactlyonce.integration.services.processes import START_POLL, poll_until
+from exactlyonce.progress import Progress
 
 IDLE_SECONDS = 15
 RUN_TIMEOUT_SECONDS = 300
@@ -31,8 +32,11 @@ def head_epoch(sink: ExactlyOnceSink) -> int:
     return -1 if head is None else head.epoch
 
 
-def start_run(config: str, log_path: Path, label: str) -> subprocess.Popen[str]:
-    """``exactlyonce run`` in a new session; its progress lines are echoed, stderr logged."""
+def start_run(
+    config: str, log_path: Path, label: str, progress: Progress | None = None
+) -> subprocess.Popen[str]:
+    """``exactlyonce run`` in a new session; its progress lines are echoed (each batch's rows
+    counted in ``progress``), stderr logged."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     cmd = [
         sys.executable,
@@ -53,7 +57,7 @@ def start_run(config: str, log_path: Path, label: str) -> subprocess.Popen[str]:
             start_new_session=True,
         )
     _LIVE.add(proc)
-    threading.Thread(target=echo, args=(proc, label), daemon=True).start()
+    threading.Thread(target=echo, args=(proc, label, progress), daemon=True).start()
     return proc
 
 
@@ -95,26 +99,41 @@ def kill_all() -> None:
 
 
 def run_with_kills(
-    cfg: PipelineConfig, config: str, kills: int, rng: random.Random, log_dir: Path, name: str
+    cfg: PipelineConfig,
+    config: str,
+    kills: int,
+    rng: random.Random,
+    log_dir: Path,
+    name: str,
+    input_records: int | None = None,
 ) -> int:
     """Run, SIGKILL after new epochs ``kills`` times, then run until done or idle; kills done.
 
-    ``name`` labels the runs' lines and log files (``<name>-run-1.log``). A run that ends
-    before committing, or a last run that fails or outlasts ``RUN_TIMEOUT_SECONDS``, ends
-    the demo with ``SystemExit`` and the tail of its log."""
+    ``name`` labels the runs' lines and log files (``<name>-run-1.log``). The committed
+    batches' rows, over all runs, show as progress against ``input_records`` (a batch a
+    kill cut short is read again, so it may end above 100%). A run that ends before
+    committing, or a last run that fails or outlasts ``RUN_TIMEOUT_SECONDS``, ends the demo
+    with ``SystemExit`` and the tail of its log."""
     sink = cfg.build_sink(check=False)  # the head's reader, kept: one preflight, not one a poll
-    for attempt in range(1, kills + 1):
-        log_path = log_dir / f"{name}-run-{attempt}.log"
-        _run_and_kill(sink, config, f"{name} run {attempt}", rng, log_path)
-        print(f"{name}: kill {attempt}/{kills} at epoch {head_epoch(sink)}", flush=True)
-    _run_until_done(config, f"{name} run {kills + 1}", log_dir / f"{name}-run-{kills + 1}.log")
+    with Progress(f"{name} stream", total=input_records, unit="rows") as progress:
+        for attempt in range(1, kills + 1):
+            log_path = log_dir / f"{name}-run-{attempt}.log"
+            _run_and_kill(sink, config, f"{name} run {attempt}", rng, log_path, progress)
+            progress.write(f"{name}: kill {attempt}/{kills} at epoch {head_epoch(sink)}")
+        last = log_dir / f"{name}-run-{kills + 1}.log"
+        _run_until_done(config, f"{name} run {kills + 1}", last, progress)
     return kills
 
 
 def _run_and_kill(
-    sink: ExactlyOnceSink, config: str, label: str, rng: random.Random, log_path: Path
+    sink: ExactlyOnceSink,
+    config: str,
+    label: str,
+    rng: random.Random,
+    log_path: Path,
+    progress: Progress,
 ) -> None:
-    proc = start_run(config, log_path, label)
+    proc = start_run(config, log_path, label, progress)
     # 1-3 epochs: after the first, a warm JVM's batches are short, so the 0-2 s delay
     # lands anywhere from before the write, through the commit, to after Spark's commit.
     after = head_epoch(sink) + rng.randint(0, 2)
@@ -125,8 +144,8 @@ def _run_and_kill(
     kill_group(proc)
 
 
-def _run_until_done(config: str, label: str, log_path: Path) -> None:
-    proc = start_run(config, log_path, label)
+def _run_until_done(config: str, label: str, log_path: Path, progress: Progress) -> None:
+    proc = start_run(config, log_path, label, progress)
     try:
         code = proc.wait(timeout=RUN_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:

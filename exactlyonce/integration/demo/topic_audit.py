@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from exactlyonce.connectors.kafka.consume import headers_of
 from exactlyonce.connectors.kafka.protocol import H_QUERY, H_RECORD_ID
+from exactlyonce.progress import Progress
 
 READ_TIMEOUT_S = 60.0
 NO_ID = "<no eo-record-id>"
@@ -63,7 +64,7 @@ def read_topic_audit(
 ) -> TopicAudit:
     """Count the output topic's records per ID and the query's dead letters, as committed."""
     seen: Counter[str] = Counter()
-    for headers in read_headers(bootstrap, topic):
+    for headers in read_headers(bootstrap, topic, expected=len(expected)):
         seen[headers.get(H_RECORD_ID, NO_ID.encode()).decode()] += 1
     dead = sum(
         1
@@ -83,9 +84,11 @@ def read_topic_audit(
     )
 
 
-def read_headers(bootstrap: str, topic: str) -> list[dict[str, bytes]]:
+def read_headers(bootstrap: str, topic: str, expected: int | None = None) -> list[dict[str, bytes]]:
     """Every committed record's headers, every partition from offset 0 to its end (the last
-    stable offset: read_committed), read with assign() and no consumer group."""
+    stable offset: read_committed), read with assign() and no consumer group. With
+    ``expected`` (records), the reading shows progress against it
+    (:class:`~exactlyonce.progress.Progress`: a bar on a terminal, plain lines elsewhere)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -101,18 +104,25 @@ def read_headers(bootstrap: str, topic: str) -> list[dict[str, bytes]]:
         if meta.error is not None:
             raise SystemExit(f"cannot read topic {topic}: {meta.error}")
         consumer.assign([TopicPartition(topic, p, 0) for p in sorted(meta.partitions)])
-        return _consume(consumer, topic, len(meta.partitions))
+        if expected is None:
+            return _consume(consumer, topic, len(meta.partitions))
+        with Progress(f"audit kafka:{topic}", total=expected, unit="records") as progress:
+            return _consume(consumer, topic, len(meta.partitions), progress)
     finally:
         consumer.close()
 
 
-def _consume(consumer: Consumer, topic: str, partitions: int) -> list[dict[str, bytes]]:
+def _consume(
+    consumer: Consumer, topic: str, partitions: int, progress: Progress | None = None
+) -> list[dict[str, bytes]]:
     out: list[dict[str, bytes]] = []
     at_end: set[int] = set()
     deadline = time.monotonic() + READ_TIMEOUT_S
     while len(at_end) < partitions:
         if time.monotonic() > deadline:
             raise SystemExit(f"reading {topic} timed out")
+        if progress is not None:
+            progress.update(len(out) - progress.done)
         for msg in consumer.consume(num_messages=10_000, timeout=0.5):
             err, partition = msg.error(), msg.partition()
             if err is not None and err.code() == KafkaError._PARTITION_EOF:
@@ -122,6 +132,8 @@ def _consume(consumer: Consumer, topic: str, partitions: int) -> list[dict[str, 
             else:
                 at_end.discard(-1 if partition is None else partition)
                 out.append(headers_of(msg))
+    if progress is not None:
+        progress.update(len(out) - progress.done)
     return out
 
 
