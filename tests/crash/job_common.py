@@ -41,6 +41,9 @@ def crash_session(
     """Logging set up, and a Spark session whose executors see the crash-point environment
     (``connectors=False``: without Spark's Kafka and Avro jars, for jobs that need neither)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # Small COPY chunks: a shard of a few hundred bytes goes in several, so mid_copy fires
+    # between two chunks of one COPY (exactlyonce/connectors/postgres/writer.py).
+    os.environ.setdefault("EXACTLYONCE_CRASH_COPY_CHUNK_BYTES", "256")
     # Executors launched by a standalone worker do not inherit this process's environment.
     crash_env = {
         f"spark.executorEnv.{key}": value

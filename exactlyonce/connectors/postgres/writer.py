@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,9 @@ from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.faults import crash_point
 from exactlyonce.secrets import Secret
 
-COPY_CHUNK_BYTES = 1 << 20
+# COPY hands the server this many bytes at a time. Crash tests make it small so that
+# ``mid_copy`` fires between two chunks of one COPY (data sent before it and after it).
+COPY_CHUNK_BYTES = int(os.environ.get("EXACTLYONCE_CRASH_COPY_CHUNK_BYTES", 1 << 20))
 _STAGING = sql.Identifier("_eo_staging")
 _CSV_OPTIONS = pacsv.WriteOptions(include_header=False)
 
@@ -179,8 +182,8 @@ class PgShardTask(ShardTask):
         with conn.cursor() as cur, cur.copy(statement) as copy:
             for start in range(0, len(data), COPY_CHUNK_BYTES):
                 copy.write(data[start : start + COPY_CHUNK_BYTES])
-                if crash_ok and start == 0:
-                    crash_point("mid_copy", self.epoch)
+                if crash_ok and start == 0 and len(data) > COPY_CHUNK_BYTES:
+                    crash_point("mid_copy", self.epoch)  # a chunk sent, more to come
 
     # -- the slow path and bad records -------------------------------------------------
 
