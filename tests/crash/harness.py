@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 from exactlyonce.dedup.ids import record_id
 
@@ -234,6 +235,16 @@ class Job:
             tail = self.log_tail()
             raise AssertionError(f"job did not finish in {timeout}s:\n{tail}") from exc
         assert code == 0, f"job exited {code}:\n{self.log_tail()}"
+        self.assert_no_credentials()
+
+    def assert_no_credentials(self) -> None:
+        """No run's log (the driver's, Spark's and the tasks' output, crashes included)
+        shows a service password (DESIGN invariant 8)."""
+        secrets = service_passwords()
+        for log in sorted(self.workdir.glob("run-*.log")):
+            text = log.read_text(errors="replace")
+            leaked = [n for n, secret in enumerate(secrets) if secret in text]
+            assert not leaked, f"{log.name} shows a service password (#{leaked})"
 
     def last_commit(self) -> int:
         """Spark's last committed epoch; its commit log must have no gap."""
@@ -271,6 +282,13 @@ def crash_seed(schedule: str = "random kill schedule") -> int:
     test = os.environ.get("PYTEST_CURRENT_TEST", "").rpartition(" (")[0]
     SEEDS.setdefault(test, []).append(line)
     return seed
+
+
+def service_passwords() -> list[str]:
+    """The passwords in the services' URLs (PostgreSQL's role; a Redis URL's, if any)."""
+    names = ("EXACTLYONCE_PG_DSN", "EXACTLYONCE_REDIS_URL", "EXACTLYONCE_SINK_REDIS_URL")
+    found = (urlsplit(os.environ.get(name, "")).password for name in names)
+    return [p for p in found if p]
 
 
 def session_members(sid: int) -> list[int]:
