@@ -446,19 +446,23 @@ class ExactlyOnceSink(ABC):
         head = self._read_head()
         if head is None:
             shards = self.shards or max(1, default_shards())
-            head = Head(NO_EPOCH, query_id, shards)
-            self._create_head(head)
-        elif query_id and head.spark_query_id and head.spark_query_id != query_id:
+            mine = Head(NO_EPOCH, query_id, shards)
+            self._create_head(mine)
+            # The first create wins: another driver of this query_name may have created it
+            # between the read and the create. Its head is the one to check.
+            head = self._read_head() or mine
+        elif query_id and not head.spark_query_id:
+            self._bind_query_id(query_id)  # the first bind wins, as the first create does
+            head = self._read_head() or Head(head.epoch, query_id, head.num_shards)
+        if query_id and head.spark_query_id and head.spark_query_id != query_id:
             raise CheckpointResetError(
                 f"{self.sink_name}: the head of query_name {self.query_name!r} was written by "
                 f"Spark query {head.spark_query_id}, but this run is query {query_id} (a new or "
-                "deleted checkpoint). Its epochs would restart at 0 and be skipped as already "
-                "committed. Use a new query_name, or reset the head explicitly with "
+                "deleted checkpoint, or another query running under this query_name). Its "
+                "epochs would restart at 0 and be skipped as already committed, or interleave "
+                "with the other query's. Use a new query_name, or reset the head explicitly with "
                 f"`exactlyonce reset-head` / sink.reset_head() if you mean to start over."
             )
-        elif query_id and not head.spark_query_id:
-            self._bind_query_id(query_id)
-            head = Head(head.epoch, query_id, head.num_shards)
         if self.shards is not None and self.shards != head.num_shards:
             log.warning(
                 "%s: shards=%d ignored; this query was started with %d shards, kept so that "

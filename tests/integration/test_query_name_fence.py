@@ -1,0 +1,57 @@
+"""Two queries with one ``query_name``: the second is refused, never interleaved.
+
+The race: both drivers start before either created the head. Each creates it (the first
+create wins: ``ON CONFLICT DO NOTHING``); the loser must then read back the winner's head
+and refuse, not write under a head that names the other query.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from exactlyonce.connectors import PostgresSink
+from exactlyonce.connectors.base import Head
+from exactlyonce.errors import CheckpointResetError
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = StructType([StructField("event_id", StringType()), StructField("amount", LongType())])
+
+
+def sink(pg_dsn: str, name: str) -> PostgresSink:
+    return PostgresSink(pg_dsn, name, ["event_id"], name, dedup=False)
+
+
+def test_the_loser_of_a_head_creation_race_refuses(
+    pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = sink(pg_dsn, unique_name), sink(pg_dsn, unique_name)
+    reads: list[Head | None] = []
+    real_read = second._read_head
+
+    def read_before_the_other_created(self: Any = None) -> Head | None:
+        head = None if not reads else real_read()  # its first read saw no head yet
+        reads.append(head)
+        return head
+
+    monkeypatch.setattr(second, "_read_head", read_before_the_other_created)
+    first.start(SCHEMA, "query-a", lambda: 2)
+    with pytest.raises(CheckpointResetError, match="query-a") as refused:
+        second.start(SCHEMA, "query-b", lambda: 2)
+    assert "reset-head" in str(refused.value)
+    assert len(reads) == 2, "the loser read the head back after its create"
+    row = pg.execute(
+        "SELECT epoch, spark_query_id FROM exactlyonce_heads WHERE query_name = %s",
+        [unique_name],
+    ).fetchone()
+    assert row == (-1, "query-a"), "the winner's head stands"
+
+
+def test_a_second_query_after_the_first_started_is_refused(pg_dsn: str, unique_name: str) -> None:
+    sink(pg_dsn, unique_name).start(SCHEMA, "query-a", lambda: 2)
+    with pytest.raises(CheckpointResetError, match="query-a"):
+        sink(pg_dsn, unique_name).start(SCHEMA, "query-b", lambda: 2)
