@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from exactlyonce.integration import cli
-from tests.audit import install_audit, sink_ids, write_counts
+from tests.audit import sink_ids, write_counts
 from tests.crash.harness import ROOT
 from tests.integration.test_rewind import (
     ALL,
@@ -33,6 +33,7 @@ from tests.integration.test_rewind import (
     FIRST,
     REWOUND,
     checkpoint_batches,
+    postgres_pipeline,
     run_query,
     stream_entries,
     write_pipeline,
@@ -108,16 +109,7 @@ def test_postgres_rewind_killed_between_its_steps_then_finished_ends_exactly_onc
     unique_name: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pg.execute(
-        f'CREATE TABLE "{unique_name}" (event_id text, n bigint, record_id uuid NOT NULL, '
-        "epoch bigint NOT NULL)"
-    )
-    install_audit(pg, unique_name)
-    sink = (
-        "  type: postgres\n  dsn: ${EXACTLYONCE_PG_DSN}\n"
-        f"  table: {unique_name}\n  mode: append\n  id_columns: [event_id]\n  shards: 2\n"
-    )
-    config = write_pipeline(tmp_path / "job", unique_name, sink)
+    config = postgres_pipeline(tmp_path / "job", pg, unique_name, unique=False)
     run_query(spark, config)
     writes = Counter(dict.fromkeys(ALL, 1))
     for n, (point, to) in enumerate(PG_POINTS):

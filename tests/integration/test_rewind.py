@@ -73,6 +73,26 @@ def write_pipeline(workdir: Path, name: str, sink: str) -> Path:
     return config
 
 
+def postgres_pipeline(
+    tmp_path: Path, pg: psycopg.Connection[Any], name: str, *, unique: bool = True
+) -> Path:
+    """A table (with the unique index on record_id unless ``unique`` is off: an append
+    table) and its audit trigger, and a pipeline file writing it."""
+    pg.execute(
+        f'CREATE TABLE "{name}" (event_id text, n bigint, record_id uuid NOT NULL, '
+        "epoch bigint NOT NULL)"
+    )
+    if unique:
+        pg.execute(f'CREATE UNIQUE INDEX ON "{name}" (record_id)')
+    install_audit(pg, name)
+    mode = "" if unique else "  mode: append\n"
+    sink = (
+        "  type: postgres\n  dsn: ${EXACTLYONCE_PG_DSN}\n"
+        f"  table: {name}\n  id_columns: [event_id]\n  shards: 2\n{mode}"
+    )
+    return write_pipeline(tmp_path, name, sink)
+
+
 def run_query(spark: Any, config: Path) -> Any:
     """The pipeline's query, run in this process until it has read every file."""
     cfg = load_config(config)
@@ -151,17 +171,7 @@ def test_postgres_rewind_removes_rows_above_the_epoch_and_the_rerun_writes_them_
     unique_name: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pg.execute(
-        f'CREATE TABLE "{unique_name}" (event_id text, n bigint, record_id uuid NOT NULL, '
-        "epoch bigint NOT NULL)"
-    )
-    pg.execute(f'CREATE UNIQUE INDEX ON "{unique_name}" (record_id)')
-    install_audit(pg, unique_name)
-    sink = (
-        "  type: postgres\n  dsn: ${EXACTLYONCE_PG_DSN}\n"
-        f"  table: {unique_name}\n  id_columns: [event_id]\n  shards: 2\n"
-    )
-    config = write_pipeline(tmp_path, unique_name, sink)
+    config = postgres_pipeline(tmp_path, pg, unique_name)
     run_query(spark, config)
 
     def held() -> list[Any]:

@@ -13,15 +13,15 @@ import psycopg
 import pytest
 
 from exactlyonce.integration import cli
-from tests.audit import install_audit, sink_ids, write_counts
+from tests.audit import sink_ids, write_counts
 from tests.integration.test_rewind import (
     ALL,
     EPOCHS,
     checkpoint_batches,
     expected_writes,
     heads_json,
+    postgres_pipeline,
     run_query,
-    write_pipeline,
 )
 
 pytestmark = pytest.mark.integration
@@ -44,17 +44,7 @@ def test_rewind_json_dry_run_applied_and_refused(
     unique_name: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pg.execute(
-        f'CREATE TABLE "{unique_name}" (event_id text, n bigint, record_id uuid NOT NULL, '
-        "epoch bigint NOT NULL)"
-    )
-    pg.execute(f'CREATE UNIQUE INDEX ON "{unique_name}" (record_id)')
-    install_audit(pg, unique_name)
-    sink = (
-        "  type: postgres\n  dsn: ${EXACTLYONCE_PG_DSN}\n"
-        f"  table: {unique_name}\n  id_columns: [event_id]\n  shards: 2\n"
-    )
-    config = write_pipeline(tmp_path, unique_name, sink)
+    config = postgres_pipeline(tmp_path, pg, unique_name)
     run_query(spark, config)
     rows = pg.execute(f'SELECT epoch FROM "{unique_name}" WHERE epoch > %s', [TO]).fetchall()
     above = {str(e): n for e, n in sorted(Counter(e for (e,) in rows).items())}

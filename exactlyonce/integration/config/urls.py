@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from exactlyonce.connectors.base.config import SinkConfig
+from exactlyonce.connectors.configs import SINK_CONFIGS
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
 from exactlyonce.connectors.postgres.config import PostgresSinkConfig
@@ -46,13 +47,10 @@ if TYPE_CHECKING:
 
 URL_FIELD = "sink URL"
 SCHEMES: dict[str, type[SinkConfig]] = {
-    "postgresql": PostgresSinkConfig,
-    "postgres": PostgresSinkConfig,
-    "redis": RedisSinkConfig,
-    "rediss": RedisSinkConfig,
-    "kafka": KafkaSinkConfig,
-    "elasticsearch": ElasticsearchSinkConfig,
-    "elasticsearch+https": ElasticsearchSinkConfig,
+    **SINK_CONFIGS,
+    "postgresql": SINK_CONFIGS["postgres"],
+    "rediss": SINK_CONFIGS["redis"],
+    "elasticsearch+https": SINK_CONFIGS["elasticsearch"],
 }
 # The settings the URL itself gives, per model: never in its query string.
 _FROM_URL = {

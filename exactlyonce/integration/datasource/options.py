@@ -19,19 +19,11 @@ from typing import Any
 from pydantic import SecretStr
 
 from exactlyonce.connectors.base.config import SinkConfig
-from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig
-from exactlyonce.connectors.kafka.config import KafkaSinkConfig
-from exactlyonce.connectors.postgres.config import PostgresSinkConfig
-from exactlyonce.connectors.redis.config import RedisSinkConfig
+from exactlyonce.connectors.configs import SINK_CONFIGS
 from exactlyonce.errors import ConfigError
 
 SINK_OPTION = "sink"
-MODELS: dict[str, type[SinkConfig]] = {
-    "postgres": PostgresSinkConfig,
-    "kafka": KafkaSinkConfig,
-    "elasticsearch": ElasticsearchSinkConfig,
-    "redis": RedisSinkConfig,
-}
+MODELS = SINK_CONFIGS
 # Options Spark itself sets or passes through, which are not the sink's.
 SPARK_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
 _TEXT = (str, SecretStr, str | None, SecretStr | None)
