@@ -96,4 +96,5 @@ def test_keyless_lines_through_kills_at_points_and_a_random_kill(
     head = pg.execute(
         "SELECT epoch FROM exactlyonce_heads WHERE query_name = %s", [unique_name]
     ).fetchone()
-    assert head == (job.last_commit(),) == (FILES - 1,)
+    # After a kill Spark may read two files in one epoch: FILES - 1 epochs at the most.
+    assert head == (job.last_commit(),) and job.last_commit() <= FILES - 1
