@@ -10,7 +10,9 @@ starts the driver JVM with ``-XX:SharedArchiveFile`` pointing at it (:func:`java
 The archive is named by what it depends on (the ``java`` that runs, pyspark's version and its
 jar folder), so an upgrade of either simply finds no archive and starts as before. A JVM that
 cannot use an archive (a different class path, say) ignores it (``-Xshare:auto``, Java's
-default). It lives in ``$XDG_CACHE_HOME/exactlyonce/cds`` (else ``~/.cache/exactlyonce/cds``);
+default). It lives in ``$XDG_CACHE_HOME/exactlyonce/cds`` (else ``~/.cache/exactlyonce/cds``),
+beside a note of the pyspark it belongs to: writing one removes those of pyspark installs that
+are gone.
 ``EXACTLYONCE_JVM_ARCHIVE=off`` turns its use off.
 """
 
@@ -44,7 +46,7 @@ def archive_path() -> Path:
     import pyspark
 
     java = Path(require_java()).resolve()
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = _pyspark_jars()
     digest = hashlib.sha256()
     for part in (str(java), str(java.stat().st_mtime_ns), pyspark.__version__, str(jars)):
         digest.update(part.encode() + b"\0")
@@ -93,7 +95,23 @@ def build(force: bool = False) -> Path:
         if not partial.is_file():
             raise RuntimeError(f"the JVM wrote no class-data archive at {partial}")
         partial.rename(path)
+        path.with_suffix(".jars").write_text(str(_pyspark_jars()))
+        _prune()
     return path
+
+
+def _pyspark_jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def _prune() -> None:
+    """Remove the archives of pyspark installs that are gone (a deleted virtualenv)."""
+    for source in cache_folder().glob("spark-driver-*.jars"):
+        if not Path(source.read_text()).is_dir():
+            source.with_suffix(".jsa").unlink(missing_ok=True)
+            source.unlink(missing_ok=True)
 
 
 def train(partial: Path) -> None:

@@ -47,3 +47,18 @@ def test_the_archive_is_named_by_java_and_pyspark(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("pyspark.__version__", "0.0.1")
     assert jvm_archive.archive_path() != first
     assert first.parent == jvm_archive.cache_folder()
+
+
+def test_archives_of_pyspark_installs_that_are_gone_are_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = jvm_archive.cache_folder()
+    folder.mkdir(parents=True)
+    kept, gone = tmp_path / "venv-a" / "jars", tmp_path / "venv-b" / "jars"
+    kept.mkdir(parents=True)
+    for name, jars in (("spark-driver-a", kept), ("spark-driver-b", gone)):
+        (folder / f"{name}.jsa").write_bytes(b"x")
+        (folder / f"{name}.jars").write_text(str(jars))
+    jvm_archive._prune()
+    assert sorted(p.name for p in folder.iterdir()) == ["spark-driver-a.jars", "spark-driver-a.jsa"]
