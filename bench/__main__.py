@@ -6,6 +6,7 @@ python -m bench kafka                     # KafkaSink vs a plain idempotent prod
 python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs Spark's
 python -m bench cluster_catalog           # the catalog on 1 Redis vs a 3-master Redis Cluster
 python -m bench elasticsearch             # ElasticsearchSink vs plain streaming_bulk
+python -m bench session_start             # Spark session start with/without the JVM archive
 python -m bench summary                   # draw bench/results/summary.png from the JSON
 """
 
@@ -21,6 +22,7 @@ STANDALONE = {
     "dedup": "bench.dedup",
     "cluster_catalog": "bench.cluster_catalog",
     "elasticsearch": "bench.elasticsearch",
+    "session_start": "bench.session_start",
     "summary": "bench.summary",
 }
 
