@@ -16,6 +16,8 @@ from confluent_kafka import Producer
 
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration import cli
+from exactlyonce.integration.config import load_config
+from exactlyonce.integration.demo import print_audit, read_audit, read_expected_ids, read_headers
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.integration.test_rewind import EPOCHS, postgres_pipeline, run_query, write_pipeline
 
@@ -78,6 +80,8 @@ def test_postgres_audit_counts_rows(
     assert doc["kind"] == "postgres" and doc["read"] == len(EVENTS)
     _, _, text = audit(config, ids, capsys)
     assert "rows in sink" in text and f"AUDIT {unique_name} -> postgres:" in text
+    print_audit(read_audit(load_config(config), read_expected_ids(ids)))  # the demo's table
+    assert capsys.readouterr().out == text, "the PostgreSQL table is printed as it always was"
 
     pg.execute(
         f'INSERT INTO "{unique_name}" SELECT * FROM "{unique_name}" WHERE event_id = %s', ["e3"]
@@ -105,6 +109,38 @@ def test_kafka_audit_reads_as_a_plain_read_committed_consumer_and_fails_on_unatt
     assert producer.flush(30) == 0
     doc = assert_fails(config, expected_file(tmp_path, "e99"), capsys, "e3", "e99")
     assert doc["unattributable"] == 1 and doc["read"] == len(EVENTS) + 2, doc
+
+
+def test_kafka_audit_on_a_broker_that_shows_aborted_records_follows_the_recipe(
+    tmp_path: Path,
+    spark: Any,
+    tansu_bootstrap: str,
+    unique_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sink = (
+        f"  type: kafka\n  bootstrap_servers: {tansu_bootstrap}\n"
+        f"  topic: {unique_name}\n  control_topic: {unique_name}-control\n"
+        "  create_topic: true\n  id_columns: [event_id]\n"
+    )
+    config = write_pipeline(tmp_path, unique_name, sink)
+    run_query(spark, config)
+    ids = expected_file(tmp_path)
+    doc = assert_passes(config, ids, capsys)
+    assert doc["read_with"].startswith("consumption recipe"), doc
+
+    producer = Producer({"bootstrap.servers": tansu_bootstrap, "transactional.id": unique_name})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    headers = [("eo-query", unique_name.encode()), ("eo-record-id", record_id(["e3"]).encode())]
+    producer.produce(unique_name, b"{}", headers=headers)
+    producer.flush(30)  # on the broker, then aborted: it stays in the log
+    producer.abort_transaction(30)
+    plain = read_headers(tansu_bootstrap, unique_name)  # what a plain consumer would count
+    assert sum(h.get("eo-record-id") == record_id(["e3"]).encode() for h in plain) == 2
+    doc = assert_passes(config, ids, capsys)
+    code, doc, _ = audit(config, expected_file(tmp_path, "e99"), capsys)
+    assert code == 1 and doc["missing_ids"] == ["e99"] and doc["duplicates"] == 0, doc
 
 
 def test_elasticsearch_audit_counts_a_rewritten_document_as_a_duplicate_write(
