@@ -136,8 +136,8 @@ def print_sink_audit(a: SinkAudit, *, result: bool = True) -> None:
     line("duplicates", a.duplicates, "must be 0")
     line("missing", len(a.missing_ids), "must be 0")
     line("unexpected IDs", len(a.unexpected_ids), "must be 0")
-    if a.kind == "kafka":
-        line("not attributable", a.unattributable, "must be 0 (no eo-record-id header)")
+    if a.kind == "kafka" or a.unattributable:
+        line("not attributable", a.unattributable, "must be 0 (read without a record ID)")
     if a.kind == "elasticsearch":
         note = "counted as duplicates (op_type create)" if a.rewritten_is_duplicate else ""
         line("rewritten (_version>1)", len(a.rewritten), note)
