@@ -18,6 +18,7 @@ from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration import cli
 from exactlyonce.integration.config import load_config
 from exactlyonce.integration.demo import print_audit, read_audit, read_expected_ids, read_headers
+from tests.crash.harness import service_passwords
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.integration.test_rewind import EPOCHS, postgres_pipeline, run_query, write_pipeline
 
@@ -39,9 +40,13 @@ def audit(
     """The exit code, the ``--json`` document and the table of ``exactlyonce audit``."""
     capsys.readouterr()
     code = cli.main(["audit", str(config), "--expected-ids", str(ids), "--json"])
-    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr()
+    doc: dict[str, Any] = json.loads(out.out)
     assert cli.main(["audit", str(config), "--expected-ids", str(ids)]) == code
-    return code, doc, capsys.readouterr().out
+    text = capsys.readouterr()
+    printed = out.out + out.err + text.out + text.err
+    assert service_passwords() and not [p for p in service_passwords() if p in printed]
+    return code, doc, text.out
 
 
 def assert_passes(config: Path, ids: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
