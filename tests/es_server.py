@@ -15,6 +15,8 @@ Reproduced, as documented for Elasticsearch 8:
   ``es_rejected_execution_exception`` (fault injection); top-level ``errors`` and ``took``;
 - realtime ``GET``/``_mget`` by ``_id`` (see every acknowledged write) as opposed to
   ``_search``/``_count``, which see only what was refreshed (``_refresh``, ``?refresh=``);
+  a search with ``?scroll=`` snapshots every hit, paged on by ``_search/scroll`` (cleared
+  by ``DELETE _search/scroll``); ``version: true`` adds each hit's ``_version``;
 - ``_version``, ``_seq_no``, ``_primary_term``, ``op_type=create``, ``if_seq_no`` with
   ``if_primary_term`` (409 when either differs, 400 when one comes without the other),
   tombstones (a delete, even of nothing, bumps the ``_id``'s next version);
@@ -42,7 +44,7 @@ counts and mappings. OpenSearch keeps Elasticsearch 7's ``mapper_parsing_excepti
 this server answers Elasticsearch 8's ``document_parsing_exception``.
 
 Not reproduced: scoring, analysis (``match`` splits on whitespace), aggregations, aliases,
-scroll, shards and replicas, the periodic one-second refresh, the expiry of tombstones
+shards and replicas, the periodic one-second refresh, the expiry of tombstones
 (``index.gc_deletes``, 60 s), the mixed-type arrays OpenSearch and Elasticsearch 7 refuse.
 
 Python API for tests (never over HTTP): per-``_id`` write counters (every successful
@@ -719,6 +721,8 @@ class EsTestServer:
         self.version_number = version
         self.indices: dict[str, Index] = {}
         self.lock = threading.RLock()
+        # scroll id -> (hits still to send, page size): a snapshot taken by the first search
+        self.scrolls: dict[str, tuple[list[dict[str, Any]], int]] = {}
         self.bulk_requests = 0
         self.bulk_items = 0
         self.rejected_items = 0
@@ -1020,11 +1024,13 @@ class EsTestServer:
         with self.lock:
             names = [name] if name and name not in ("_all", "*") else sorted(self.indices)
             hits: list[tuple[str, str, dict[str, Any]]] = []
+            versions: dict[tuple[str, str], int] = {}
             for n in names:
                 index = self._get_index(n)
                 for doc_id, doc in index.searchable.items():
                     if matches(body.get("query"), doc_id, doc.source):
                         hits.append((n, doc_id, doc.source))
+                        versions[(n, doc_id)] = doc.version
         sort = body.get("sort", params.get("sort"))
         spec = _sort_spec(sort) if sort else []
         for field_name, desc in reversed(spec):
@@ -1038,8 +1044,10 @@ class EsTestServer:
             hits = present + absent
         start = int(body.get("from", params.get("from", 0)))
         size = int(body.get("size", params.get("size", 10)))
-        page = hits[start : start + size]
-        return {
+        scrolling = "scroll" in params  # every hit now; pages after the first: _search/scroll
+        page = hits if scrolling else hits[start : start + size]
+        wants_version = body.get("version") is True or params.get("version") == "true"
+        found = {
             "took": 1,
             "timed_out": False,
             "_shards": _SEARCH_SHARDS,
@@ -1052,6 +1060,7 @@ class EsTestServer:
                         "_id": doc_id,
                         "_score": None if spec else 1.0,
                         "_source": src,
+                        **({"_version": versions[(n, doc_id)]} if wants_version else {}),
                         **(
                             {
                                 "sort": [
@@ -1067,6 +1076,28 @@ class EsTestServer:
                     for n, doc_id, src in page
                 ],
             },
+        }
+        if scrolling:
+            rendered = found["hits"]["hits"]
+            found["hits"]["hits"] = rendered[:size]
+            found["_scroll_id"] = scroll_id = f"scroll-{uuid.uuid4().hex}"
+            with self.lock:
+                self.scrolls[scroll_id] = (rendered[size:], size)
+        return found
+
+    def scroll(self, scroll_id: str) -> dict[str, Any]:
+        """The next page of a scroll (empty at its end); 404 for an unknown or cleared one."""
+        with self.lock:
+            if scroll_id not in self.scrolls:
+                raise EsError(404, "search_context_missing_exception", "No search context found")
+            rest, size = self.scrolls[scroll_id]
+            page, self.scrolls[scroll_id] = rest[:size], (rest[size:], size)
+        return {
+            "_scroll_id": scroll_id,
+            "took": 1,
+            "timed_out": False,
+            "_shards": _SEARCH_SHARDS,
+            "hits": {"total": {"value": len(page), "relation": "eq"}, "hits": page},
         }
 
 
@@ -1309,6 +1340,13 @@ class _Handler(BaseHTTPRequestHandler):
                 for index in targets:
                     index.refresh()
             return 200, {"_shards": _SHARDS}
+        if seg == ["_search", "scroll"] and method in ("GET", "POST"):
+            return 200, es.scroll(str((body() or {}).get("scroll_id", params.get("scroll_id"))))
+        if seg == ["_search", "scroll"] and method == "DELETE":
+            with es.lock:
+                for scroll_id in (body() or {}).get("scroll_id", []):
+                    es.scrolls.pop(scroll_id, None)
+            return 200, {"succeeded": True, "num_freed": 1}
         if seg and seg[-1] in ("_search", "_count") and method in ("GET", "POST") and n <= 2:
             found = es.search(seg[0] if n == 2 else None, body(), params)
             if seg[-1] == "_count":

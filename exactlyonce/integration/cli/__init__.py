@@ -7,7 +7,7 @@
     exactlyonce reset-head pipeline.yaml --yes
     exactlyonce heads pipeline.yaml|SINK-URL [--query-name Q] [--catalog REDIS-URL] [--json]
     exactlyonce rewind pipeline.yaml --to-epoch N [--yes]
-    exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N]
+    exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N] [--json]
     exactlyonce drain pipeline.yaml [--until-idle SECONDS] [--batch-size N] [--reset-offsets --yes]
                                     [--processes N | --member I/N]
     exactlyonce services up|status|down [--only pg,redis,kafka]

@@ -1,24 +1,19 @@
-"""The exactly-once audit, read back from PostgreSQL: the sink's table, dead-letter table and
-head against the expected record IDs, and the verdict. Also used by ``exactlyonce audit``."""
+"""The demo's exactly-once audit of its PostgreSQL pipeline: the sink's table, dead-letter
+table and head against the expected record IDs (read by
+:mod:`exactlyonce.integration.audit.postgres`, as ``exactlyonce audit`` reads them), with the
+demo's input and kill counts, and the verdict."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import psycopg
-from psycopg import sql
-
-from exactlyonce.connectors.postgres.schema import DEAD_LETTERS, TableName, regclass
-from exactlyonce.dedup.ids import record_id
+from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.integration.audit import read_expected
+from exactlyonce.integration.audit.postgres import read_postgres
 from exactlyonce.integration.config import PipelineConfig
+from exactlyonce.integration.config.sinks import build_sink
 from exactlyonce.integration.demo.pipeline import pg_sink
-from exactlyonce.progress import Progress
-
-AUDIT_CHUNK_ROWS = 50_000
 
 
 @dataclass
@@ -65,68 +60,28 @@ def read_audit(
     input_records: int | None = None,
     kills: int | None = None,
 ) -> Audit:
-    """What the sink's table, dead-letter table and head hold, against the expected IDs.
+    """What the sink's table, dead-letter table and head hold, against the expected IDs
+    (read by :func:`exactlyonce.integration.audit.postgres.read_postgres`).
 
     Read-only; a table not created yet counts as empty."""
-    sink = cfg.build_sink(check=False)  # no connection: for its names only
-    table = TableName.parse(pg_sink(cfg).table)
-    with psycopg.connect(pg_sink(cfg).dsn.get_secret_value(), autocommit=True) as conn:
-        ids = _sink_ids(conn, table, pg_sink(cfg).id_column, len(expected))
-        dead = _count_dead_letters(conn, table, cfg.query_name, sink.sink_name)
-    head = sink.head() if dead is not None else None
-    found = set(ids)
+    pg_sink(cfg)  # the demo's PostgreSQL pipeline, or a ConfigError naming the field
+    sink = build_sink(cfg.sink, check=False)  # no connection: for its names only
+    assert isinstance(sink, PostgresSink)
+    found = read_postgres(sink, dict.fromkeys(expected, []))
     return Audit(
         query_name=cfg.query_name,
-        sink=sink.sink_name,
+        sink=found.sink,
         expected_ids=len(expected),
-        rows=len(ids),
-        distinct_ids=len(found),
-        missing=len(expected - found),
-        unexpected=len(found - expected),
-        dead_letters=dead or 0,
-        head_epoch=head.epoch if head else None,
+        rows=found.read,
+        distinct_ids=found.distinct_ids,
+        missing=len(found.missing_ids),
+        unexpected=len(found.unexpected_ids),
+        dead_letters=found.dead_letters or 0,
+        head_epoch=found.head_epoch,
         expected_dead_letters=expected_dead_letters,
         input_records=input_records,
         kills=kills,
     )
-
-
-def _sink_ids(
-    conn: psycopg.Connection[Any], table: TableName, id_column: str, expected: int
-) -> list[str]:
-    """Every row's record ID (hex, no dashes), duplicates kept; none if no table yet. Read
-    through a server-side cursor in chunks, with the rows read against the ``expected`` count
-    (:class:`~exactlyonce.progress.Progress`: a bar on a terminal, plain lines elsewhere)."""
-    if regclass(conn, table) is None:
-        return []
-    query = sql.SQL("SELECT replace({}::text, '-', '') FROM {}").format(
-        sql.Identifier(id_column), table.ident()
-    )
-    ids: list[str] = []
-    with (
-        Progress(f"audit {table}", total=expected, unit="rows") as progress,
-        conn.transaction(),
-        conn.cursor(name="exactlyonce_audit") as cursor,
-    ):
-        cursor.execute(query)
-        while rows := cursor.fetchmany(AUDIT_CHUNK_ROWS):
-            ids.extend(str(r[0]) for r in rows)
-            progress.update(len(rows))
-    return ids
-
-
-def _count_dead_letters(
-    conn: psycopg.Connection[Any], table: TableName, query_name: str, sink_name: str
-) -> int | None:
-    if regclass(conn, TableName(table.schema, DEAD_LETTERS)) is None:
-        return None
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {} WHERE query_name = %s AND sink = %s").format(
-            table.sibling(DEAD_LETTERS)
-        ),
-        [query_name, sink_name],
-    ).fetchone()
-    return int(row[0]) if row else 0
 
 
 def print_audit(a: Audit, *, result: bool = True) -> None:
@@ -158,15 +113,4 @@ def print_audit(a: Audit, *, result: bool = True) -> None:
 
 def read_expected_ids(path: str | os.PathLike[str]) -> set[str]:
     """Record IDs from a file of keys: one per line, a bare value or a JSON array of values."""
-    ids = set()
-    for raw in Path(path).read_text(encoding="utf-8").splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            parsed = json.loads(line)
-        except json.JSONDecodeError:
-            parsed = line
-        values = parsed if isinstance(parsed, list) else [parsed]
-        ids.add(record_id(values))
-    return ids
+    return set(read_expected(path))
