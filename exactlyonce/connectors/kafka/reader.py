@@ -169,6 +169,9 @@ class Commits:
     confirmed: set[tuple[int, int, str]] = field(default_factory=set)
     counts: dict[tuple[int, int, str], int] = field(default_factory=dict)
     records: int = 0  # the sum of ``counts``: records of every confirmed attempt
+    # Read with read_committed from a broker that hides aborted records: a commit marker
+    # then says its attempt committed, confirmed or not (the catalog rebuild's view).
+    trust_markers: bool = False
 
     @property
     def head_epoch(self) -> int:
@@ -208,11 +211,16 @@ class Commits:
             else:
                 self.head = None  # deleted (reset_head)
         elif len(rest) == 4 and rest[2] == CONFIRMED and value:
-            found = (int(rest[0]), int(rest[1]), rest[3])
-            self.confirmed.add(found)
-            count = int(json.loads(value).get("count", 0))
-            self.records += count - self.counts.get(found, 0)
-            self.counts[found] = count
+            self._accept((int(rest[0]), int(rest[1]), rest[3]), value)
+        elif len(rest) == 2 and self.trust_markers and value and rest[1].isdigit():
+            marker = json.loads(value)
+            self._accept((int(rest[0]), int(rest[1]), str(marker["attempt"])), value)
+
+    def _accept(self, found: tuple[int, int, str], value: bytes) -> None:
+        self.confirmed.add(found)
+        count = int(json.loads(value).get("count", 0))
+        self.records += count - self.counts.get(found, 0)
+        self.counts[found] = count
 
 
 def load_commits(
@@ -224,14 +232,19 @@ def load_commits(
     control_topic: str = DEFAULT_CONTROL_TOPIC,
     consumer_config: Mapping[str, Any] | None = None,
     timeout_s: float = 60.0,
+    trust_markers: bool = False,
 ) -> Commits:
-    """Step 1: read the whole control topic; keep the head and confirmations of the query."""
+    """Step 1: read the whole control topic; keep the head and confirmations of the query.
+
+    ``trust_markers`` (only for a broker measured to hide aborted records): read it
+    read_committed and count an attempt whose commit marker is there as confirmed too."""
     if sink_name is None:
         if topic is None:
             raise ValueError("pass the data topic or the sink name")
         sink_name = default_sink_name(topic)
-    commits = Commits(query_name, sink_name)
-    client = consumer(bootstrap_servers, consumer_config, isolation="read_uncommitted")
+    commits = Commits(query_name, sink_name, trust_markers=trust_markers)
+    isolation = "read_committed" if trust_markers else "read_uncommitted"
+    client = consumer(bootstrap_servers, consumer_config, isolation=isolation)
     try:
         parts = partitions_of(client, control_topic, timeout_s)
         ranges = {(control_topic, p): (START, None) for p in parts}

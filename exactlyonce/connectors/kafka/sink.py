@@ -251,6 +251,7 @@ class KafkaSink(ExactlyOnceSink):
         """The committed head as the control topic has it now."""
         self.preflight()
         record = self._heads.find()
+        self._heads.record = record  # what advance_head moves on from (a commit-only driver)
         return (
             None if record is None else Head(record.epoch, record.spark_query_id, record.num_shards)
         )
@@ -286,8 +287,9 @@ class KafkaSink(ExactlyOnceSink):
         self._head = None
         log.warning("%s: head reset", self)
 
-    def commits(self) -> Commits:
-        """Step 1 of the consumption recipe for this sink: head and confirmed attempts."""
+    def commits(self, trust_markers: bool = False) -> Commits:
+        """Step 1 of the consumption recipe for this sink: head and confirmed attempts
+        (``trust_markers``: and committed ones, see :func:`.reader.load_commits`)."""
         return load_commits(
             self.bootstrap_servers,
             self.query_name,
@@ -295,6 +297,7 @@ class KafkaSink(ExactlyOnceSink):
             control_topic=self.control_topic,
             consumer_config=self._user_config(),
             timeout_s=max(60.0, self.connect_timeout),
+            trust_markers=trust_markers,
         )
 
     # -- the write ---------------------------------------------------------------------
@@ -336,12 +339,16 @@ class KafkaSink(ExactlyOnceSink):
 
     def _rebuild_source(self) -> RebuildSource | None:
         """Kafka appends, so a lost catalog is rebuilt from the topic itself: the record-ID
-        headers of confirmed attempts, over what the topic still retains."""
+        headers of confirmed attempts, over what the topic still retains. On a broker that
+        hides aborted records, also of attempts that committed and died before their
+        confirmation: a Spark partition of the data source path that committed must have
+        its IDs in the catalog before any other partition of the epoch runs again, for they
+        may hold the same IDs (see :mod:`exactlyonce.integration.datasource`)."""
 
         def read(from_epoch: int) -> Iterator[tuple[Any, Any]]:
             import numpy as np
 
-            commits = self.commits()
+            commits = self.commits(trust_markers=self.hides_aborted is True)
             for ids, epochs in confirmed_ids(
                 self.bootstrap_servers,
                 self.topic,
