@@ -1,0 +1,105 @@
+"""format("exactlyonce") into Kafka: a real streaming query, Apache Kafka and the real catalog.
+
+Kafka appends, so a second write of a record is a second record: plain read_committed
+consumers (kafka-python and librdkafka, no recipe) count every record per ``eo-record-id``;
+any record of the query without one, or of an unexpected ID, fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exactlyonce.connectors.kafka import KafkaSink
+from exactlyonce.dedup.ids import record_id
+from tests.crash.harness import Input, make_input
+from tests.kafka_audit import assert_plain_exactly_once, audit, plain_counts
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "event_id STRING, amount BIGINT, action STRING"
+
+
+def kafka_options(bootstrap: str, name: str, **extra: str) -> dict[str, str]:
+    return {
+        "sink": "kafka",
+        "bootstrap_servers": bootstrap,
+        "topic": name,
+        "id_columns": "event_id",
+        "query_name": name,
+        "shards": "3",
+        "dedup": json.dumps({"expected_ids": 5000}),
+        "redis_url": os.environ["EXACTLYONCE_REDIS_URL"],
+        **extra,
+    }
+
+
+def start(spark: Any, source: Path, checkpoint: Path, files: int, **options: str) -> Any:
+    """``files`` input files per epoch, each its own Spark partition (small files)."""
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files).json(str(source))
+    writer = df.writeStream.format("exactlyonce").option("checkpointLocation", str(checkpoint))
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    return writer.trigger(availableNow=True).start()
+
+
+def shared_within_epochs(source: Path, files_per_epoch: int) -> int:
+    """Record IDs that sit in two files (two Spark partitions) of one epoch."""
+    names = sorted(source.glob("part-*.json"))
+    shared = 0
+    for at in range(0, len(names), files_per_epoch):
+        counts: Counter[str] = Counter()
+        for path in names[at : at + files_per_epoch]:
+            lines = [json.loads(line) for line in path.read_text().splitlines()]
+            counts.update({record_id([x["event_id"]]) for x in lines if x["event_id"]})
+        shared += sum(1 for n in counts.values() if n > 1)
+    return shared
+
+
+def verify(bootstrap: str, name: str, data: Input) -> None:
+    assert_plain_exactly_once(bootstrap, name, name, data.expected_ids)
+    for client in ("kafka-python", "confluent-kafka"):
+        letters = plain_counts(bootstrap, f"{name}.dead-letters", name, client)
+        assert letters == Counter({"<none>": data.null_keys}), f"{client}: {letters}"
+    result = audit(bootstrap, name, name, read_committed=True)
+    result.assert_exactly_once(data.expected_ids)
+
+
+def test_writes_every_record_once(
+    spark: Any, tmp_path: Path, bootstrap: str, unique_name: str
+) -> None:
+    """Duplicates within a file, across the two files (partitions) of an epoch and across
+    epochs; then Spark re-runs the last epoch (its commit log lost it): nothing new."""
+    data = make_input(tmp_path / "in", files=6, rows=50, seed=11, dup_fraction=0.3)
+    assert shared_within_epochs(tmp_path / "in", 2) > 10, "IDs in both partitions of an epoch"
+    KafkaSink(bootstrap, unique_name, ["event_id"], unique_name, create_topic=True, partitions=3)
+    options = kafka_options(bootstrap, unique_name)
+    query = start(spark, tmp_path / "in", tmp_path / "ck", 2, **options)
+    query.awaitTermination()
+    result = audit(bootstrap, unique_name, unique_name, read_committed=True)
+    assert result.head is not None and result.head["epoch"] == 2
+    assert {shard for _, shard, _ in result.confirmed} == {0, 1}, "two partitions per epoch"
+    verify(bootstrap, unique_name, data)
+    for name in ("2", ".2.crc"):
+        (tmp_path / "ck" / "commits" / name).unlink(missing_ok=True)
+    start(spark, tmp_path / "in", tmp_path / "ck", 2, **options).awaitTermination()
+    assert (tmp_path / "ck" / "commits" / "2").exists(), "Spark re-ran epoch 2"
+    verify(bootstrap, unique_name, data)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "field"),
+    [("dedup", "false", "dedup"), ("value", "avro", "value")],
+)
+def test_refused_options_name_their_field(
+    spark: Any, tmp_path: Path, bootstrap: str, unique_name: str, option: str, value: str, field: str
+) -> None:
+    make_input(tmp_path / "in", files=1, rows=5, seed=6)
+    options = kafka_options(bootstrap, unique_name, **{option: value})
+    with pytest.raises(Exception, match=rf"ConfigError: {field}\b"):
+        start(spark, tmp_path / "in", tmp_path / "ck", 1, **options).awaitTermination(60)
