@@ -97,7 +97,13 @@ def test_writes_every_record_once(
     [("dedup", "false", "dedup"), ("value", "avro", "value")],
 )
 def test_refused_options_name_their_field(
-    spark: Any, tmp_path: Path, bootstrap: str, unique_name: str, option: str, value: str, field: str
+    spark: Any,
+    tmp_path: Path,
+    bootstrap: str,
+    unique_name: str,
+    option: str,
+    value: str,
+    field: str,
 ) -> None:
     make_input(tmp_path / "in", files=1, rows=5, seed=6)
     options = kafka_options(bootstrap, unique_name, **{option: value})

@@ -172,6 +172,9 @@ class Commits:
     # Read with read_committed from a broker that hides aborted records: a commit marker
     # then says its attempt committed, confirmed or not (the catalog rebuild's view).
     trust_markers: bool = False
+    # Confirmations and markers below this control-topic offset are ignored (0: none): the
+    # attempts since the head was written, whose offset the head's ``scan_from`` is.
+    since_offset: int = 0
 
     @property
     def head_epoch(self) -> int:
@@ -210,6 +213,8 @@ class Commits:
                 self.head = HeadRecord.parse(value, where_of(msg)[1], offset_of(msg))
             else:
                 self.head = None  # deleted (reset_head)
+        elif offset_of(msg) < self.since_offset:
+            return
         elif len(rest) == 4 and rest[2] == CONFIRMED and value:
             self._accept((int(rest[0]), int(rest[1]), rest[3]), value)
         elif len(rest) == 2 and self.trust_markers and value and rest[1].isdigit():
@@ -233,6 +238,7 @@ def load_commits(
     consumer_config: Mapping[str, Any] | None = None,
     timeout_s: float = 60.0,
     trust_markers: bool = False,
+    since_offset: int = 0,
 ) -> Commits:
     """Step 1: read the whole control topic; keep the head and confirmations of the query.
 
@@ -242,7 +248,7 @@ def load_commits(
         if topic is None:
             raise ValueError("pass the data topic or the sink name")
         sink_name = default_sink_name(topic)
-    commits = Commits(query_name, sink_name, trust_markers=trust_markers)
+    commits = Commits(query_name, sink_name, trust_markers=trust_markers, since_offset=since_offset)
     isolation = "read_committed" if trust_markers else "read_uncommitted"
     client = consumer(bootstrap_servers, consumer_config, isolation=isolation)
     try:
@@ -346,13 +352,16 @@ def confirmed_ids(
     consumer_config: Mapping[str, Any] | None = None,
     timeout_s: float = 600.0,
     chunk: int = 50_000,
+    start_offsets: Mapping[int, int] | None = None,
 ) -> Iterator[tuple[list[bytes], list[int]]]:
     """Record IDs and epochs of confirmed attempts from ``from_epoch`` on, over the whole
-    retained topic (to its current end, not only the frontier): what rebuilds a catalog."""
+    retained topic (to its current end, not only the frontier): what rebuilds a catalog.
+    ``start_offsets``: where to start reading each partition (a head's frontier)."""
     client = consumer(bootstrap_servers, consumer_config, isolation="read_uncommitted")
     try:
         parts = partitions_of(client, topic, timeout_s)
-        ranges = {(topic, p): (START, None) for p in parts}
+        starts = start_offsets or {}
+        ranges = {(topic, p): (starts.get(p, START), None) for p in parts}
         ids: list[bytes] = []
         epochs: list[int] = []
         for msg in drain(client, ranges, timeout_s, f"topic {topic!r}"):

@@ -287,9 +287,9 @@ class KafkaSink(ExactlyOnceSink):
         self._head = None
         log.warning("%s: head reset", self)
 
-    def commits(self, trust_markers: bool = False) -> Commits:
+    def commits(self, trust_markers: bool = False, since_offset: int = 0) -> Commits:
         """Step 1 of the consumption recipe for this sink: head and confirmed attempts
-        (``trust_markers``: and committed ones, see :func:`.reader.load_commits`)."""
+        (``trust_markers``, ``since_offset``: see :func:`.reader.load_commits`)."""
         return load_commits(
             self.bootstrap_servers,
             self.query_name,
@@ -298,6 +298,7 @@ class KafkaSink(ExactlyOnceSink):
             consumer_config=self._user_config(),
             timeout_s=max(60.0, self.connect_timeout),
             trust_markers=trust_markers,
+            since_offset=since_offset,
         )
 
     # -- the write ---------------------------------------------------------------------
@@ -359,6 +360,39 @@ class KafkaSink(ExactlyOnceSink):
                 yield np.array(ids, dtype="S32"), np.array(epochs, dtype=np.int64)
 
         return read
+
+    def mark_committed_since_head(self) -> int:
+        """At a start, after the catalog was opened: mark what :meth:`committed_since_head`
+        finds (a catalog dropped or rebuilt, or rolled back to the head, lacks it); the
+        number of IDs marked."""
+        record = self._heads.record
+        if self._keeper is None or record is None:
+            return 0
+        return self._keeper.mark_written(self.committed_since_head(), record.epoch)
+
+    def committed_since_head(self) -> Iterator[tuple[Any, Any]]:
+        """IDs and epochs of the attempts that committed since the head was written (epochs
+        above it; a broker that hides aborted records: committed markers count), read from
+        the head's frontier on. The Spark data source path marks them in the catalog at a
+        start, before any task runs again (see :mod:`exactlyonce.integration.datasource`)."""
+        import numpy as np
+
+        record = self._heads.record
+        assert record is not None and self.hides_aborted, "started, on such a broker"
+        commits = self.commits(trust_markers=True, since_offset=record.scan_from)
+        above = {a for a in commits.confirmed if a[0] > record.epoch}
+        if not above:
+            return
+        commits.confirmed = above
+        for ids, epochs in confirmed_ids(
+            self.bootstrap_servers,
+            self.topic,
+            commits,
+            record.epoch + 1,
+            consumer_config=self._user_config(),
+            start_offsets=record.frontier.get(self.topic),
+        ):
+            yield np.array(ids, dtype="S32"), np.array(epochs, dtype=np.int64)
 
     def __repr__(self) -> str:
         return f"KafkaSink(query_name={self.query_name!r}, topic={self.topic!r})"

@@ -123,6 +123,8 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         if isinstance(sink, KafkaSink):
             kafka_path.check_broker(sink)
             kafka_path.forget_stale_claims(sink, head.epoch)
+            marked = sink.mark_committed_since_head()
+            log.info("%s: marked %d IDs committed above the head", sink, marked)
         log.info("%s: started through format('exactlyonce'), head %s", sink, head)
         return Started(head, writer, columns)
 
