@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from exactlyonce.connectors.kafka import KafkaSink
+from exactlyonce.connectors.kafka.reader import drain, exact_end_offsets, head_key, offset_of
 from exactlyonce.dedup.ids import record_id
 from tests.crash.harness import Input, make_input
 from tests.kafka_audit import assert_plain_exactly_once, audit, plain_counts
@@ -109,3 +110,54 @@ def test_refused_options_name_their_field(
     options = kafka_options(bootstrap, unique_name, **{option: value})
     with pytest.raises(Exception, match=rf"ConfigError: {field}\b"):
         start(spark, tmp_path / "in", tmp_path / "ck", 1, **options).awaitTermination(60)
+
+
+def head_records(sink: KafkaSink) -> list[tuple[int, bytes]]:
+    """Every head record of the sink's query in its control partition: (offset, value)."""
+    heads = sink._heads  # the sink's own control-topic reader, not a second implementation
+    heads.find()
+    key = head_key(sink.query_name, sink.sink_name).encode()
+    client = heads.clients.reader()
+    end = exact_end_offsets(client, heads.control_topic, [heads.partition], 30)[heads.partition]
+    ranges = {(heads.control_topic, heads.partition): (0, end)}
+    return [
+        (offset_of(m), m.value() or b"")
+        for m in drain(client, ranges, 60, "control")
+        if m.key() == key
+    ]
+
+
+def back_to_first_head(sink: KafkaSink) -> None:
+    """The state a kill at ``before_head`` of epoch 0 leaves: its tasks committed and
+    confirmed, the head still the first one (epoch -1, tasks scanning from it)."""
+    offset, value = head_records(sink)[0]
+    first = json.loads(value)
+    assert first["epoch"] == -1
+    sink._heads._write({**first, "scan_from": offset})
+
+
+def test_differently_split_rerun_is_refused(
+    spark: Any, tmp_path: Path, bootstrap: str, unique_name: str
+) -> None:
+    """Epoch 0 committed in two partitions (its two files), the head not moved; the re-run
+    round-robins it into three: refused (EpochSplitError), nothing appended. A restart that
+    splits it as before continues, exactly once."""
+    data = make_input(tmp_path / "in", files=2, rows=40, seed=12)
+    sink = KafkaSink(bootstrap, unique_name, ["event_id"], unique_name, create_topic=True)
+    options = kafka_options(bootstrap, unique_name)
+    start(spark, tmp_path / "in", tmp_path / "ck", 2, **options).awaitTermination()
+    back_to_first_head(sink)
+    for name in ("0", ".0.crc"):
+        (tmp_path / "ck" / "commits" / name).unlink()
+    written = plain_counts(bootstrap, unique_name, unique_name, "confluent-kafka")
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(tmp_path / "in"))
+    writer = df.repartition(3).writeStream.format("exactlyonce")
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    split = writer.option("checkpointLocation", str(tmp_path / "ck"))
+    with pytest.raises(Exception, match="EpochSplitError"):
+        split.trigger(availableNow=True).start().awaitTermination(120)
+    assert plain_counts(bootstrap, unique_name, unique_name, "confluent-kafka") == written
+    start(spark, tmp_path / "in", tmp_path / "ck", 2, **options).awaitTermination()
+    assert (tmp_path / "ck" / "commits" / "0").exists(), "Spark re-ran epoch 0"
+    verify(bootstrap, unique_name, data)
