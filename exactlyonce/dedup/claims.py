@@ -21,8 +21,13 @@ re-run whose fingerprint differs (Spark split the epoch differently, SPARK-28650
 (:class:`~exactlyonce.errors.EpochSplitError`), and the driver advances the head only when
 every registered partition ran in the final attempt (:func:`registered`).
 
-Claims live until the head passes their epoch: :func:`forget` after the head, and
-:func:`forget_through` at a start (a crash between the head and the forget leaves them).
+Claims serve ONE run of the query (one driver start): its tasks, and Spark's retries of
+them, which get the same partitions. A start drops them all (:func:`forget_through`), after
+the sink marked in the catalog every ID its committed attempts above the head hold: from then
+on those IDs are duplicates for every task, and a partition that did not commit holds nothing
+durable, so its claims are only a promise no task may be left to keep (Spark may split the
+re-run into fewer partitions). Within the run, :func:`forget` drops an epoch's claims once
+the head passed it.
 Every script checks the shard's instance marker: claims are never taken in a catalog that was
 lost, and a lost catalog loses its claims with it (see :mod:`exactlyonce.integration.datasource`
 for why that cannot let an ID be appended twice).
@@ -111,13 +116,13 @@ def forget(catalog: RedisCatalog, shards: int, epoch: int) -> None:
     catalog.unlink([keys.claims(s, epoch) for s in range(shards)] + [keys.partitions(epoch)])
 
 
-def forget_through(catalog: RedisCatalog, head_epoch: int) -> int:
-    """At a start: delete claims and registries of epochs at or below the head (SCAN on every
-    master); the number of keys deleted."""
+def forget_through(catalog: RedisCatalog, head_epoch: int | None = None) -> int:
+    """Delete claims and registries of epochs at or below ``head_epoch`` (None: of every
+    epoch), found by SCAN on every master; the number of keys deleted."""
     stale = []
     for pattern in catalog.keys.claim_keys:
         for raw in catalog.redis.scan_iter(match=pattern, count=1000):
             epoch = catalog.keys.parse_claims(raw.decode())
-            if epoch is not None and epoch <= head_epoch:
+            if epoch is not None and (head_epoch is None or epoch <= head_epoch):
                 stale.append(raw)
     return catalog.unlink(stale) if stale else 0

@@ -200,17 +200,18 @@ class ControlTopicHeads:
         value = self._value(record.epoch, spark_query_id, record.num_shards, self.scan_from)
         self._remember(value, self._write(value))
 
-    def advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones."""
+    def advance_head(self, epoch: int, spark_query_id: str | None, marker_slots: int = 0) -> None:
+        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones
+        (of the shards, or of ``marker_slots`` Spark partitions if more: the data source
+        path's markers are per partition)."""
         record = self.record
         assert record is not None
         if epoch <= record.epoch:
             return
         value = self._value(epoch, spark_query_id or record.spark_query_id, record.num_shards, None)
         value["frontier"] = self.frontier()
-        markers = [
-            marker_key(self.query_name, self.sink_name, epoch, s) for s in range(record.num_shards)
-        ]
+        slots = max(record.num_shards, marker_slots)
+        markers = [marker_key(self.query_name, self.sink_name, epoch, s) for s in range(slots)]
         self._remember(value, self._write(value, tombstones=markers))
 
     def reset_head(self) -> None:

@@ -136,6 +136,7 @@ class KafkaSink(ExactlyOnceSink):
         self.partitions = config.partitions
         self.connect_timeout = config.connect_timeout
         self._ready = False
+        self.marker_slots = 0  # Spark partitions whose markers the next head tombstones
         self.hides_aborted: bool | None = None
         self._topic_partitions = 0
         self._clients = KafkaClients(self.bootstrap_servers, self._config, self._secrets)
@@ -244,8 +245,10 @@ class KafkaSink(ExactlyOnceSink):
         self._heads.bind_query_id(spark_query_id)
 
     def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones."""
-        self._heads.advance_head(epoch, spark_query_id)
+        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones
+        (for the data source path, of ``marker_slots`` Spark partitions, which its driver
+        sets before it commits an epoch)."""
+        self._heads.advance_head(epoch, spark_query_id, self.marker_slots)
 
     def head(self) -> Head | None:
         """The committed head as the control topic has it now."""

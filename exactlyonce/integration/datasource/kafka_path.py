@@ -5,7 +5,9 @@ each, claiming its IDs in the catalog (:mod:`exactlyonce.dedup.claims`); the dri
 
 - at the start, refuses a broker the sink did not measure to hide aborted records (a plain
   ``read_committed`` consumer must see each record once, and a task trusts the commit marker
-  of an earlier attempt), and drops claims left of epochs at or below the head;
+  of an earlier attempt); marks in the catalog the IDs of every attempt that committed above
+  the head (the topic says which: the head is the truth, the catalog a cache), then drops
+  the claims of earlier runs: only this run's tasks make promises this run keeps;
 - before it advances the head, checks that every Spark partition registered for the epoch,
   in any attempt, ran in this one (each with the input it registered: the task refuses
   another). A claim is a promise that its partition writes the ID; a partition of an earlier
@@ -48,17 +50,21 @@ def keeper_of(sink: KafkaSink) -> CatalogKeeper:
     return CatalogKeeper(dedup, sink.query_name, sink.sink_name, sink.unique_sink, None)
 
 
-def forget_stale_claims(sink: KafkaSink, head_epoch: int) -> None:
-    """At the start: claims of epochs at or below the head are never read again."""
+def start(sink: KafkaSink) -> None:
+    """At the start, after the sink opened the catalog and fenced every older producer:
+    mark the IDs of the attempts that committed above the head (read from the topic), then
+    drop every claim and registry of an earlier run (see :mod:`exactlyonce.dedup.claims`).
+    Tasks run only after both."""
+    check_broker(sink)
+    marked = sink.mark_committed_since_head()
     keeper = keeper_of(sink)
     try:
-        dropped = claims.forget_through(keeper.catalog, head_epoch)
-        if dropped:
-            log.info("%s: dropped %d claim keys of committed epochs", sink, dropped)
-    except Exception as exc:  # the catalog is a cache: a leftover only costs memory
-        log.warning("%s: stale claims not dropped: %s", sink, type(exc).__name__)
+        dropped = claims.forget_through(keeper.catalog)
     finally:
         keeper.catalog.close()
+    log.info(
+        "%s: %d IDs committed above the head marked, %d claim keys dropped", sink, marked, dropped
+    )
 
 
 def check_partitions(sink: KafkaSink, epoch: int, instance: str | None, ran: Sequence[int]) -> None:

@@ -121,10 +121,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         writer = sink.task_writer(head.epoch, shape.columns)
         assert isinstance(writer, ShardWriter)
         if isinstance(sink, KafkaSink):
-            kafka_path.check_broker(sink)
-            kafka_path.forget_stale_claims(sink, head.epoch)
-            marked = sink.mark_committed_since_head()
-            log.info("%s: marked %d IDs committed above the head", sink, marked)
+            kafka_path.start(sink)
         log.info("%s: started through format('exactlyonce'), head %s", sink, head)
         return Started(head, writer, columns)
 
@@ -164,6 +161,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             refuse_other_checkpoint(self.config, head, query_id)
         if isinstance(sink, KafkaSink):
             kafka_path.check_partitions(sink, batchId, *claimed(sent))
+            sink.marker_slots = len(messages)
         crash_point("before_head", batchId)
         sink.commit_epoch(batchId, query_id)
         if isinstance(sink, KafkaSink):
