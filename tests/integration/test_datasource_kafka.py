@@ -161,3 +161,14 @@ def test_differently_split_rerun_is_refused(
     start(spark, tmp_path / "in", tmp_path / "ck", 2, **options).awaitTermination()
     assert (tmp_path / "ck" / "commits" / "0").exists(), "Spark re-ran epoch 0"
     verify(bootstrap, unique_name, data)
+
+
+def test_a_broker_that_shows_aborted_records_is_refused(
+    spark: Any, tmp_path: Path, tansu_bootstrap: str, unique_name: str
+) -> None:
+    """Tansu delivers aborted records to read_committed consumers (the sink's preflight
+    measures it): a plain consumer could not read this path's topic exactly once there."""
+    make_input(tmp_path / "in", files=1, rows=5, seed=7)
+    options = kafka_options(tansu_bootstrap, unique_name, create_topic="true")
+    with pytest.raises(Exception, match=r"ConfigError: bootstrap_servers\b.*aborted"):
+        start(spark, tmp_path / "in", tmp_path / "ck", 1, **options).awaitTermination(120)

@@ -32,10 +32,17 @@ Mechanism, per epoch:
 Which of the two kinds of broker it talks to, the sink measures once at preflight: it aborts
 a transaction and checks whether a ``read_committed`` consumer still sees its record.
 
+Through Spark's format API (``df.writeStream.format("exactlyonce").option("sink", "kafka")``)
+tasks are Spark partitions, not shards: there the transactions are per partition, their
+markers carry the partition's input fingerprint, and IDs are claimed in the catalog before
+they are written (:mod:`.partition_task`; the guarantee and why it holds:
+:mod:`exactlyonce.integration.datasource`). Apache Kafka only.
+
 The package's modules: :mod:`.protocol` (headers, control-topic keys), :mod:`.preflight`
 (topics and the broker probe), :mod:`.head` (the head store), :mod:`.projection` (the Spark
 columns), :mod:`.task` and :mod:`.transaction` (the executor side), :mod:`.frames` (a
-buffer's packing), :mod:`.reader` (the consumption recipe).
+buffer's packing), :mod:`.reader` (the consumption recipe), :mod:`.partition_task` and
+:mod:`.fingerprint` (the Spark data source path's tasks).
 
 Example::
 

@@ -4,8 +4,11 @@ The data source API hands each task the upstream plan's partition as it is: the 
 repartition by record ID, so a task's rows are not one shard's, and a re-run of an epoch may
 split them differently (SPARK-28650). Shard-commit markers, which let the ``foreachBatch`` path
 skip a shard an earlier attempt committed, would then skip rows that attempt never wrote. This
-path trusts no marker: it is exactly-once only where the destination itself makes a record's
-second write a no-op (see the package docstring for each sink and mode).
+path trusts no shard marker: it is exactly-once where the destination itself makes a record's
+second write a no-op, and for Kafka, which appends, through per-partition transactions whose
+markers carry the partition's input fingerprint and ID claims in the catalog (see the package
+docstring for each sink and mode; Kafka needs the catalog, a broker that hides aborted
+records, checked at the start, and a value this path writes byte for byte).
 """
 
 from __future__ import annotations
