@@ -217,7 +217,7 @@ class Commits:
             return
         elif len(rest) == 4 and rest[2] == CONFIRMED and value:
             self._accept((int(rest[0]), int(rest[1]), rest[3]), value)
-        elif len(rest) == 2 and self.trust_markers and value and rest[1].isdigit():
+        elif self.trust_markers and value and len(rest) == 2 and all(p.isdigit() for p in rest):
             marker = json.loads(value)
             self._accept((int(rest[0]), int(rest[1]), str(marker["attempt"])), value)
 
