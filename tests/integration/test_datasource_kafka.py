@@ -19,7 +19,8 @@ from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.reader import drain, exact_end_offsets, head_key, offset_of
 from exactlyonce.dedup.ids import record_id
 from tests.crash.harness import Input, make_input
-from tests.kafka_audit import assert_plain_exactly_once, audit, plain_counts
+from tests.datasource_streams import through_both_paths
+from tests.kafka_audit import assert_plain_exactly_once, audit, plain_counts, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -172,3 +173,37 @@ def test_a_broker_that_shows_aborted_records_is_refused(
     options = kafka_options(tansu_bootstrap, unique_name, create_topic="true")
     with pytest.raises(Exception, match=r"ConfigError: bootstrap_servers\b.*aborted"):
         start(spark, tmp_path / "in", tmp_path / "ck", 1, **options).awaitTermination(120)
+
+
+def records_by_id(bootstrap: str, topic: str, query: str) -> dict[str, tuple[Any, Any]]:
+    """(key, value) per record ID, as a plain read_committed consumer reads them."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for record in read_topic(bootstrap, topic):
+        headers = dict(record.headers or [])
+        if headers.get("eo-query", b"").decode() == query:
+            out[headers["eo-record-id"].decode()] = (record.key, record.value)
+    return out
+
+
+@pytest.mark.parametrize("value", ["json", "action"])
+def test_records_are_those_foreach_batch_writes(
+    spark: Any, tmp_path: Path, bootstrap: str, unique_name: str, value: str
+) -> None:
+    """The same rows (awkward text, nulls, booleans, null keys) through foreachBatch(sink)
+    and through format("exactlyonce"): the same IDs, keys and values, byte for byte, and
+    the same dead letters."""
+    fb = f"{unique_name}fb"
+    sink = KafkaSink(
+        bootstrap, fb, ["event_id"], fb, key_column="event_id", value=value, create_topic=True
+    )
+    KafkaSink(bootstrap, unique_name, ["event_id"], unique_name, create_topic=True)
+    options = kafka_options(bootstrap, unique_name, key_column="event_id", value=value)
+    through_both_paths(spark, tmp_path, sink, options, 23)
+    expected = records_by_id(bootstrap, fb, fb)
+    assert len(expected) > 40
+    assert records_by_id(bootstrap, unique_name, unique_name) == expected
+    letters = [
+        sorted(r.value for r in read_topic(bootstrap, f"{topic}.dead-letters"))
+        for topic in (fb, unique_name)
+    ]
+    assert letters[0] == letters[1] and len(letters[0]) == 2
