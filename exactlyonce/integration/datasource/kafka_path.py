@@ -8,13 +8,14 @@ each, claiming its IDs in the catalog (:mod:`exactlyonce.dedup.claims`); the dri
   of an earlier attempt); marks in the catalog the IDs of every attempt that committed above
   the head (the topic says which: the head is the truth, the catalog a cache), then drops
   the claims of earlier runs: only this run's tasks make promises this run keeps;
-- before it advances the head, checks that every Spark partition registered for the epoch,
-  in any attempt, ran in this one (each with the input it registered: the task refuses
-  another). A claim is a promise that its partition writes the ID; a partition of an earlier
-  attempt that is not in the final one (Spark split the re-run into fewer partitions) would
-  leave its claimed IDs unwritten, so the epoch is refused instead
-  (:class:`~exactlyonce.errors.EpochSplitError`). The registry is read with the catalog's
-  instance: a catalog lost since the tasks ran fails the commit (the restart rebuilds it);
+- before it advances the head, checks that every Spark partition registered for the epoch
+  in this run ran in this attempt with rows (each with the input it registered: the task
+  refuses another). A claim is a promise that its partition writes the ID; a partition that
+  claimed and is not in the final attempt would leave its claimed IDs unwritten, so the epoch
+  is refused instead (:class:`~exactlyonce.errors.EpochSplitError`). Within one run Spark
+  retries a task on the same partition, so this is a guard, not a path taken. The registry
+  is read with the catalog's instance: a catalog lost since the tasks ran fails the commit
+  (the restart rebuilds it);
 - after the head moved, forgets the epoch's claims.
 """
 
@@ -94,7 +95,7 @@ def check_partitions(sink: KafkaSink, epoch: int, instance: str | None, ran: Seq
 
 
 def forget_claims(sink: KafkaSink, epoch: int) -> None:
-    """After the head passed ``epoch`` (best effort: :func:`forget_stale_claims` retries)."""
+    """After the head passed ``epoch`` (best effort: the next start drops every claim)."""
     keeper = keeper_of(sink)
     try:
         if keeper.attach():

@@ -65,7 +65,7 @@ class EpochMessage(WriterCommitMessage):
     skipped: bool
     result: dict[str, Any] = field(default_factory=dict)
     partition: int = -1
-    # Kafka: the catalog instance the task claimed in (None: it had no row, or another sink)
+    # The catalog instance the task used (None: no row, or no catalog): Kafka's commit check
     catalog_instance: str | None = None
 
 
