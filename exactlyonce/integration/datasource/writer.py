@@ -12,7 +12,8 @@ Who calls what (pyspark 4.1+, ``DataSourceStreamArrowWriter``):
   another checkpoint wrote (invariant 9), skips an epoch at or below the head read at start,
   else adds the protocol's columns, shapes the rows as the sink's projection does
   (:mod:`.shapes`), and writes through the sink's own task writer with no shard marker
-  (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`).
+  (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`; Kafka's writes one
+  transaction per Spark partition, with its own marker and ID claims: :mod:`.kafka_path`).
 - :meth:`commit` (every task succeeded) and :meth:`abort` run in a new Python process on the
   driver per epoch, on a writer Spark builds anew (never pickled): commit advances the head,
   abort leaves it alone.
