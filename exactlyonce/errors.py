@@ -52,6 +52,12 @@ class CatalogLostError(ExactlyOnceError):
     """The catalog's Redis lost its data (restart without persistence, flush, failover)."""
 
 
+class EpochSplitError(ExactlyOnceError):
+    """A re-run of an epoch split its rows into Spark partitions differently than an earlier
+    attempt (SPARK-28650), on a path whose append-only writes are keyed by partition: writing
+    would append records twice or drop some, so the epoch is refused."""
+
+
 class OffsetsMovedError(ExactlyOnceError):
     """The stored drain offsets are not what this drainer last read: re-read them, resume."""
 

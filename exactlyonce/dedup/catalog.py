@@ -253,6 +253,10 @@ class RedisCatalog:
         base = self.keys.bucket_prefix(shard, gen).encode()
         return [base + b"%x" % n for n in numbers]
 
+    def call(self, source: str, keys: list[Any], args: Sequence[Any]) -> bytes:
+        """Run a script of :mod:`.scripts` on one shard's keys (see :meth:`_call`)."""
+        return self._call(source, keys, args)
+
     def _call(self, source: str, keys: list[Any], args: Sequence[Any]) -> bytes:
         """Run a script on one shard's keys; CATALOG_LOST becomes :class:`CatalogLostError`."""
         import redis

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -199,6 +200,15 @@ class CatalogKeeper:
                     chunk,
                     journal=int(epoch) > head_epoch,
                 )
+
+    def mark_written(self, source: Iterator[tuple[Any, Any]], head_epoch: int) -> int:
+        """Mark IDs the sink holds (hex IDs and their epochs, in chunks), journaled when
+        above ``head_epoch``; the number marked."""
+        total = 0
+        for hex_ids, epochs in source:
+            self._rebuild_chunk(hex_ids, epochs, head_epoch)
+            total += len(hex_ids)
+        return total
 
     def usage(self, epoch: int) -> CatalogUsage | None:
         """The catalog's live IDs and bytes with the head at ``epoch`` (one pipelined HGETALL

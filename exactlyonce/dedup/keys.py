@@ -25,6 +25,11 @@ shards spread over the masters. Two tags, from :func:`namespace`'s prefix ``<p>`
                             scripts: ``ids:<gen>`` IDs held, ``bytes:<gen>`` Redis memory of the
                             generation's bucket and filter keys. Readers sum them over shards
   ``<s>:tmp:<random>``      a delta filter, only inside one script
+  ``<s>:cl:<epoch>``        HASH: claims of the Spark data source path (ID -> the Spark
+                            partition that writes it; :mod:`.claims`), while the epoch is
+                            above the head
+  ``<s>:pt:<epoch>``        (shard 0 only) HASH: Spark partition -> the fingerprint of its
+                            input, for the same path (:mod:`.claims`)
 
 Every script names all of its keys in ``KEYS``, and they are all of one shard: the marker,
 the stats hash, the buckets or the filter (see :mod:`.scripts`), so Redis Cluster never
@@ -52,7 +57,7 @@ from functools import cached_property
 __all__ = ["LAYOUT_VERSION", "CatalogKeys", "namespace"]
 
 LAYOUT_VERSION = "2"
-SHARD_KINDS = ("i", "stats", "c", "j", "b", "bv", "tmp")
+SHARD_KINDS = ("i", "stats", "c", "j", "b", "bv", "tmp", "cl", "pt")
 OLD_KINDS = ("stats", "c", "j", "b", "bv", "tmp")  # layout 1, under the query's prefix
 
 
@@ -96,6 +101,26 @@ class CatalogKeys:
 
     def bloom_version(self, shard: int, gen: int) -> str:
         return f"{self.shard_prefix(shard)}:bv:{gen}"
+
+    def claims(self, shard: int, epoch: int) -> str:
+        return f"{self.shard_prefix(shard)}:cl:{epoch}"
+
+    def partitions(self, epoch: int) -> str:
+        """The registry of an epoch's Spark partitions, in shard 0's slot (checked against
+        shard 0's marker)."""
+        return f"{self.shard_prefix(0)}:pt:{epoch}"
+
+    @property
+    def claim_keys(self) -> list[str]:
+        """SCAN patterns of every claims and registry key (filter with :meth:`parse_claims`)."""
+        return [f"{self._shard_glob}:cl:*", f"{self._shard_glob}:pt:*"]
+
+    def parse_claims(self, key: str) -> int | None:
+        """The epoch of one of this catalog's claims or registry keys; None for any other."""
+        found = self._shard_key.match(key)
+        if found is None or found["kind"] not in ("cl", "pt"):
+            return None
+        return int(found["rest"])
 
     def tmp(self, shard: int) -> str:
         """A fresh, unique scratch key in the shard's slot."""

@@ -7,6 +7,10 @@ Per Arrow batch, :meth:`TaskDedup.keep` answers which records are new:
    Redis at the version the catalog has now, so they are complete (invariant 3);
 3. every "maybe" is confirmed in the catalog, in batches (invariant 2: a hit is only a hint).
 
+On the Spark data source path an append-only sink also claims the IDs that pass for its
+Spark partition (:mod:`.claims`, :meth:`TaskDedup.claim_as`): an ID another partition of the
+epoch claimed is dropped like a duplicate.
+
 After the sink committed the task's transaction, :meth:`TaskDedup.after_commit` ORs the new
 IDs into the persisted filter, then marks them in the catalog (invariant 1: mark after commit;
 filter before catalog, so the filter always holds what the catalog holds).
@@ -21,6 +25,7 @@ import numpy.typing as npt
 
 from exactlyonce.dedup.bloom import BloomFilter, Ids
 from exactlyonce.dedup.catalog import RedisCatalog
+from exactlyonce.dedup.claims import PartitionClaims
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.layout import Layout
 
@@ -47,6 +52,7 @@ class DedupStats:
     catalog_lookups: int = 0
     catalog_duplicates: int = 0
     bloom_false_positives: int = 0
+    claimed_elsewhere: int = 0  # IDs another Spark partition of the epoch writes
 
 
 @dataclass
@@ -59,6 +65,8 @@ class TaskDedup:
     _new: dict[int, list[Ids]] = field(default_factory=dict)
     _recommitted: dict[int, list[Ids]] = field(default_factory=dict)
     _filters: dict[int, dict[int, tuple[int, BloomFilter]]] = field(default_factory=dict)
+    claims: PartitionClaims | None = None
+    take_claims: bool = True  # False: ask only (the partition committed in an earlier attempt)
 
     @property
     def catalog(self) -> RedisCatalog:
@@ -67,6 +75,16 @@ class TaskDedup:
                 self.plan.config, self.plan.query_name, self.plan.sink_name
             )
         return self._catalog
+
+    def claim_as(self, partition: int, fingerprint: str, take: bool) -> str:
+        """Claim this task's IDs for (epoch, Spark ``partition``) from now on; register the
+        fingerprint of its input first. Returns the fingerprint registered for the partition
+        (another one: an earlier attempt got other rows, and nothing may be claimed)."""
+        claims = PartitionClaims(self.catalog, self.plan.instance, self.epoch, partition)
+        found = claims.register(fingerprint)
+        if found == fingerprint:
+            self.claims, self.take_claims = claims, take
+        return found
 
     def close(self) -> None:
         if self._catalog is not None:
@@ -82,9 +100,20 @@ class TaskDedup:
             rows = np.flatnonzero(keep & (shards == shard))
             seen = self._in_catalog(int(shard), ids[rows])
             keep[rows[seen]] = False
+        if self.claims is not None:
+            self._claim(shards, ids, keep)
         for shard in np.unique(shards[keep]):
             self._new.setdefault(int(shard), []).append(ids[keep & (shards == shard)])
         return keep
+
+    def _claim(self, shards: npt.NDArray[np.int64], ids: Ids, keep: npt.NDArray[np.bool_]) -> None:
+        """Drop (in ``keep``) the IDs another Spark partition of the epoch writes."""
+        assert self.claims is not None
+        for shard in np.unique(shards[keep]):
+            rows = np.flatnonzero(keep & (shards == shard))
+            mine = self.claims.claim(int(shard), ids[rows], self.take_claims)
+            keep[rows[~mine]] = False
+            self.stats.claimed_elsewhere += int((~mine).sum())
 
     def _first_in_task(self, ids: Ids) -> npt.NDArray[np.bool_]:
         """True for the first of each ID in this task; vectorised against a sorted seen-array.

@@ -6,7 +6,9 @@ Each twin reads and writes the server's key dict as its script does in Redis, st
 same packed (start, end) groups with each group's bucket key in ``KEYS``, the same buckets of
 16-byte IDs matched only at multiples of 16, the same usage counters in the shard's stats hash
 (with :func:`memory_usage` standing for Redis's ``MEMORY USAGE``). A twin runs under the
-server's lock, so it is atomic as a script is.
+server's lock, so it is atomic as a script is. ``LUA_CLAIM`` and ``LUA_REGISTER`` (the Spark
+data source path's claims, :mod:`exactlyonce.dedup.claims`) have twins too, with the same
+instance check.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_UNMARK
+from exactlyonce.dedup.claims import claim_decisions
+from exactlyonce.dedup.scripts import (
+    LUA_CLAIM,
+    LUA_LOOKUP,
+    LUA_MARK,
+    LUA_MERGE,
+    LUA_REGISTER,
+    LUA_UNMARK,
+)
 
 Data = dict[bytes, Any]  # a key's value: bytes (a string) or dict[bytes, bytes] (a hash)
 Script = Callable[[Data, list[bytes], list[bytes]], Any]
@@ -139,9 +149,40 @@ def merge(data: Data, keys: list[bytes], args: list[bytes]) -> int:
     return new_version
 
 
+def _hash_of(data: Data, key: bytes) -> dict[bytes, bytes]:
+    held = data.setdefault(key, {})
+    if not isinstance(held, dict):
+        raise wrong_type()
+    return held
+
+
+def claim(data: Data, keys: list[bytes], args: list[bytes]) -> bytes:
+    """LUA_CLAIM: per ID, b'1' if this partition holds it (claiming it when unclaimed and
+    asked to take), else b'0'."""
+    _check_instance(data, keys[0], args[0])
+    blob, me, take = args[1], args[2], args[3] == b"1"
+    held = _hash_of(data, keys[1])
+    ids = [blob[k : k + ID] for k in range(0, len(blob), ID)]
+    mine = claim_decisions([held.get(i) for i in ids], me, take)
+    for i, writes in zip(ids, mine, strict=True):
+        if writes:
+            held.setdefault(i, me)
+    if not held:
+        del data[keys[1]]
+    return bytes(ord("1") if m else ord("0") for m in mine)
+
+
+def register(data: Data, keys: list[bytes], args: list[bytes]) -> bytes:
+    """LUA_REGISTER: store the partition's fingerprint unless one is; the stored one."""
+    _check_instance(data, keys[0], args[0])
+    return _hash_of(data, keys[1]).setdefault(args[1], args[2])
+
+
 SCRIPTS: dict[str, Script] = {
     LUA_MARK: mark,
     LUA_LOOKUP: lookup,
     LUA_UNMARK: unmark,
     LUA_MERGE: merge,
+    LUA_CLAIM: claim,
+    LUA_REGISTER: register,
 }

@@ -99,12 +99,16 @@ def run_to_end(
 
 
 def run_format_to_end(
-    spark: SparkSession, args: argparse.Namespace, options: dict[str, str]
+    spark: SparkSession, args: argparse.Namespace, options: dict[str, str], repartition: int = 0
 ) -> None:
     """``--api format``: the same stream through ``format("exactlyonce")`` with the sink's
-    settings as options, until every file is committed; then the ``JOB DONE`` line (the
-    driver keeps no batch report on this path: only the batch count)."""
-    writer = json_files(spark, args).writeStream.format("exactlyonce")
+    settings as options (``repartition``: round-robin into that many Spark partitions),
+    until every file is committed; then the ``JOB DONE`` line (the driver keeps no batch
+    report on this path: only the batch count)."""
+    stream = json_files(spark, args)
+    if repartition:
+        stream = stream.repartition(repartition)
+    writer = stream.writeStream.format("exactlyonce")
     for name, value in options.items():
         writer = writer.option(name, value)
     query = writer.option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start()

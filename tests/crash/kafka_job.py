@@ -7,6 +7,9 @@ transaction with more still to come.
 
 from __future__ import annotations
 
+import json
+import os
+
 from exactlyonce.connectors.kafka import KafkaSink
 from tests.crash import job_common
 
@@ -19,12 +22,27 @@ def main() -> None:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--arrow-batch", type=int, default=25)
+    # --api format: round-robin the stream into this many Spark partitions (0: as read)
+    parser.add_argument("--repartition", type=int, default=0)
     args = parser.parse_args()
     spark = job_common.crash_session(
         "kafka-crash-job",
         args.master,
         {"spark.sql.execution.arrow.maxRecordsPerBatch": str(args.arrow_batch)},
     )
+    if args.api == "format":
+        options = {
+            "sink": "kafka",
+            "bootstrap_servers": args.bootstrap,
+            "topic": args.topic,
+            "id_columns": "event_id",
+            "query_name": args.query_name,
+            "shards": str(args.shards),
+            "dedup": json.dumps({"expected_ids": 2_000}),
+            "redis_url": os.environ["EXACTLYONCE_REDIS_URL"],
+        }
+        job_common.run_format_to_end(spark, args, options, repartition=args.repartition)
+        return
     sink = KafkaSink(
         args.bootstrap,
         args.topic,

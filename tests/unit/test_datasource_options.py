@@ -56,8 +56,20 @@ def test_a_bad_option_is_named_and_no_secret_shown(option: str, value: str) -> N
                 "table": None,
                 "bootstrap_servers": "k:9092",
                 "topic": "t",
+                "dedup": "false",
             },
-            "sink",
+            "dedup",
+        ),
+        (
+            {
+                "sink": "kafka",
+                "dsn": None,
+                "table": None,
+                "bootstrap_servers": "k:9092",
+                "topic": "t",
+                "value": "json-with-schema",
+            },
+            "value",
         ),
         (
             {

@@ -36,6 +36,8 @@ from exactlyonce.connectors.kafka.protocol import (
     control_prefix,
     head_key,
     marker_key,
+    partition_sync_key,
+    partition_transactional_id,
     transactional_id,
 )
 from exactlyonce.errors import SinkUnavailableError
@@ -141,6 +143,7 @@ class ControlTopicHeads:
             return None
         self.scan_from = record.scan_from
         self.fence(record.num_shards)
+        self.fence_partitions()
         return Head(record.epoch, record.spark_query_id, record.num_shards)
 
     def fence(self, shards: int) -> None:
@@ -162,6 +165,29 @@ class ControlTopicHeads:
             "%s: fenced %d shard producers (%.2fs)", self.owner, shards, time.monotonic() - began
         )
 
+    def fence_partitions(self) -> None:
+        """At a (re)start: fence the producers of the Spark partitions (the data source path,
+        :mod:`.partition_task`) that wrote a barrier since the head, aborting their open
+        transactions, which would otherwise hold back read_committed reads (of the control
+        topic by the next tasks, of the topic by a catalog rebuild) until the broker timed
+        them out. A task's barrier is committed before its data transaction begins, and the
+        head moved before its epoch began, so every such producer is found. Idempotent."""
+        prefix = partition_sync_key(self.query_name, self.sink_name, 0)[:-1].encode()
+        client = self.clients.reader()
+        end = exact_end_offsets(client, self.control_topic, [self.partition], self.connect_timeout)
+        ranges = {(self.control_topic, self.partition): (self.scan_from, end[self.partition])}
+        found: set[int] = set()
+        for msg in drain(client, ranges, self.connect_timeout * 6, "the control topic"):
+            key = msg.key()
+            if key is not None and key.startswith(prefix) and key[len(prefix) :].isdigit():
+                found.add(int(key[len(prefix) :]))
+        for partition in sorted(found):
+            tid = partition_transactional_id(self.query_name, self.sink_name, partition)
+            producer = self.clients.transactional(tid, self.transaction_timeout_ms)
+            init_transactions(producer, self.control_topic, self.transaction_timeout_ms / 1000 + 30)
+        if found:
+            log.info("%s: fenced %d Spark partition producers", self.owner, len(found))
+
     # -- writing -------------------------------------------------------------------------
 
     def create_head(self, head: Head) -> None:
@@ -174,17 +200,18 @@ class ControlTopicHeads:
         value = self._value(record.epoch, spark_query_id, record.num_shards, self.scan_from)
         self._remember(value, self._write(value))
 
-    def advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones."""
+    def advance_head(self, epoch: int, spark_query_id: str | None, marker_slots: int = 0) -> None:
+        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones
+        (of the shards, or of ``marker_slots`` Spark partitions if more: the data source
+        path's markers are per partition)."""
         record = self.record
         assert record is not None
         if epoch <= record.epoch:
             return
         value = self._value(epoch, spark_query_id or record.spark_query_id, record.num_shards, None)
         value["frontier"] = self.frontier()
-        markers = [
-            marker_key(self.query_name, self.sink_name, epoch, s) for s in range(record.num_shards)
-        ]
+        slots = max(record.num_shards, marker_slots)
+        markers = [marker_key(self.query_name, self.sink_name, epoch, s) for s in range(slots)]
         self._remember(value, self._write(value, tombstones=markers))
 
     def reset_head(self) -> None:

@@ -4,14 +4,18 @@
 :mod:`.connect_json`), ``"avro"`` (an Avro datum, :mod:`.avro`) or the name of a string or
 binary column; ``key_column`` is an optional
 column, cast to its string form unless binary. Built once per schema on the driver; Spark
-evaluates it in the executors.
+evaluates it in the executors. :func:`project_arrow` is its twin on Arrow, in the task, for
+the Spark data source path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN
+from exactlyonce.connectors.base.columns import SHARD_COLUMN
+from exactlyonce.connectors.base.projection import json_like_spark
 from exactlyonce.connectors.kafka.avro import AVRO, avro_schema, avro_value
 from exactlyonce.connectors.kafka.connect_json import (
     JSON_WITH_SCHEMA,
@@ -28,6 +32,7 @@ from exactlyonce.connectors.kafka.protocol import (
 from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column
     from pyspark.sql.types import StructType
 
@@ -94,3 +99,33 @@ def projection(schema: StructType, key_column: str | None, value: str) -> list[C
     columns.append(value_column.cast("binary").alias(VALUE_COLUMN))
     columns += [error.alias(ERROR_COLUMN), payload.alias(PAYLOAD_COLUMN)]
     return columns  # the epoch rides in headers
+
+
+def project_arrow(
+    batch: pa.RecordBatch, user: Sequence[str], key_column: str | None, value: str
+) -> pa.RecordBatch:
+    """:func:`projection` on one Arrow batch, in the task (the Spark data source path, which
+    has no plan to add columns to): the same bytes for the column types that path takes
+    (strings, integers, booleans; ``value`` "json" or a string column). ``batch`` holds the
+    ``user`` columns, the ID, epoch, error, payload and shard columns; the shard is kept."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if value == "json":
+        rows = batch.select(list(user)).to_pylist()
+        values = pa.array([json_like_spark(r).encode() for r in rows], pa.binary())
+    else:
+        values = pc.cast(batch.column(value), pa.binary())
+    arrays = [batch.column(ID_COLUMN)]
+    names = [ID_COLUMN]
+    if key_column is not None:
+        key = batch.column(key_column)
+        if not pa.types.is_string(key.type):
+            key = pc.cast(key, pa.string())
+        arrays.append(pc.cast(key, pa.binary()))
+        names.append(KEY_COLUMN)
+    arrays += [values, batch.column(ERROR_COLUMN), batch.column(PAYLOAD_COLUMN)]
+    names += [VALUE_COLUMN, ERROR_COLUMN, PAYLOAD_COLUMN]
+    arrays.append(batch.column(SHARD_COLUMN))
+    names.append(SHARD_COLUMN)
+    return pa.RecordBatch.from_arrays(arrays, names=names)

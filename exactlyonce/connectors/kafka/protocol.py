@@ -72,6 +72,13 @@ def transactional_id(query_name: str, sink_name: str, shard: int) -> str:
     return f"eo-{query_name}-{hashlib.sha1(sink_name.encode()).hexdigest()[:8]}-{shard}"
 
 
+def partition_transactional_id(query_name: str, sink_name: str, partition: int) -> str:
+    """The ``transactional.id`` of a Spark partition's producer on the data source path
+    (``format("exactlyonce")``), whose tasks are Spark partitions, not shards: stable for
+    (query, sink, partition), so a re-run of the partition fences the older attempt."""
+    return f"eo-{query_name}-{hashlib.sha1(sink_name.encode()).hexdigest()[:8]}-p{partition}"
+
+
 def _part(name: str) -> str:
     return name.replace("%", "%25").replace("|", "%7C")
 
@@ -94,6 +101,12 @@ def confirmation_key(query_name: str, sink_name: str, epoch: int, shard: int, at
 
 def sync_key(query_name: str, sink_name: str, shard: int) -> str:
     return f"{control_prefix(query_name, sink_name)}{SYNC}|{shard}"
+
+
+def partition_sync_key(query_name: str, sink_name: str, partition: int) -> str:
+    """The barrier key of a Spark partition's producer (data source path): the driver finds
+    the partitions whose producers it fences at a start by these keys."""
+    return f"{control_prefix(query_name, sink_name)}{SYNC}|p{partition}"
 
 
 def shared_config(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -169,6 +169,12 @@ class Commits:
     confirmed: set[tuple[int, int, str]] = field(default_factory=set)
     counts: dict[tuple[int, int, str], int] = field(default_factory=dict)
     records: int = 0  # the sum of ``counts``: records of every confirmed attempt
+    # Read with read_committed from a broker that hides aborted records: a commit marker
+    # then says its attempt committed, confirmed or not (the catalog rebuild's view).
+    trust_markers: bool = False
+    # Confirmations and markers below this control-topic offset are ignored (0: none): the
+    # attempts since the head was written, whose offset the head's ``scan_from`` is.
+    since_offset: int = 0
 
     @property
     def head_epoch(self) -> int:
@@ -207,12 +213,19 @@ class Commits:
                 self.head = HeadRecord.parse(value, where_of(msg)[1], offset_of(msg))
             else:
                 self.head = None  # deleted (reset_head)
+        elif offset_of(msg) < self.since_offset:
+            return
         elif len(rest) == 4 and rest[2] == CONFIRMED and value:
-            found = (int(rest[0]), int(rest[1]), rest[3])
-            self.confirmed.add(found)
-            count = int(json.loads(value).get("count", 0))
-            self.records += count - self.counts.get(found, 0)
-            self.counts[found] = count
+            self._accept((int(rest[0]), int(rest[1]), rest[3]), value)
+        elif self.trust_markers and value and len(rest) == 2 and all(p.isdigit() for p in rest):
+            marker = json.loads(value)
+            self._accept((int(rest[0]), int(rest[1]), str(marker["attempt"])), value)
+
+    def _accept(self, found: tuple[int, int, str], value: bytes) -> None:
+        self.confirmed.add(found)
+        count = int(json.loads(value).get("count", 0))
+        self.records += count - self.counts.get(found, 0)
+        self.counts[found] = count
 
 
 def load_commits(
@@ -224,14 +237,20 @@ def load_commits(
     control_topic: str = DEFAULT_CONTROL_TOPIC,
     consumer_config: Mapping[str, Any] | None = None,
     timeout_s: float = 60.0,
+    trust_markers: bool = False,
+    since_offset: int = 0,
 ) -> Commits:
-    """Step 1: read the whole control topic; keep the head and confirmations of the query."""
+    """Step 1: read the whole control topic; keep the head and confirmations of the query.
+
+    ``trust_markers`` (only for a broker measured to hide aborted records): read it
+    read_committed and count an attempt whose commit marker is there as confirmed too."""
     if sink_name is None:
         if topic is None:
             raise ValueError("pass the data topic or the sink name")
         sink_name = default_sink_name(topic)
-    commits = Commits(query_name, sink_name)
-    client = consumer(bootstrap_servers, consumer_config, isolation="read_uncommitted")
+    commits = Commits(query_name, sink_name, trust_markers=trust_markers, since_offset=since_offset)
+    isolation = "read_committed" if trust_markers else "read_uncommitted"
+    client = consumer(bootstrap_servers, consumer_config, isolation=isolation)
     try:
         parts = partitions_of(client, control_topic, timeout_s)
         ranges = {(control_topic, p): (START, None) for p in parts}
@@ -333,13 +352,16 @@ def confirmed_ids(
     consumer_config: Mapping[str, Any] | None = None,
     timeout_s: float = 600.0,
     chunk: int = 50_000,
+    start_offsets: Mapping[int, int] | None = None,
 ) -> Iterator[tuple[list[bytes], list[int]]]:
     """Record IDs and epochs of confirmed attempts from ``from_epoch`` on, over the whole
-    retained topic (to its current end, not only the frontier): what rebuilds a catalog."""
+    retained topic (to its current end, not only the frontier): what rebuilds a catalog.
+    ``start_offsets``: where to start reading each partition (a head's frontier)."""
     client = consumer(bootstrap_servers, consumer_config, isolation="read_uncommitted")
     try:
         parts = partitions_of(client, topic, timeout_s)
-        ranges = {(topic, p): (START, None) for p in parts}
+        starts = start_offsets or {}
+        ranges = {(topic, p): (starts.get(p, START), None) for p in parts}
         ids: list[bytes] = []
         epochs: list[int] = []
         for msg in drain(client, ranges, timeout_s, f"topic {topic!r}"):

@@ -32,10 +32,17 @@ Mechanism, per epoch:
 Which of the two kinds of broker it talks to, the sink measures once at preflight: it aborts
 a transaction and checks whether a ``read_committed`` consumer still sees its record.
 
+Through Spark's format API (``df.writeStream.format("exactlyonce").option("sink", "kafka")``)
+tasks are Spark partitions, not shards: there the transactions are per partition, their
+markers carry the partition's input fingerprint, and IDs are claimed in the catalog before
+they are written (:mod:`.partition_task`; the guarantee and why it holds:
+:mod:`exactlyonce.integration.datasource`). Apache Kafka only.
+
 The package's modules: :mod:`.protocol` (headers, control-topic keys), :mod:`.preflight`
 (topics and the broker probe), :mod:`.head` (the head store), :mod:`.projection` (the Spark
 columns), :mod:`.task` and :mod:`.transaction` (the executor side), :mod:`.frames` (a
-buffer's packing), :mod:`.reader` (the consumption recipe).
+buffer's packing), :mod:`.reader` (the consumption recipe), :mod:`.partition_task` and
+:mod:`.fingerprint` (the Spark data source path's tasks).
 
 Example::
 
@@ -136,6 +143,7 @@ class KafkaSink(ExactlyOnceSink):
         self.partitions = config.partitions
         self.connect_timeout = config.connect_timeout
         self._ready = False
+        self.marker_slots = 0  # Spark partitions whose markers the next head tombstones
         self.hides_aborted: bool | None = None
         self._topic_partitions = 0
         self._clients = KafkaClients(self.bootstrap_servers, self._config, self._secrets)
@@ -244,13 +252,16 @@ class KafkaSink(ExactlyOnceSink):
         self._heads.bind_query_id(spark_query_id)
 
     def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones."""
-        self._heads.advance_head(epoch, spark_query_id)
+        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones
+        (for the data source path, of ``marker_slots`` Spark partitions, which its driver
+        sets before it commits an epoch)."""
+        self._heads.advance_head(epoch, spark_query_id, self.marker_slots)
 
     def head(self) -> Head | None:
         """The committed head as the control topic has it now."""
         self.preflight()
         record = self._heads.find()
+        self._heads.record = record  # what advance_head moves on from (a commit-only driver)
         return (
             None if record is None else Head(record.epoch, record.spark_query_id, record.num_shards)
         )
@@ -286,8 +297,9 @@ class KafkaSink(ExactlyOnceSink):
         self._head = None
         log.warning("%s: head reset", self)
 
-    def commits(self) -> Commits:
-        """Step 1 of the consumption recipe for this sink: head and confirmed attempts."""
+    def commits(self, trust_markers: bool = False, since_offset: int = 0) -> Commits:
+        """Step 1 of the consumption recipe for this sink: head and confirmed attempts
+        (``trust_markers``, ``since_offset``: see :func:`.reader.load_commits`)."""
         return load_commits(
             self.bootstrap_servers,
             self.query_name,
@@ -295,6 +307,8 @@ class KafkaSink(ExactlyOnceSink):
             control_topic=self.control_topic,
             consumer_config=self._user_config(),
             timeout_s=max(60.0, self.connect_timeout),
+            trust_markers=trust_markers,
+            since_offset=since_offset,
         )
 
     # -- the write ---------------------------------------------------------------------
@@ -336,12 +350,16 @@ class KafkaSink(ExactlyOnceSink):
 
     def _rebuild_source(self) -> RebuildSource | None:
         """Kafka appends, so a lost catalog is rebuilt from the topic itself: the record-ID
-        headers of confirmed attempts, over what the topic still retains."""
+        headers of confirmed attempts, over what the topic still retains. On a broker that
+        hides aborted records, also of attempts that committed and died before their
+        confirmation: a Spark partition of the data source path that committed must have
+        its IDs in the catalog before any other partition of the epoch runs again, for they
+        may hold the same IDs (see :mod:`exactlyonce.integration.datasource`)."""
 
         def read(from_epoch: int) -> Iterator[tuple[Any, Any]]:
             import numpy as np
 
-            commits = self.commits()
+            commits = self.commits(trust_markers=self.hides_aborted is True)
             for ids, epochs in confirmed_ids(
                 self.bootstrap_servers,
                 self.topic,
@@ -352,6 +370,39 @@ class KafkaSink(ExactlyOnceSink):
                 yield np.array(ids, dtype="S32"), np.array(epochs, dtype=np.int64)
 
         return read
+
+    def mark_committed_since_head(self) -> int:
+        """At a start, after the catalog was opened: mark what :meth:`committed_since_head`
+        finds (a catalog dropped or rebuilt, or rolled back to the head, lacks it); the
+        number of IDs marked."""
+        record = self._heads.record
+        if self._keeper is None or record is None:
+            return 0
+        return self._keeper.mark_written(self.committed_since_head(), record.epoch)
+
+    def committed_since_head(self) -> Iterator[tuple[Any, Any]]:
+        """IDs and epochs of the attempts that committed since the head was written (epochs
+        above it; a broker that hides aborted records: committed markers count), read from
+        the head's frontier on. The Spark data source path marks them in the catalog at a
+        start, before any task runs again (see :mod:`exactlyonce.integration.datasource`)."""
+        import numpy as np
+
+        record = self._heads.record
+        assert record is not None and self.hides_aborted, "started, on such a broker"
+        commits = self.commits(trust_markers=True, since_offset=record.scan_from)
+        above = {a for a in commits.confirmed if a[0] > record.epoch}
+        if not above:
+            return
+        commits.confirmed = above
+        for ids, epochs in confirmed_ids(
+            self.bootstrap_servers,
+            self.topic,
+            commits,
+            record.epoch + 1,
+            consumer_config=self._user_config(),
+            start_offsets=record.frontier.get(self.topic),
+        ):
+            yield np.array(ids, dtype="S32"), np.array(epochs, dtype=np.int64)
 
     def __repr__(self) -> str:
         return f"KafkaSink(query_name={self.query_name!r}, topic={self.topic!r})"

@@ -60,12 +60,13 @@ class KafkaTarget:
     def user_config(self) -> dict[str, Any]:
         return dict(json.loads(self.config.reveal()))
 
-    def producer_config(self, shard: int) -> dict[str, Any]:
+    def producer_config(self, shard: int, txn_id: str | None = None) -> dict[str, Any]:
+        """A shard's producer (``txn_id``: another transactional id, a Spark partition's)."""
         return {
             **PRODUCER_DEFAULTS,
             **self.user_config(),
             "bootstrap.servers": self.bootstrap_servers,
-            "transactional.id": transactional_id(self.query_name, self.sink_name, shard),
+            "transactional.id": txn_id or transactional_id(self.query_name, self.sink_name, shard),
             "enable.idempotence": True,
             "acks": "all",
             "transaction.timeout.ms": self.transaction_timeout_ms,

@@ -11,7 +11,7 @@ go to the dead-letter topic in the same transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from exactlyonce.connectors.base import SHARD_COLUMN, DeadLetter, ShardTask, ShardWriter
+from exactlyonce.connectors.base.report import TaskResult
 from exactlyonce.connectors.kafka.clients import init_transactions
 from exactlyonce.connectors.kafka.frames import frame_bounds, frame_partition, pack, single_headers
 from exactlyonce.connectors.kafka.protocol import (
@@ -56,6 +57,13 @@ class KafkaShardWriter(ShardWriter[KafkaTarget]):
 
     def _task(self) -> KafkaShardTask:
         return KafkaShardTask(self.target, self.epoch)
+
+    def write_unaligned(self, batches: Iterator[pa.RecordBatch], partition: int) -> TaskResult:
+        """A Spark partition's task of the data source path: its own transactional id,
+        markers and claims (:mod:`.partition_task`), never a shard's."""
+        from exactlyonce.connectors.kafka.partition_task import KafkaPartitionTask
+
+        return KafkaPartitionTask(self.target, self.epoch, partition).run(batches)
 
 
 class KafkaShardTask(TransactionSteps, ShardTask):
@@ -102,12 +110,16 @@ class KafkaShardTask(TransactionSteps, ShardTask):
             (H_SHARD, str(self.shard).encode()),
             (H_ATTEMPT, self.attempt.encode()),
         ]
-        self.producer = Producer(self.t.producer_config(self.shard))
+        self.producer = Producer(self._producer_config())
         init_transactions(self.producer, self.t.control_topic, self.t.timeout_s)
         if self._committed_earlier():
             return {self.shard}
         self._begin()
         return set()
+
+    def _producer_config(self) -> dict[str, Any]:
+        assert self.shard is not None
+        return self.t.producer_config(self.shard)
 
     def _write_rows(self, rows: pa.RecordBatch) -> None:
         assert self.producer is not None
@@ -220,14 +232,17 @@ class KafkaShardTask(TransactionSteps, ShardTask):
     def _commit(self, new_shards: Sequence[int]) -> None:
         if not self.in_transaction:
             return  # the shard was committed by an earlier attempt
-        info = {
+        self._commit_shard(self._commit_info())
+
+    def _commit_info(self) -> dict[str, Any]:
+        """The commit marker's (and the confirmation's) JSON value."""
+        return {
             "attempt": self.attempt,
             "count": self.produced,
             "dead_letters": self.dead,
             "topic": self.t.topic,
             "writer": self.result.writer,
         }
-        self._commit_shard(info)
 
     def _close(self) -> None:
         self._abort_open()

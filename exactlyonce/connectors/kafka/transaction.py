@@ -112,7 +112,7 @@ class TransactionSteps:
         offsets: list[int] = []
         self._begin()
         self._produce_control(
-            sync_key(self.t.query_name, self.t.sink_name, self.shard),
+            self._sync_key(),
             self.attempt,
             on_delivery=lambda err, msg: offsets.append(-1 if err else offset_of(msg)),
         )
@@ -121,6 +121,11 @@ class TransactionSteps:
         if not offsets or offsets[0] < 0:
             raise SinkUnavailableError(f"{self.where}: the control-topic barrier was not written")
         return offsets[0]
+
+    def _sync_key(self) -> str:
+        """The barrier's key: one per transactional id."""
+        assert self.shard is not None
+        return sync_key(self.t.query_name, self.t.sink_name, self.shard)
 
     def _earlier_attempts(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """Step 2: (confirmation, commit marker) of this shard's epoch from earlier attempts.

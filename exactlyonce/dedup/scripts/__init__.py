@@ -37,6 +37,17 @@ group: redis-py encodes every argument in Python (47 ms per 10k IDs with three p
   ``ARGV = instance, delta filter, generation``. ORs the delta into the shard's persisted
   Bloom filter and increments its version; returns the new version.
 
+Two more serve the Spark data source path's claims (:mod:`..claims`), with the same instance
+check:
+
+- :data:`LUA_CLAIM` (``claim.lua``): ``KEYS = marker, claims hash of (shard, epoch)``;
+  ``ARGV = instance, blob of 16-byte IDs, partition, take`` (``'1'``: claim unclaimed IDs,
+  ``'0'``: only ask). Returns ``'1'`` per ID the partition holds (now or before), ``'0'``
+  per ID another partition holds (or, asking only, nobody).
+- :data:`LUA_REGISTER` (``register.lua``): ``KEYS = shard 0's marker, the epoch's
+  partition registry``; ``ARGV = instance, partition, fingerprint``. Stores the fingerprint
+  unless one is stored; returns the stored one.
+
 The Python twins in :mod:`exactlyonce.testing.memory_scripts` are keyed by these constants.
 """
 
@@ -44,7 +55,15 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-__all__ = ["LUA_LOOKUP", "LUA_MARK", "LUA_MERGE", "LUA_UNMARK", "load"]
+__all__ = [
+    "LUA_CLAIM",
+    "LUA_LOOKUP",
+    "LUA_MARK",
+    "LUA_MERGE",
+    "LUA_REGISTER",
+    "LUA_UNMARK",
+    "load",
+]
 
 
 def load(name: str) -> str:
@@ -56,3 +75,5 @@ LUA_MARK = load("mark")
 LUA_LOOKUP = load("lookup")
 LUA_UNMARK = load("unmark")
 LUA_MERGE = load("merge")
+LUA_CLAIM = load("claim")
+LUA_REGISTER = load("register")

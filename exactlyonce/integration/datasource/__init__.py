@@ -17,7 +17,7 @@ repartition by record ID, and a re-run of an epoch may split its rows differentl
 (SPARK-28650). The ``foreachBatch`` path's shard-commit markers say "this shard's rows are
 written"; here a shard's rows may sit in several tasks, so a marker would make a re-run skip
 rows an earlier attempt never wrote. This path therefore writes NO shard marker and trusts
-none; each task:
+none (Kafka, append-only, has its own partition markers: see "Kafka" below); each task:
 
 - adds the record ID (invariant 5: the same MD5 of the key columns as the ``foreachBatch``
   path; key columns must be strings or integers, whose text Python renders exactly as Spark
@@ -69,12 +69,66 @@ Per sink and mode:
 - Redis ``write="stream"``: refused (``write``), for PostgreSQL append's reason: an append is
   not idempotent by key, so a differently split re-run would append committed records again.
 - Redis ``mode="upsert"``: refused (``mode``), as PostgreSQL's.
-- Kafka: refused (``sink``). A topic is append-only: a task that committed its transaction
-  and died before its IDs reached the catalog would have them appended again by a re-run
-  that splits the epoch differently, and nothing in the topic makes that second append a
-  no-op. Its transactional ids are per shard (fencing a crashed shard's open transaction),
-  which assumes shard-aligned tasks. Use ``foreachBatch`` (or the Kafka buffer ahead of a
-  slow sink).
+- Kafka: served on a broker that hides aborted records from ``read_committed`` consumers
+  (Apache Kafka; the sink's preflight measures it), with the catalog (``dedup``, the
+  default) and ``value`` ``"json"`` or a string column. Elsewhere refused: a broker that
+  delivers aborted records (Tansu) names ``bootstrap_servers``, ``dedup=False`` names
+  ``dedup``, ``json-with-schema``/``avro`` name ``value``. See "Kafka" below.
+
+Kafka
+-----
+A topic is append-only: nothing makes a record's second append a no-op, so this path keeps
+the two promises the shard markers keep on ``foreachBatch`` by other means
+(:mod:`exactlyonce.connectors.kafka.partition_task`, :mod:`exactlyonce.dedup.claims`,
+:mod:`.kafka_path`):
+
+- Transactions per Spark PARTITION: ``transactional.id`` ``eo-<query>-<sha>-p<partition>``.
+  A task reads its whole partition first (it is held in memory) and takes the fingerprint
+  of its input (row count, sums and XOR of the rows' ID digests: order-independent, every
+  row counted, repeats and bad records too). It fences the older attempts of (epoch,
+  partition), then reads the control topic up to a barrier of its own. Its partition
+  committed before (the marker, trusted on this broker, or the confirmation): with the SAME
+  fingerprint it writes nothing and re-marks what that attempt wrote; with ANOTHER one Spark
+  split the re-run differently (SPARK-28650): :class:`~exactlyonce.errors.EpochSplitError`,
+  the task fails, the query stops, nothing is appended. Otherwise it registers the
+  fingerprint (a task retry with other rows is refused the same way), checks each ID in the
+  catalog (a hit is a duplicate, confirmed in Redis: invariants 2 and 3), CLAIMS the rest for
+  (epoch, partition) (an ID another partition of the epoch claimed is that partition's to
+  write), and writes the survivors, its dead letters and the partition's commit marker
+  (with the fingerprint) in ONE transaction; commits, confirms, and only then marks its IDs
+  (invariant 1).
+- The driver, at each start: fences every partition producer that wrote since the head
+  (found by their barrier keys in the control topic), marks in the catalog every ID of the
+  attempts that committed above the head, read back from the topic (the head and the topic
+  are the truth, invariant 4), then drops every claim of earlier runs. At each epoch's
+  commit: checks that every partition registered for the epoch ran in this attempt with rows
+  (else EpochSplitError: a claim whose partition is gone would leave its IDs unwritten),
+  reading the registry together with the catalog's instance marker (a catalog lost since the
+  tasks fails the commit), then advances the head with the frontier (the topic's end
+  offsets) and tombstones the partitions' markers, as ``foreachBatch`` does.
+
+Why no record is appended twice: within one run, only the partition that claimed an ID
+appends it, and its attempts are serialised by fencing and its marker (at most one commits;
+a committed partition's re-run appends nothing). Across epochs, an ID is marked before the
+head passes its epoch (a task that died between its commit and its marks is re-run, and
+re-marks; or the next start marks it from the topic). Across runs, the start marks every ID
+a committed attempt above the head holds before any task runs, so it is a catalog hit for
+every later task, whatever partition holds it; claims of the earlier run are dropped only
+then, and the partitions that held them had committed nothing (what they had committed is
+marked). Why none is lost: a task drops an ID only when the catalog holds it (marked only
+after the append was durable, or read back from the topic) or when another partition of
+this run claimed it, and the head advances only when every claiming partition of the epoch
+succeeded in the final attempt. Dead letters go in the partition's transaction: exactly once.
+
+Catalog loss: the tasks' scripts check the catalog's instance and fail (CATALOG_LOST); the
+restart rebuilds the catalog from the topic, counting the attempts that committed but were
+not confirmed yet (their marker is read ``read_committed``: only committed ones are
+visible), and marks above the head as every start does. The claims lost with it were this
+run's promises only, and this run ended with the failure. Claims take a Redis hash entry per
+ID of the epoch being written, in the ID's catalog shard (``<s>:cl:<epoch>``, one hash tag:
+Redis Cluster safe); the head's commit drops them. Not served: a source whose re-run of a
+partly committed epoch splits it differently stops with EpochSplitError until a restart
+splits it as before (file and Kafka sources split an epoch the same way every time).
 
 Dead letters are written by the task that meets the bad record, keyed as above: PostgreSQL
 inserts them ``ON CONFLICT DO NOTHING`` on a unique ``letter_key``, Elasticsearch uses the key

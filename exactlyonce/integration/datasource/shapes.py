@@ -11,6 +11,9 @@ Arrow, after :class:`~exactlyonce.integration.datasource.records.ProtocolColumns
 - Redis: :func:`exactlyonce.connectors.redis.projection.project_arrow`, the Arrow twin of the
   sink's Spark projection (stored columns as text, string mode's record JSON, null
   key-template columns as bad records).
+- Kafka: :func:`exactlyonce.connectors.kafka.projection.project_arrow`, the Arrow twin of
+  its projection: the record ID, the key (if any) and the value as bytes (the row as Spark's
+  ``to_json``, or a string column).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from exactlyonce.connectors.elasticsearch.sink import ElasticsearchSink
+from exactlyonce.connectors.kafka import projection as kafka_projection
+from exactlyonce.connectors.kafka import protocol as kafka_protocol
+from exactlyonce.connectors.kafka.sink import KafkaSink
 from exactlyonce.connectors.redis.projection import project_arrow
 from exactlyonce.connectors.redis.sink import RedisSink
 from exactlyonce.connectors.redis.task import VALUE_COLUMN
@@ -60,6 +66,16 @@ def sink_shape(sink: ExactlyOnceSink, schema: StructType) -> SinkShape:
         return SinkShape(
             sink.epoch_field, (*stored, sink.id_field, sink.epoch_field, *value), convert
         )
+    if isinstance(sink, KafkaSink):
+        convert = functools.partial(
+            kafka_projection.project_arrow,
+            user=user,
+            key_column=sink.key_column,
+            value=sink.value,
+        )
+        key = (kafka_protocol.KEY_COLUMN,) if sink.key_column is not None else ()
+        columns = (sink.id_column, *key, kafka_protocol.VALUE_COLUMN)
+        return SinkShape(kafka_protocol.EPOCH_COLUMN, columns, convert)
     if isinstance(sink, ElasticsearchSink):
         return SinkShape(sink.epoch_field, (*user, sink.id_column, sink.epoch_field))
     epoch_column = str(getattr(sink, "epoch_column", "epoch"))

@@ -4,8 +4,11 @@ The data source API hands each task the upstream plan's partition as it is: the 
 repartition by record ID, so a task's rows are not one shard's, and a re-run of an epoch may
 split them differently (SPARK-28650). Shard-commit markers, which let the ``foreachBatch`` path
 skip a shard an earlier attempt committed, would then skip rows that attempt never wrote. This
-path trusts no marker: it is exactly-once only where the destination itself makes a record's
-second write a no-op (see the package docstring for each sink and mode).
+path trusts no shard marker: it is exactly-once where the destination itself makes a record's
+second write a no-op, and for Kafka, which appends, through per-partition transactions whose
+markers carry the partition's input fingerprint and ID claims in the catalog (see the package
+docstring for each sink and mode; Kafka needs the catalog, a broker that hides aborted
+records, checked at the start, and a value this path writes byte for byte).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from exactlyonce.connectors.base.config import SinkConfig
+from exactlyonce.connectors.kafka.avro import AVRO
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
+from exactlyonce.connectors.kafka.connect_json import JSON_WITH_SCHEMA
 from exactlyonce.connectors.redis.config import RedisSinkConfig
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.datasource.records import check_key_columns
@@ -36,12 +41,7 @@ def check_supported(config: SinkConfig) -> None:
             "data source path cannot see: name id_columns, or use foreachBatch",
         )
     if isinstance(config, KafkaSinkConfig):
-        raise ConfigError(
-            "sink",
-            "Kafka is not served by format('exactlyonce'): a topic is append-only, so a "
-            "re-run that splits an epoch's rows differently would append them again, and its "
-            "transactional ids are per shard, which this path's tasks are not; use foreachBatch",
-        )
+        check_kafka(config)
     if isinstance(config, RedisSinkConfig) and config.write == "stream":
         raise ConfigError(
             "write",
@@ -59,6 +59,25 @@ def check_supported(config: SinkConfig) -> None:
         )
 
 
+def check_kafka(config: KafkaSinkConfig) -> None:
+    """Kafka appends: this path needs the catalog (for its claims) and a value it can write
+    byte for byte as the ``foreachBatch`` projection does. The broker is checked at the
+    start (it must hide aborted records: :mod:`.kafka_path`)."""
+    if config.dedup is False:
+        raise ConfigError(
+            "dedup",
+            "format('exactlyonce') writes Kafka only with the catalog: its tasks are Spark "
+            "partitions, not shards, and claim each record ID in it so that two of them "
+            "never append one record; turn dedup on (the default)",
+        )
+    if config.value in (JSON_WITH_SCHEMA, AVRO):
+        raise ConfigError(
+            "value",
+            f"value {config.value!r} is not written by format('exactlyonce'): use 'json' or "
+            "a string column, or foreachBatch",
+        )
+
+
 def check_stream(config: SinkConfig, schema: StructType) -> None:
     """Refuse a stream column this path cannot hand the sink's task writer as it is."""
     check_key_columns(schema, config.id_columns or ())
@@ -70,10 +89,12 @@ def check_stream(config: SinkConfig, schema: StructType) -> None:
                 f"column {field.name!r} is {kind}: format('exactlyonce') writes flat columns "
                 "only (to_json() it first, or use foreachBatch)",
             )
-        if isinstance(config, RedisSinkConfig) and field.dataType.simpleString() not in _AS_TEXT:
+        as_text = isinstance(config, (RedisSinkConfig, KafkaSinkConfig))
+        if as_text and field.dataType.simpleString() not in _AS_TEXT:
             raise ConfigError(
                 "sink",
-                f"column {field.name!r} is {field.dataType.simpleString()}: Redis stores text, "
+                f"column {field.name!r} is {field.dataType.simpleString()}: the sink stores "
+                "text, "
                 "and format('exactlyonce') writes Spark's text exactly only for "
                 f"{list(_AS_TEXT)} (cast it to string, or use foreachBatch)",
             )

@@ -12,7 +12,8 @@ Who calls what (pyspark 4.1+, ``DataSourceStreamArrowWriter``):
   another checkpoint wrote (invariant 9), skips an epoch at or below the head read at start,
   else adds the protocol's columns, shapes the rows as the sink's projection does
   (:mod:`.shapes`), and writes through the sink's own task writer with no shard marker
-  (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`).
+  (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`; Kafka's writes one
+  transaction per Spark partition, with its own marker and ID claims: :mod:`.kafka_path`).
 - :meth:`commit` (every task succeeded) and :meth:`abort` run in a new Python process on the
   driver per epoch, on a writer Spark builds anew (never pickled): commit advances the head,
   abort leaves it alone.
@@ -32,9 +33,12 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from exactlyonce.connectors.base.head import Head
 from exactlyonce.connectors.base.report import BatchReport, TaskResult
 from exactlyonce.connectors.base.task import ShardWriter
+from exactlyonce.connectors.kafka.sink import KafkaSink
 from exactlyonce.dedup.keeper import CatalogKeeper
+from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CheckpointResetError
 from exactlyonce.faults import crash_point
+from exactlyonce.integration.datasource import kafka_path
 from exactlyonce.integration.datasource.options import checkpoint_location, sink_config
 from exactlyonce.integration.datasource.records import ProtocolColumns
 from exactlyonce.integration.datasource.shapes import sink_shape
@@ -61,6 +65,9 @@ class EpochMessage(WriterCommitMessage):
     spark_query_id: str | None
     skipped: bool
     result: dict[str, Any] = field(default_factory=dict)
+    partition: int = -1
+    # The catalog instance the task used (None: no row, or no catalog): Kafka's commit check
+    catalog_instance: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,8 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         )
         writer = sink.task_writer(head.epoch, shape.columns)
         assert isinstance(writer, ShardWriter)
+        if isinstance(sink, KafkaSink):
+            kafka_path.start(sink)
         log.info("%s: started through format('exactlyonce'), head %s", sink, head)
         return Started(head, writer, columns)
 
@@ -133,8 +142,11 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             return EpochMessage(query_id, skipped=True)
         crash_point("before_write", epoch)
         batches = (started.columns.add(b, epoch) for b in iterator if b.num_rows)
-        result = started.writer.for_epoch(epoch).write_unaligned(batches, context.partitionId())
-        return EpochMessage(query_id, skipped=False, result=result.__dict__)
+        partition = context.partitionId()
+        result = started.writer.for_epoch(epoch).write_unaligned(batches, partition)
+        dedup = getattr(started.writer.target, "dedup", None) if result.rows else None
+        instance = dedup.instance if isinstance(dedup, DedupPlan) else None
+        return EpochMessage(query_id, False, result.__dict__, partition, instance)
 
     # -- the driver, per epoch ---------------------------------------------------------------
 
@@ -148,8 +160,13 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         head = sink.head()
         if head is not None:
             refuse_other_checkpoint(self.config, head, query_id)
+        if isinstance(sink, KafkaSink):
+            kafka_path.check_partitions(sink, batchId, *claimed(sent))
+            sink.marker_slots = len(messages)
         crash_point("before_head", batchId)
         sink.commit_epoch(batchId, query_id)
+        if isinstance(sink, KafkaSink):
+            kafka_path.forget_claims(sink, batchId)
         tasks = [TaskResult(**m.result) for m in sent if not m.skipped]
         report = BatchReport.from_tasks(sink.query_name, sink.sink_name, batchId, tasks)
         log.info("%s epoch %d committed: %s", sink, batchId, report)
@@ -162,6 +179,13 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             self.config.query_name,
             batchId,
         )
+
+
+def claimed(sent: list[EpochMessage]) -> tuple[str | None, list[int]]:
+    """The catalog instance the tasks claimed in, and the partitions whose task had rows."""
+    ran = [m for m in sent if not m.skipped and m.result.get("rows")]
+    instance = next((m.catalog_instance for m in ran if m.catalog_instance), None)
+    return instance, [m.partition for m in ran]
 
 
 def refuse_other_checkpoint(config: SinkConfig, head: Head, query_id: str | None) -> None:
