@@ -31,6 +31,7 @@ from exactlyonce.connectors.kafka.protocol import (
     transactional_id,
 )
 from exactlyonce.errors import ConfigError, SinkUnavailableError
+from exactlyonce.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.kafka.sink import KafkaSink
@@ -221,9 +222,38 @@ def probe(sink: KafkaSink) -> bool:
     return hides
 
 
+def is_fenced(exc: BaseException | None) -> bool:
+    """A newer producer with the same transactional id fenced this one. (The fatal error may
+    surface from inside a delivery callback as a ``SystemError`` caused by it.)"""
+    while exc is not None:
+        if isinstance(exc, KafkaException) and exc.args:
+            err = exc.args[0]
+            return isinstance(err, KafkaError) and err.code() in _FENCED_CODES
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+_FENCED_CODES = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+# Two starts of one sink (a restarted job and `exactlyonce heads`, say) may probe at the same
+# moment under the probe's one transactional id: the later init fences the earlier probe,
+# which then writes itself again.
+PROBE_FENCED = RetryPolicy(attempts=6, initial_s=0.3, max_s=3.0, transient=is_fenced)
+
+
 def _write_probe(sink: KafkaSink) -> tuple[int, int]:
     """An aborted record and a plain one after it, on partition 0 of the probe topic: their
-    offsets."""
+    offsets. A probe fenced by another start's is written again (:data:`PROBE_FENCED`)."""
+
+    def fenced(_exc: BaseException, retry: int, wait_s: float) -> None:
+        log.info("%s: broker probe fenced by another start of this sink; again in %.1f s "
+                 "(retry %d)", sink, wait_s, retry)  # fmt: skip
+
+    return PROBE_FENCED.call(lambda: _write_probe_once(sink), on_retry=fenced)
+
+
+def _write_probe_once(sink: KafkaSink) -> tuple[int, int]:
     # Stable per (query, sink): a driver killed inside the probe leaves its transaction open,
     # and brokers without transaction timeouts (Tansu) never end it; the next start's probe
     # fences it (init_transactions aborts it).
