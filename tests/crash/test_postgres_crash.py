@@ -7,6 +7,7 @@ is caught even though the table has a unique key.
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from exactlyonce.connectors import PostgresSink
 from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import Input, Job, crash_seed, make_input
+from tests.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
@@ -130,3 +132,57 @@ def test_format_api_seeded_random_kills(
     job.run_to_end()
     assert len(job.kills) == 3, f"only {len(job.kills)} of 3 kills happened (seed {seed})"
     verify(job, data, pg)
+
+
+def test_the_sink_server_restarted_hard_and_clean_under_a_running_job(
+    tmp_path: Path, unique_name: str
+) -> None:
+    """F3: the sink's own PostgreSQL (a private one) is crashed (SIGKILL of every server
+    process) while a task is inside its COPY (held at mid_copy, rows sent before and after
+    in one transaction), then stopped cleanly at a seeded moment while the job runs freely.
+    A run may ride a restart out or die; a dead run is started again. Then the audit."""
+    seed = crash_seed("server restart schedule")
+    rng = random.Random(seed)
+    server = PrivatePostgres(tmp_path / "pg-home")
+    server.start()
+    job: Job | None = None
+    try:
+        with psycopg.connect(server.dsn, autocommit=True) as pg:
+            job, data = prepare(tmp_path, server.dsn, pg, unique_name, files=14, seed=seed)
+        job.start(hold_at="mid_copy@2")
+        job.wait_until_held("mid_copy")
+        server.restart("hard", where="a task held inside its COPY of epoch 2")
+        job.release("mid_copy")
+        print(f"hard restart: run {job.runs} {_after_restart(job)}", flush=True)
+        if job.proc is None or job.proc.poll() is not None:
+            job.start()
+        job.wait_for_progress()
+        time.sleep(rng.uniform(0.0, 1.5))
+        assert job.proc is not None and job.proc.poll() is None, "the input ran out"
+        server.restart("clean", where=f"run {job.runs} after epoch {max(job.spark_commits())}")
+        print(f"clean restart: run {job.runs} {_after_restart(job)}", flush=True)
+        if job.proc.poll() is None:
+            job.finish()  # it rode the restart out: it must end cleanly
+        else:
+            job.run_to_end()
+        assert [r.kind for r in server.restarts] == ["hard", "clean"]
+        with psycopg.connect(server.dsn, autocommit=True) as pg:
+            verify(job, data, pg)
+    finally:
+        if job is not None and job.proc is not None and job.proc.poll() is None:
+            job.kill("test ended")
+        server.remove()
+
+
+def _after_restart(job: Job, timeout: float = 180) -> str:
+    """Wait until the run either commits one more epoch or exits; say which."""
+    assert job.proc is not None
+    before = job.spark_commits()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if job.proc.poll() is not None:
+            return f"exited {job.proc.returncode}"
+        if job.spark_commits() - before:
+            return "rode it out"
+        time.sleep(0.1)
+    raise AssertionError(f"the run neither progressed nor ended after a restart:\n{job.log_tail()}")

@@ -217,6 +217,17 @@ def _pg_ctl_start(bindir: Path, home: Path) -> None:
         )
 
 
+def _remove_stale_locks(home: Path) -> None:
+    """The lock files of a postmaster that died without cleaning up (SIGKILL). PostgreSQL
+    removes them itself unless their pid still exists: a killed postmaster whose parent
+    (PID 1 here) has not reaped it yet is a zombie, and the next start would refuse."""
+    data, _, sock = paths(home)
+    (data / "postmaster.pid").unlink(missing_ok=True)
+    lock = sock / f".s.PGSQL.{port('pg')}.lock"
+    lock.unlink(missing_ok=True)
+    (sock / lock.name.removesuffix(".lock")).unlink(missing_ok=True)
+
+
 def start(home: Path) -> None:
     """Start the cluster unless it runs (creating it the first time); return once the
     ``exactlyonce`` role can log in over TCP."""
@@ -229,8 +240,8 @@ def start(home: Path) -> None:
         return
     _prepare_dirs(home)
     _initdb(bindir, home)
-    if running is not None:  # stale: the postmaster is gone
-        (data / "postmaster.pid").unlink(missing_ok=True)
+    if running is not None:  # stale: the postmaster is gone (killed, or a zombie not reaped)
+        _remove_stale_locks(home)
     if tcp_open(port("pg")):
         port_taken("pg", home)
     _pg_ctl_start(bindir, home)
