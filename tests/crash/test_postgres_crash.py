@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from exactlyonce.connectors import PostgresSink
+from exactlyonce.integration.fault_proxy import FaultProxy
 from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import Input, Job, crash_seed, make_input
 from tests.private_postgres import PrivatePostgres
@@ -186,3 +189,46 @@ def _after_restart(job: Job, timeout: float = 180) -> str:
             return "rode it out"
         time.sleep(0.1)
     raise AssertionError(f"the run neither progressed nor ended after a restart:\n{job.log_tail()}")
+
+
+def test_lost_commit_replies_are_verified_not_assumed(
+    tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """F6: the job reaches PostgreSQL through a proxy that, twice at a seeded moment while
+    the job runs, lets the next ``COMMIT`` (a task's shard transaction or the driver's head)
+    reach the server and be applied, then throws its reply away and cuts the connection.
+    The writer must find out what happened from the sink (its markers), never guess."""
+    seed = crash_seed("lost reply schedule")
+    rng = random.Random(seed)
+    server = urlsplit(pg_dsn)
+    assert server.hostname is not None and server.port is not None
+    proxy = FaultProxy(server.hostname, server.port)
+    dsn = pg_dsn.replace(f":{server.port}/", f":{proxy.port}/")
+    job: Job | None = None
+    try:
+        job, data = prepare(tmp_path, dsn, pg, unique_name, files=10, seed=seed)
+        for n in range(2):
+            if job.proc is None or job.proc.poll() is not None:
+                job.start()
+            job.wait_for_progress()
+            time.sleep(rng.uniform(0.0, 1.0))
+            proxy.drop_reply_to(b"COMMIT")
+            _wait_until(lambda: not proxy.armed(), f"lost reply {n + 1}")
+            print(f"lost reply {n + 1}: {proxy.dropped[-1]}; run {job.runs} {_after_restart(job)}")
+        assert len(proxy.dropped) == 2
+        if job.proc is not None and job.proc.poll() is None:
+            job.finish()
+        else:
+            job.run_to_end()
+        verify(job, data, pg)
+    finally:
+        if job is not None and job.proc is not None and job.proc.poll() is None:
+            job.kill("test ended")
+        proxy.stop()
+
+
+def _wait_until(ready: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

@@ -1,0 +1,152 @@
+"""A TCP proxy that loses a server's reply after the server applied the request.
+
+The hardest failure of a write protocol: the server committed, the client never heard. A
+sink must then verify (read its own markers) rather than assume the write failed or
+succeeded (DESIGN invariant 6). :class:`FaultProxy` sits between a client and a server
+(PostgreSQL, Redis, Elasticsearch, any TCP protocol) and, once armed with
+:meth:`FaultProxy.drop_reply_to`, forwards the next request that contains a byte pattern
+(``b"COMMIT"`` of PostgreSQL's simple query, ``b"EVALSHA"`` of Redis, ``b"_bulk"`` of
+Elasticsearch), lets the server answer, throws the answer away and cuts that connection. It
+can also refuse new connections for a while (:meth:`FaultProxy.refuse`).
+
+Used by the crash tests and ``exactlyonce chaos``; it runs its own event loop in a daemon
+thread until :meth:`FaultProxy.stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+READ_BYTES = 1 << 16
+
+
+@dataclass
+class DroppedReply:
+    """One reply thrown away: the pattern that armed it and the request's first bytes."""
+
+    pattern: bytes
+    request_head: bytes
+    reply_bytes: int
+
+
+@dataclass
+class _Arming:
+    pattern: bytes
+    times: int
+    dropped: list[DroppedReply] = field(default_factory=list)
+
+
+class FaultProxy:
+    """Forwards ``127.0.0.1:<port>`` to ``host:upstream_port`` until told to lose a reply."""
+
+    def __init__(self, host: str, upstream_port: int) -> None:
+        self.upstream = (host, upstream_port)
+        self.dropped: list[DroppedReply] = []
+        self.refused = 0  # connections cut at accept while refusing
+        self._arming: _Arming | None = None
+        self._refusing = False
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._server: asyncio.base_events.Server | None = None
+        self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._server is None:
+            raise RuntimeError("the fault proxy did not start")
+        self.port: int = int(self._server.sockets[0].getsockname()[1])
+
+    # -- what a test or the chaos command calls --------------------------------------
+
+    def drop_reply_to(self, pattern: bytes, times: int = 1) -> None:
+        """Lose the reply to the next ``times`` requests whose bytes contain ``pattern``
+        (each on its own connection, which is then cut)."""
+        with self._lock:
+            self._arming = _Arming(pattern, times)
+
+    def armed(self) -> bool:
+        """True while replies are still to be dropped."""
+        with self._lock:
+            return self._arming is not None and self._arming.times > 0
+
+    def refuse(self, on: bool) -> None:
+        """While on, every new connection is closed as soon as it is accepted (open ones
+        go on): a server that is down or refusing, as its clients see it."""
+        self._refusing = on
+
+    def stop(self) -> None:
+        """Close the listener and every forwarded connection, then the loop."""
+
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    # -- the forwarding ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0)
+        )
+        self._ready.set()
+        self._loop.run_forever()
+
+    def _take(self, request: bytes) -> bytes | None:
+        """The armed pattern if ``request`` matches it (one drop used), else None."""
+        with self._lock:
+            arming = self._arming
+            if arming is None or arming.times <= 0 or arming.pattern not in request:
+                return None
+            arming.times -= 1
+            return arming.pattern
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self._refusing:
+            self.refused += 1
+            client_w.close()
+            return
+        try:
+            up_r, up_w = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            client_w.close()
+            return
+        doomed: list[tuple[bytes, bytes]] = []  # (pattern, request head) of a reply to drop
+
+        async def requests() -> None:
+            while data := await client_r.read(READ_BYTES):
+                pattern = self._take(data)
+                if pattern is not None:
+                    doomed.append((pattern, data[:80]))
+                up_w.write(data)
+                await up_w.drain()
+            up_w.close()
+
+        async def replies() -> None:
+            while data := await up_r.read(READ_BYTES):
+                if doomed:
+                    pattern, head = doomed[0]
+                    self.dropped.append(DroppedReply(pattern, head, len(data)))
+                    break  # the server applied it; its client never hears
+                client_w.write(data)
+                await client_w.drain()
+
+        with contextlib.suppress(OSError):
+            reply_task = asyncio.ensure_future(replies())
+            request_task = asyncio.ensure_future(requests())
+            await reply_task  # ends at EOF from the server, or at a dropped reply
+            request_task.cancel()
+            await asyncio.gather(request_task, return_exceptions=True)
+        for writer in (up_w, client_w):
+            writer.close()
