@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -215,6 +216,33 @@ class Job:
                 f"run {self.runs} finished before {why}: the input ran out"
             )
 
+    def progress_or_exit(self, timeout: float = 180) -> str:
+        """After a fault that may or may not kill the run: wait until it commits one more
+        epoch or exits; say which."""
+        assert self.proc is not None
+        before = self.spark_commits()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return f"exited {self.proc.returncode}"
+            if self.spark_commits() - before:
+                return "rode it out"
+            time.sleep(0.1)
+        raise AssertionError(f"the run neither progressed nor ended:\n{self.log_tail()}")
+
+    def end(self, timeout: float = 300) -> None:
+        """Let a live run finish (it must exit 0), or start a last one when the last run
+        died of a fault."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.finish(timeout)
+        else:
+            self.run_to_end(timeout)
+
+    def stop_if_running(self) -> None:
+        """For a test's ``finally``: no run outlives its test."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill("test ended")
+
     def run_to_end(self, timeout: float = 300) -> None:
         """A last run, which must finish every input file and exit 0."""
         self.start()
@@ -282,6 +310,14 @@ def crash_seed(schedule: str = "random kill schedule") -> int:
     test = os.environ.get("PYTEST_CURRENT_TEST", "").rpartition(" (")[0]
     SEEDS.setdefault(test, []).append(line)
     return seed
+
+
+def wait_until(ready: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """Poll ``ready`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def service_passwords() -> list[str]:

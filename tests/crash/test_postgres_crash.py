@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +18,7 @@ import pytest
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.integration.fault_proxy import FaultProxy
 from tests.audit import assert_exactly_once, install_audit
-from tests.crash.harness import Input, Job, crash_seed, make_input
+from tests.crash.harness import Input, Job, crash_seed, make_input, wait_until
 from tests.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
@@ -156,39 +155,22 @@ def test_the_sink_server_restarted_hard_and_clean_under_a_running_job(
         job.wait_until_held("mid_copy")
         server.restart("hard", where="a task held inside its COPY of epoch 2")
         job.release("mid_copy")
-        print(f"hard restart: run {job.runs} {_after_restart(job)}", flush=True)
+        print(f"hard restart: run {job.runs} {job.progress_or_exit()}", flush=True)
         if job.proc is None or job.proc.poll() is not None:
             job.start()
         job.wait_for_progress()
         time.sleep(rng.uniform(0.0, 1.5))
         assert job.proc is not None and job.proc.poll() is None, "the input ran out"
         server.restart("clean", where=f"run {job.runs} after epoch {max(job.spark_commits())}")
-        print(f"clean restart: run {job.runs} {_after_restart(job)}", flush=True)
-        if job.proc.poll() is None:
-            job.finish()  # it rode the restart out: it must end cleanly
-        else:
-            job.run_to_end()
+        print(f"clean restart: run {job.runs} {job.progress_or_exit()}", flush=True)
+        job.end()
         assert [r.kind for r in server.restarts] == ["hard", "clean"]
         with psycopg.connect(server.dsn, autocommit=True) as pg:
             verify(job, data, pg)
     finally:
-        if job is not None and job.proc is not None and job.proc.poll() is None:
-            job.kill("test ended")
+        if job is not None:
+            job.stop_if_running()
         server.remove()
-
-
-def _after_restart(job: Job, timeout: float = 180) -> str:
-    """Wait until the run either commits one more epoch or exits; say which."""
-    assert job.proc is not None
-    before = job.spark_commits()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if job.proc.poll() is not None:
-            return f"exited {job.proc.returncode}"
-        if job.spark_commits() - before:
-            return "rode it out"
-        time.sleep(0.1)
-    raise AssertionError(f"the run neither progressed nor ended after a restart:\n{job.log_tail()}")
 
 
 def test_lost_commit_replies_are_verified_not_assumed(
@@ -213,22 +195,13 @@ def test_lost_commit_replies_are_verified_not_assumed(
             job.wait_for_progress()
             time.sleep(rng.uniform(0.0, 1.0))
             proxy.drop_reply_to(b"COMMIT")
-            _wait_until(lambda: not proxy.armed(), f"lost reply {n + 1}")
-            print(f"lost reply {n + 1}: {proxy.dropped[-1]}; run {job.runs} {_after_restart(job)}")
+            wait_until(lambda: not proxy.armed(), f"lost reply {n + 1}")
+            outcome = job.progress_or_exit()
+            print(f"lost reply {n + 1}: {proxy.dropped[-1]}; run {job.runs} {outcome}")
         assert len(proxy.dropped) == 2
-        if job.proc is not None and job.proc.poll() is None:
-            job.finish()
-        else:
-            job.run_to_end()
+        job.end()
         verify(job, data, pg)
     finally:
-        if job is not None and job.proc is not None and job.proc.poll() is None:
-            job.kill("test ended")
+        if job is not None:
+            job.stop_if_running()
         proxy.stop()
-
-
-def _wait_until(ready: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

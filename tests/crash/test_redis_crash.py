@@ -23,6 +23,7 @@ commands per key in the sink's AOF, which a unique key cannot hide). Replay a fa
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,9 @@ from typing import ClassVar
 import pytest
 
 from exactlyonce.dedup.ids import record_id
-from tests.crash.harness import Input, Job, crash_seed, make_input
+from exactlyonce.integration.fault_proxy import FaultProxy
+from exactlyonce.integration.services.env import HOST
+from tests.crash.harness import Input, Job, crash_seed, make_input, wait_until
 from tests.crash.redis_job import key_template
 from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
 
@@ -206,3 +209,35 @@ def test_format_api_kill_at_each_named_point(
     job.run_to_end(timeout=300)
     assert job.kills == [f"{point}@{epoch}" for point, epoch in FORMAT_POINTS]
     verify(job, data, sink_redis, "hash")
+
+
+def test_lost_script_replies_are_verified_not_assumed(
+    tmp_path: Path, sink_redis: SinkRedis, unique_name: str
+) -> None:
+    """F6: the job reaches its Redis through a proxy that, three times at seeded moments
+    while the job runs, lets the next ``EVALSHA`` (a task's apply script or the driver's
+    head) run on the server, then throws its reply away and cuts the connection. A resent
+    script must find its own marker (stream mode: an append-only write, the hard case)."""
+    seed = crash_seed("lost reply schedule")
+    rng = random.Random(seed)
+    data = make_input(tmp_path / "input", files=FILES, rows=120, seed=seed)
+    proxy = FaultProxy(HOST, sink_redis.port)
+    url = sink_redis.url.replace(f":{sink_redis.port}/", f":{proxy.port}/")
+    job = RedisJob(tmp_path, unique_name, url, write="stream")
+    try:
+        for n in range(3):
+            if job.proc is None or job.proc.poll() is not None:
+                job.start()
+            job.wait_for_progress(timeout=240)
+            time.sleep(rng.uniform(0.0, 0.8))
+            assert job.proc is not None and job.proc.poll() is None, "the input ran out"
+            proxy.drop_reply_to(b"EVALSHA")
+            wait_until(lambda: not proxy.armed(), f"lost reply {n + 1}")
+            outcome = job.progress_or_exit()
+            print(f"lost reply {n + 1}: {proxy.dropped[-1]}; run {job.runs} {outcome}")
+        assert len(proxy.dropped) == 3
+        job.end()
+        verify(job, data, sink_redis, "stream")
+    finally:
+        job.stop_if_running()
+        proxy.stop()
