@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pyspark
 
+from tests.private_kafka import free_port
+
 
 def spark_home() -> Path:
     return Path(pyspark.__file__).parent
@@ -20,8 +22,10 @@ def spark_home() -> Path:
 
 @dataclass
 class Cluster:
+    """Free ports for the master and every web UI: two cluster tests may run at once."""
+
     workdir: Path
-    port: int = 17077
+    port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -54,7 +58,7 @@ class Cluster:
             "--port",
             str(self.port),
             "--webui-port",
-            str(self.port + 1000),
+            str(free_port()),
         )
         for n in range(1, workers + 1):
             (self.workdir / f"worker{n}").mkdir(exist_ok=True)
@@ -69,7 +73,7 @@ class Cluster:
                 "--memory",
                 "1g",
                 "--webui-port",
-                str(self.port + 1000 + n),
+                str(free_port()),
                 "--work-dir",
                 str(self.workdir / f"worker{n}"),
             )

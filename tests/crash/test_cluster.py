@@ -1,21 +1,29 @@
-"""The PostgreSQL sink on a standalone Spark cluster (master + 2 workers).
+"""Every sink on a standalone Spark cluster (master + 2 workers): F9, worker loss.
 
-Proves the writes run in executor processes, not in the driver, and that SIGKILLing one
-worker (with its executor) in the middle of a batch still ends exactly once.
+Proves the writes run in executor processes, not in the driver (PostgreSQL, by its audit
+trigger's writer), and that SIGKILLing one worker (with its executor) while a task is inside
+its write still ends exactly once, for every sink.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from tests.crash import test_elasticsearch_crash as es_crash
+from tests.crash import test_kafka_crash as kafka_crash
+from tests.crash import test_redis_crash as redis_crash
 from tests.crash.cluster import Cluster, ancestry, cmdline
+from tests.crash.harness import Job, make_input
 from tests.crash.test_postgres_crash import prepare, verify
+from tests.es_fixtures import es, es_backend  # noqa: F401
+from tests.redis_fixtures import sink_redis_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.crash, pytest.mark.cluster, pytest.mark.integration]
 
@@ -78,3 +86,50 @@ def test_writes_run_on_executors_and_survive_a_worker_kill(
     assert writers, "the audit saw no writer"
     assert writers <= watcher.executor_descendants, "a write ran outside the executors"
     assert not writers & watcher.driver_descendants, "a write ran in the driver"
+
+
+# F9 for the other sinks: the crash point each job pauses at, inside a task's open write.
+MID_WRITE = {"kafka": "mid_produce", "elasticsearch": "mid_bulk", "redis": "mid_write"}
+
+
+@pytest.mark.parametrize("sink", sorted(MID_WRITE))
+def test_every_sink_survives_a_worker_kill_mid_write(
+    sink: str, cluster: Cluster, tmp_path: Path, unique_name: str, request: pytest.FixtureRequest
+) -> None:
+    """A task of epoch 2 pauses inside its write (rows sent, not committed); the worker
+    running it is SIGKILLed with its executor; Spark runs the task again on the other
+    worker; the sink's own audit (write counts) finds every record once."""
+    job, verify_sink = _sink_job(sink, tmp_path, unique_name, request)
+    job.master = cluster.master_url
+    point = MID_WRITE[sink]
+    job.start(crash_at=f"{point}@2")
+    try:
+        job.wait_for_marker(point, timeout=240)
+        paused_pid = int((job.crash_dir / f"crashed-{point}").read_text().split()[0])
+        victim = cluster.worker_owning(paused_pid)
+        assert victim is not None, f"the paused writer {paused_pid} is not under a worker"
+        cluster.kill_worker(victim)
+        print(f"{sink}: killed {victim} while its task was at {point} in epoch 2")
+        job.finish(timeout=400)
+        assert 2 in job.spark_commits()
+        verify_sink()
+    finally:
+        job.stop_if_running()
+
+
+def _sink_job(
+    sink: str, tmp_path: Path, name: str, request: pytest.FixtureRequest
+) -> tuple[Job, Callable[[], object]]:
+    """The crash job of ``sink`` on 5 input files, and its audit."""
+    if sink == "kafka":
+        services = request.getfixturevalue("services")
+        kafka_job, data, kafka_sink = kafka_crash.prepare(tmp_path, services, name, files=5)
+        return kafka_job, lambda: kafka_crash.verify(kafka_job, data, kafka_sink)
+    if sink == "elasticsearch":
+        es = request.getfixturevalue("es")
+        es_job, data = es_crash.prepare(tmp_path, es, name.replace("_", "-"), files=5)
+        return es_job, lambda: es_crash.verify(es_job, data, es)
+    sink_redis = request.getfixturevalue("sink_redis")
+    data = make_input(tmp_path / "input", files=5, rows=120, seed=7)
+    redis_job = redis_crash.RedisJob(tmp_path, name, sink_redis.url, write="hash")
+    return redis_job, lambda: redis_crash.verify(redis_job, data, sink_redis, "hash")
