@@ -36,7 +36,11 @@ class Step:
 
 
 STEPS = (
-    Step("postgres", ("--rows", "1000000", "--repeat", "3"), ("--rows", "50000", "--repeat", "1")),
+    Step(
+        "postgres",
+        ("--rows", "1000000", "--repeat", "3"),
+        ("--rows", "50000", "--repeat", "1", "--warmup-rows", "5000"),
+    ),
     Step("dedup", ("--ids", "1000000", "--rows", "1000000"), ("--ids", "50000", "--rows", "50000")),
     # The buffer in front of PostgreSQL is measured with the others by `buffer` below.
     Step(
@@ -65,9 +69,15 @@ STEPS = (
         ),
     ),
     Step(
-        "elasticsearch", ("--rows", "200000", "--repeat", "3"), ("--rows", "20000", "--repeat", "1")
+        "elasticsearch",
+        ("--rows", "200000", "--repeat", "3"),
+        ("--rows", "20000", "--repeat", "1", "--warmup-rows", "5000"),
     ),
-    Step("redis", ("--rows", "300000", "--repeat", "3"), ("--rows", "20000", "--repeat", "1")),
+    Step(
+        "redis",
+        ("--rows", "300000", "--repeat", "3"),
+        ("--rows", "20000", "--repeat", "1", "--warmup-rows", "5000"),
+    ),
     Step(
         "recovery",
         ("--sizes", "1000000,10000000", "--repeat", "2"),
