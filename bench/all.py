@@ -50,7 +50,17 @@ STEPS = (
     ),
     Step(
         "buffer",
-        ("--drain-repeat", "2"),
+        # p99 of 7 timed batches per path; drains of 100,000 rows, best of 2
+        (
+            "--batches",
+            "8",
+            "--drain-rows",
+            "100000",
+            "--drain-repeat",
+            "2",
+            "--es-drain-rows",
+            "50000",
+        ),
         (
             "--batch-rows",
             "2000",
