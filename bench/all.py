@@ -106,7 +106,8 @@ def duration(seconds: float) -> str:
 
 
 def banner(message: str, began: float) -> None:
-    print(f"==> [{duration(time.monotonic() - began)}] {message}", flush=True)
+    # On a line of its own: Spark's console progress bars end in a carriage return.
+    print(f"\n==> [{duration(time.monotonic() - began)}] {message}", flush=True)
 
 
 def run_step(step: Step, quick: bool) -> int:
