@@ -5,9 +5,11 @@ What ``make bench`` runs. Each benchmark runs in its own process (``python -m be
 before and after each says which one runs, how far along the whole run is, and how long it
 took. A benchmark that fails is reported and the others still run. At the end:
 ``python -m bench summary`` draws summary.png and ``python -m bench table`` prints every
-figure against its target. The sizes below keep the whole run at about 20-25 minutes on a
-2-core machine; ``--quick`` runs the same benchmarks at small sizes (a few minutes: to see that
-they work, not for figures), ``--only`` a subset.
+figure against its target. The sizes below are chosen for about 25 minutes on an otherwise
+idle 2-core machine (estimated; ``--quick`` took 33 minutes on a shared VM at load 13-14,
+almost all of it Spark and Python start-up); ``--quick`` runs the same benchmarks at small
+sizes (to see that they work, not for figures; it overwrites the results files), ``--only``
+a subset.
 
 Exit status: 0 when every benchmark ran (targets met or not: the table says which), 1 when
 any failed.
