@@ -86,9 +86,11 @@ test-crash: services
 demo: services
 	$(BIN)/python -m exactlyonce.integration.demo
 
+# Every benchmark in turn (PostgreSQL, dedup, Kafka, buffer, Elasticsearch, Redis, recovery,
+# cluster catalog, session start; about 20-25 minutes on 2 cores), each writing its
+# bench/results/*.json, then summary.png and one table of every figure against its target.
 bench: services
-	$(BIN)/python -m bench postgres --rows 1000000
-	$(BIN)/python -m bench summary
+	$(BIN)/python -m bench all
 
 # ruff (lint), mypy --strict on the package, and import-linter's layers contract (pyproject.toml).
 lint: install

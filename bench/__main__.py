@@ -7,7 +7,11 @@ python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs
 python -m bench cluster_catalog           # the catalog on 1 Redis vs a 3-master Redis Cluster
 python -m bench elasticsearch             # ElasticsearchSink vs plain streaming_bulk
 python -m bench session_start             # Spark session start with/without the JVM archive
+python -m bench recovery                  # restart to first write, 1M/10M catalog, 1,000 epochs
+python -m bench buffer                    # the Kafka buffer ahead of slow sinks (p99, drain)
 python -m bench summary                   # draw bench/results/summary.png from the JSON
+python -m bench table                     # print every figure against its target, from the JSON
+python -m bench all [--quick]             # all of the above in turn, then summary and table
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ STANDALONE = {
     "cluster_catalog": "bench.cluster_catalog",
     "elasticsearch": "bench.elasticsearch",
     "session_start": "bench.session_start",
+    "recovery": "bench.recovery",
+    "buffer": "bench.buffer",
     "summary": "bench.summary",
+    "table": "bench.table",
+    "all": "bench.all",
 }
 
 
