@@ -1,15 +1,17 @@
 """Exactly-once sinks: the shared contract in ``base``, one module per destination.
 
 Each sink's class docstring states its guarantee and the mechanism behind it.
+
+The sinks are imported on first use (PEP 562): a Spark task that unpickles a PostgreSQL
+writer imports ``exactlyonce.connectors`` on its way, and must not pay for the Kafka,
+Elasticsearch and Redis clients too (seconds per cold Python worker, after every restart).
 """
 
 from __future__ import annotations
 
-from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink, Head
-from exactlyonce.connectors.elasticsearch import ElasticsearchSink
-from exactlyonce.connectors.kafka import KafkaSink
-from exactlyonce.connectors.postgres import PostgresSink
-from exactlyonce.connectors.redis import RedisSink
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from exactlyonce.errors import (
     AmbiguousCommitError,
     BadRecordError,
@@ -18,6 +20,38 @@ from exactlyonce.errors import (
     ExactlyOnceError,
     SinkUnavailableError,
 )
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink, Head
+    from exactlyonce.connectors.elasticsearch import ElasticsearchSink
+    from exactlyonce.connectors.kafka import KafkaSink
+    from exactlyonce.connectors.postgres import PostgresSink
+    from exactlyonce.connectors.redis import RedisSink
+
+# Public name -> the module that defines it, imported when the name is first asked for.
+_LAZY = {
+    "BatchReport": "exactlyonce.connectors.base",
+    "ExactlyOnceSink": "exactlyonce.connectors.base",
+    "Head": "exactlyonce.connectors.base",
+    "ElasticsearchSink": "exactlyonce.connectors.elasticsearch",
+    "KafkaSink": "exactlyonce.connectors.kafka",
+    "PostgresSink": "exactlyonce.connectors.postgres",
+    "RedisSink": "exactlyonce.connectors.redis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "AmbiguousCommitError",
