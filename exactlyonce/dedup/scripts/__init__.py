@@ -41,8 +41,8 @@ creates it.
   bounds, generation``, no instance check (the driver's rollback). Removes each group's IDs
   from its bucket; returns the number removed.
 - :data:`LUA_MERGE` (``merge.lua``): ``KEYS = marker, stats, filter, version, scratch,
-  presence``; ``ARGV = instance, delta filter, generation, check``. ORs the delta into the shard's persisted
-  Bloom filter and increments its version; returns the new version.
+  presence``; ``ARGV = instance, delta filter, generation, check``. ORs the delta into the
+  shard's persisted Bloom filter and increments its version; returns the new version.
 
 Two more serve the Spark data source path's claims (:mod:`..claims`), with the same instance
 check:
