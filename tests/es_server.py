@@ -727,6 +727,12 @@ class EsTestServer:
         self.bulk_items = 0
         self.rejected_items = 0
         self.dropped_replies = 0
+        self.failed_requests = 0  # whole requests answered with an injected 5xx
+        self.refusals = 0  # times the server stopped listening (refuse_connections_for)
+        self.rejected_by_status: dict[int, int] = {}
+        self._reject_status = 429
+        self._fail_requests_until = 0.0
+        self._fail_status = 503
         self._reject_items = 0
         self._reject_until = 0.0
         self._drop_after = 0
@@ -827,10 +833,29 @@ class EsTestServer:
         with self.lock:
             self._reject_items = n
 
-    def reject_for(self, seconds: float) -> None:
-        """Answer 429 for every bulk item during the next ``seconds``."""
+    def reject_for(self, seconds: float, status: int = 429) -> None:
+        """Answer ``status`` (429, or a 5xx: 500, 503) for every bulk item during the next
+        ``seconds``."""
         with self.lock:
             self._reject_until = time.monotonic() + seconds
+            self._reject_status = status
+
+    def fail_requests_for(self, seconds: float, status: int = 503) -> None:
+        """Answer every request whole with ``status`` (a 5xx), applying nothing, during the
+        next ``seconds``."""
+        with self.lock:
+            self._fail_requests_until = time.monotonic() + seconds
+            self._fail_status = status
+
+    def refuse_connections_for(self, seconds: float) -> None:
+        """Stop listening (open connections are cut: a request in flight has no reply) and
+        listen again on the same port after ``seconds``: connections are refused meanwhile."""
+        self.stop()
+        with self.lock:
+            self.refusals += 1
+        timer = threading.Timer(seconds, self.start)
+        timer.daemon = True
+        timer.start()
 
     def drop_after_apply(self, n: int = 1, what: str = "bulk") -> None:
         """Apply the next ``n`` bulk requests, then close the connection without a reply.
@@ -851,6 +876,7 @@ class EsTestServer:
     def reset_faults(self) -> None:
         with self.lock:
             self._reject_items, self._reject_until, self._delay = 0, 0.0, 0.0
+            self._reject_status, self._fail_requests_until = 429, 0.0
             self._drop_after = self._drop_doc_after = 0
 
     # -- the API -------------------------------------------------------------------------
@@ -988,9 +1014,16 @@ class EsTestServer:
         except EsError as exc:
             return exc.status, {"_index": name, "_id": doc_id, "error": exc.cause()}
         index.attempts[doc_id] += 1
+        if self._reject_items == 0 and now < self._reject_until and self._reject_status != 429:
+            status = self._reject_status
+            self.rejected_items += 1
+            self.rejected_by_status[status] = self.rejected_by_status.get(status, 0) + 1
+            error = EsError(status, "unavailable_shards_exception", "injected by the test server")
+            return status, {"_index": name, "_id": doc_id, "error": error.cause()}
         if self._reject_items > 0 or now < self._reject_until:
             self._reject_items = max(0, self._reject_items - 1)
             self.rejected_items += 1
+            self.rejected_by_status[429] = self.rejected_by_status.get(429, 0) + 1
             error = EsError(
                 429,
                 "es_rejected_execution_exception",
@@ -1287,6 +1320,14 @@ class _Handler(BaseHTTPRequestHandler):
                 header={"WWW-Authenticate": ['Basic realm="security" charset="UTF-8"', "ApiKey"]},
             )
             self._reply(401, error.body(), {"WWW-Authenticate": 'Basic realm="security"'})
+            return
+        with es.lock:
+            failing = time.monotonic() < es._fail_requests_until
+            if failing:
+                es.failed_requests += 1
+        if failing:
+            error = EsError(es._fail_status, "exception", "injected by the test server")
+            self._reply(es._fail_status, error.body())
             return
         if length > es.max_content_length:
             self._reply(

@@ -142,6 +142,8 @@ class RedisCatalog:
         pipe = self.redis.pipeline(transaction=False)
         for shard in range(layout.shards):
             pipe.set(self.keys.marker(shard), instance)
+            if layout.tracked:
+                pipe.hset(self.keys.presence(shard), mapping={"i": instance})
         pipe.execute()
         meta = {"instance": instance, "layout": LAYOUT_VERSION, **layout.to_meta()}
         self.redis.hset(self.keys.meta, mapping=meta)
@@ -214,14 +216,16 @@ class RedisCatalog:
         Read-only. Raises :class:`CatalogLostError` if the shard is not ``instance``'s.
         """
         found = np.zeros(len(ids), dtype=bool)
-        marker = self.keys.marker(shard)
+        fixed = [self.keys.marker(shard), self.keys.presence(shard)]
+        check = _flag(layout.tracked)
         for start in range(0, len(ids), self.config.chunk_ids):
             chunk = ids[start : start + self.config.chunk_ids]
             packed = pack_groups(chunk, layout.bucket_bits)
             hit = np.zeros(len(chunk), dtype=bool)
             for gen in layout.live(epoch):
-                keys = [marker, *self._bucket_keys(shard, gen, packed.buckets)]
-                flags = self._call(LUA_LOOKUP, keys, [instance, packed.blob, packed.bounds])
+                keys = [*fixed, *self._bucket_keys(shard, gen, packed.buckets)]
+                args = [instance, packed.blob, packed.bounds, check]
+                flags = self._call(LUA_LOOKUP, keys, args)
                 hit |= np.frombuffer(flags, dtype=np.uint8) == ord("1")
             unsorted = np.zeros(len(chunk), dtype=bool)
             unsorted[packed.order] = hit
@@ -240,14 +244,23 @@ class RedisCatalog:
         if not len(ids):
             return
         gen = layout.gen(epoch)
-        fixed = [self.keys.marker(shard), self.keys.stats(shard)]
+        fixed = [self.keys.marker(shard), self.keys.stats(shard), self.keys.presence(shard)]
+        check = _flag(layout.tracked)
         for start in range(0, len(ids), self.config.chunk_ids):
             chunk = ids[start : start + self.config.chunk_ids]
             packed = pack_groups(chunk, layout.bucket_bits)
             keys = fixed + self._bucket_keys(shard, gen, packed.buckets)
-            self._call(LUA_MARK, keys, [instance, packed.blob, packed.bounds, gen])
+            self._call(LUA_MARK, keys, [instance, packed.blob, packed.bounds, gen, check])
         if journal:
-            self.redis.append(self.keys.journal(shard, epoch), np.ascontiguousarray(ids).tobytes())
+            self._journal(layout, shard, epoch, ids)
+
+    def _journal(self, layout: Layout, shard: int, epoch: int, ids: Ids) -> None:
+        """Append ``ids`` to the epoch's journal, recorded in the presence hash (one slot)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.append(self.keys.journal(shard, epoch), np.ascontiguousarray(ids).tobytes())
+        if layout.tracked:
+            pipe.hset(self.keys.presence(shard), mapping={f"j:{epoch}": "1"})
+        pipe.execute()
 
     def _bucket_keys(self, shard: int, gen: int, numbers: list[int]) -> list[Any]:
         base = self.keys.bucket_prefix(shard, gen).encode()
@@ -293,19 +306,37 @@ class RedisCatalog:
             if g in cached and cached[g][0] == version:
                 out[g] = cached[g]
             else:
-                out[g] = self._load_bloom(layout, shard, g)
+                out[g] = self._load_bloom(instance, layout, shard, g)
         return out
 
-    def _load_bloom(self, layout: Layout, shard: int, gen: int) -> tuple[int, BloomFilter]:
-        """One persisted filter and its version, read together (empty if never written)."""
+    def _load_bloom(
+        self, instance: str, layout: Layout, shard: int, gen: int
+    ) -> tuple[int, BloomFilter]:
+        """One persisted filter and its version, read together (empty if never written).
+        A filter the presence record names that is gone is a partial loss (:meth:`_evicted`)."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.get(self.keys.bloom_version(shard, gen))
         pipe.get(self.keys.bloom(shard, gen))
-        raw_version, data = pipe.execute()
+        pipe.hget(self.keys.presence(shard), "i")
+        pipe.hget(self.keys.presence(shard), f"b:{gen}")
+        raw_version, data, owner, recorded = pipe.execute()
+        if layout.tracked and (owner != instance.encode() or (recorded and data is None)):
+            raise self._evicted(shard)
         spec = layout.bloom
         return int(raw_version or 0), spec.load(data) if data else spec.empty()
 
-    def merge_bloom(self, instance: str, shard: int, gen: int, delta: BloomFilter) -> int:
+    def _evicted(self, shard: int) -> CatalogLostError:
+        """Part of the shard's keys are gone: delete its marker, so that every reader (the
+        keeper's ``lost()`` too) sees the shard lost, as the scripts do."""
+        self.redis.delete(self.keys.marker(shard))
+        return CatalogLostError(
+            f"catalog {self.prefix}: shard {shard} lost some of its keys (evicted? the "
+            "catalog's Redis needs maxmemory-policy noeviction or a volatile-* one)"
+        )
+
+    def merge_bloom(
+        self, instance: str, shard: int, gen: int, delta: BloomFilter, tracked: bool = True
+    ) -> int:
         """OR ``delta`` into the persisted filter atomically; returns the new version.
 
         Idempotent in content (OR-ing twice changes nothing); the version grows every call.
@@ -313,7 +344,9 @@ class RedisCatalog:
         """
         keys = [self.keys.marker(shard), self.keys.stats(shard), self.keys.bloom(shard, gen)]
         keys += [self.keys.bloom_version(shard, gen), self.keys.tmp(shard)]
-        return int(self._call(LUA_MERGE, keys, [instance, delta.to_bytes(), gen]))
+        keys.append(self.keys.presence(shard))
+        args = [instance, delta.to_bytes(), gen, _flag(tracked)]
+        return int(self._call(LUA_MERGE, keys, args))
 
     # -- driver-side maintenance -------------------------------------------------------
 
@@ -324,16 +357,30 @@ class RedisCatalog:
         rolled back or not; the number of IDs removed from the buckets.
         """
         removed = 0
+        found_journals: set[tuple[int, int]] = set()
         for raw in self.redis.scan_iter(match=self.keys.journals, count=1000):
             found = self.keys.parse_journal(raw.decode())
-            if found is None:
-                continue
-            shard, epoch = found
+            if found is not None:
+                found_journals.add(found)
+        if layout.tracked:
+            self._check_journals(layout.shards, head_epoch, found_journals)
+        for shard, epoch in sorted(found_journals):
+            key = self.keys.journal(shard, epoch)
             if epoch > head_epoch:
-                blob = self.redis.get(raw) or b""
+                blob = self.redis.get(key) or b""
                 removed += self._unmark(layout, shard, layout.gen(epoch), blob)
-            self.redis.delete(raw)
+            self.redis.delete(key)
+            self.redis.hdel(self.keys.presence(shard), f"j:{epoch}")
         return removed
+
+    def _check_journals(self, shards: int, head_epoch: int, found: set[tuple[int, int]]) -> None:
+        """Every journal above the head the presence record names must still exist: without
+        it, a rollback would leave IDs of an uncommitted epoch marked (read as duplicates)."""
+        for shard in range(shards):
+            for name in self.redis.hkeys(self.keys.presence(shard)):
+                kind, _, epoch = name.decode().partition(":")
+                if kind == "j" and int(epoch) > head_epoch and (shard, int(epoch)) not in found:
+                    raise self._evicted(shard)
 
     def _unmark(self, layout: Layout, shard: int, gen: int, blob: bytes) -> int:
         ids = np.frombuffer(blob, dtype=np.uint8).reshape(-1, 16)
@@ -348,6 +395,8 @@ class RedisCatalog:
     def forget_journals(self, shards: int, epoch: int) -> None:
         """The head passed ``epoch``: its journal is no longer needed for a rollback."""
         self.redis.delete(*[self.keys.journal(s, epoch) for s in range(shards)])
+        for shard in range(shards):
+            self.redis.hdel(self.keys.presence(shard), f"j:{epoch}")
 
     def expire_before(self, layout: Layout, epoch: int) -> int:
         """Delete whole generations older than the retention window, then their counters;
@@ -360,8 +409,15 @@ class RedisCatalog:
             for s in range(layout.shards):
                 keys += [self.keys.bucket(s, gen, b) for b in range(1 << layout.bucket_bits)]
             deleted += self.unlink(keys)
+            self._forget_presence(layout, gen)
         self._forget_counters(layout.shards, oldest_live)
         return deleted
+
+    def _forget_presence(self, layout: Layout, gen: int) -> None:
+        """Drop an expired generation's fields from every shard's presence record."""
+        fields = [f"b:{gen}", *(f"c:{gen}:{b:x}" for b in range(1 << layout.bucket_bits))]
+        for shard in range(layout.shards):
+            self.redis.hdel(self.keys.presence(shard), *fields)
 
     def _forget_counters(self, shards: int, oldest_live: int) -> None:
         """Drop every shard's stats of the generations before ``oldest_live`` (after their
@@ -386,3 +442,7 @@ class RedisCatalog:
                         total_ids += n
                         total_bytes += int(self.redis.memory_usage(key) or 0)
         return total_bytes / total_ids if total_ids else None
+
+
+def _flag(on: bool) -> str:
+    return "1" if on else "0"

@@ -90,7 +90,11 @@ class CatalogKeeper:
         if not self.catalog.holds_instance(self.instance, self.layout.shards):
             self._recover(head_epoch, "part of the catalog was lost (a master restarted empty?)")
             return
-        removed = self.catalog.roll_back_above(self.layout, head_epoch)
+        try:
+            removed = self.catalog.roll_back_above(self.layout, head_epoch)
+        except CatalogLostError:
+            self._recover(head_epoch, "part of the catalog was lost (a journal was evicted)")
+            return
         if removed:
             log.info("catalog: rolled back %d IDs of epochs above head %d", removed, head_epoch)
 
@@ -191,7 +195,8 @@ class CatalogKeeper:
                 chunk = ids[(shards == shard) & (epochs == epoch)]
                 delta = layout.bloom.empty()
                 delta.add(chunk)
-                self.catalog.merge_bloom(self.instance, int(shard), layout.gen(int(epoch)), delta)
+                gen = layout.gen(int(epoch))
+                self.catalog.merge_bloom(self.instance, int(shard), gen, delta, layout.tracked)
                 self.catalog.mark(
                     self.instance,
                     layout,

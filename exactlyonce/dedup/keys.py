@@ -21,6 +21,15 @@ shards spread over the masters. Two tags, from :func:`namespace`'s prefix ``<p>`
   ``<s>:j:<epoch>``         the IDs first marked in an epoch the head has not passed yet (a
                             journal), to roll them back on restart
   ``<s>:b:<gen>`` / ``<s>:bv:<gen>``  the shard's Bloom filter for a generation, its version
+  ``<s>:p``                 HASH, the shard's presence record (catalogs created with
+                            ``presence`` = ``1`` in meta): ``i`` = the instance, and one field
+                            per key that must exist: ``c:<gen>:<bucket>`` per bucket,
+                            ``b:<gen>`` per Bloom filter, ``j:<epoch>`` per journal. A key it
+                            names that is gone (evicted: ``maxmemory`` with an ``allkeys-*``
+                            policy) is a partial loss: the script or read that finds it
+                            deletes the shard's marker and answers CATALOG_LOST, so the keeper
+                            sees the shard lost and rebuilds (or refuses), never reading the
+                            gap as "never seen"
   ``<s>:stats``             HASH of the shard's usage counters per generation, kept by the
                             scripts: ``ids:<gen>`` IDs held, ``bytes:<gen>`` Redis memory of the
                             generation's bucket and filter keys. Readers sum them over shards
@@ -57,7 +66,7 @@ from functools import cached_property
 __all__ = ["LAYOUT_VERSION", "CatalogKeys", "namespace"]
 
 LAYOUT_VERSION = "2"
-SHARD_KINDS = ("i", "stats", "c", "j", "b", "bv", "tmp", "cl", "pt")
+SHARD_KINDS = ("i", "p", "stats", "c", "j", "b", "bv", "tmp", "cl", "pt")
 OLD_KINDS = ("stats", "c", "j", "b", "bv", "tmp")  # layout 1, under the query's prefix
 
 
@@ -83,6 +92,9 @@ class CatalogKeys:
 
     def marker(self, shard: int) -> str:
         return f"{self.shard_prefix(shard)}:i"
+
+    def presence(self, shard: int) -> str:
+        return f"{self.shard_prefix(shard)}:p"
 
     def stats(self, shard: int) -> str:
         return f"{self.shard_prefix(shard)}:stats"

@@ -47,6 +47,7 @@ class Layout:
     live_gens: int
     bucket_bits: int
     bloom: BloomSpec
+    tracked: bool = True  # keeps a presence record per shard (keys.py); False: made before
 
     @classmethod
     def plan(cls, config: DedupConfig, shards: int) -> Layout:
@@ -80,6 +81,7 @@ class Layout:
             "bloom_capacity": str(self.bloom.capacity),
             "fp_rate": repr(self.bloom.fp_rate),
             "bloom_backend": self.bloom.backend,
+            **({"presence": "1"} if self.tracked else {}),
         }
 
     @classmethod
@@ -95,6 +97,7 @@ class Layout:
             int(meta["live_gens"]),
             int(meta["bucket_bits"]),
             spec,
+            meta.get("presence") == "1",
         )
 
 

@@ -192,7 +192,7 @@ class TaskDedup:
                 continue
             delta = p.layout.bloom.empty()
             delta.add(ids)
-            version = self.catalog.merge_bloom(p.instance, shard, gen, delta)
+            version = self.catalog.merge_bloom(p.instance, shard, gen, delta, p.layout.tracked)
             self._update_cache(shard, gen, version, delta)
             self.catalog.mark(p.instance, p.layout, shard, self.epoch, ids)
         self._new.clear()

@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import NO_EPOCH, Head
+from exactlyonce.errors import SinkUnavailableError
+from exactlyonce.secrets import redact_dsn
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.base import ExactlyOnceSink
@@ -74,6 +76,8 @@ def catalog_state(sink: ExactlyOnceSink, head_epoch: int) -> dict[str, Any] | No
 
 def _catalog(config: DedupConfig, query_name: str, sink_name: str, epoch: int) -> dict[str, Any]:
     """The catalog's meta and usage counters (meta, then the shards' counters summed)."""
+    import redis
+
     from exactlyonce.dedup.catalog import CatalogUsage, Layout, RedisCatalog
 
     catalog = RedisCatalog(config, query_name, sink_name)
@@ -83,6 +87,11 @@ def _catalog(config: DedupConfig, query_name: str, sink_name: str, epoch: int) -
             return {"exists": False}
         layout = Layout.from_meta(meta)
         stats = catalog.stats(layout.shards)
+    except redis.RedisError as exc:  # its text may name the URL: only the type is shown
+        where = redact_dsn(config.redis_url)
+        raise SinkUnavailableError(
+            f"cannot read the dedup catalog at {where}: {type(exc).__name__}"
+        ) from None
     finally:
         catalog.close()
     live = layout.live(epoch)

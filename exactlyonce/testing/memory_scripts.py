@@ -87,26 +87,52 @@ def holds(bucket: bytes, record_id: bytes) -> bool:
     return False
 
 
+def _lost(data: Data, marker_key: bytes) -> Exception:
+    """A key the shard's presence record names is gone: the marker goes, CATALOG_LOST."""
+    import redis
+
+    data.pop(marker_key, None)
+    return redis.ResponseError("CATALOG_LOST")
+
+
+def _field(key: bytes) -> bytes:
+    """The presence field of a bucket key: ``c:<gen>:<bucket>``, after the hash tag."""
+    return key[key.rindex(b"}:") + 2 :]
+
+
 def mark(data: Data, keys: list[bytes], args: list[bytes]) -> int:
-    """LUA_MARK: append each group's IDs to its bucket; count them and the bytes."""
+    """LUA_MARK: append each group's IDs to its bucket (a new bucket is recorded in the
+    presence hash; one it names that is gone is a loss); count them and the bytes."""
     _check_instance(data, keys[0], args[0])
-    blob = args[1]
+    blob, check = args[1], args[4] == b"1"
     grown = 0
-    for key, start, end in _groups(args[2], keys[2:]):
-        before = memory_usage(data, key) or 0
+    for key, start, end in _groups(args[2], keys[3:]):
+        before = memory_usage(data, key)
+        if before is None:
+            presence = _hash_of(data, keys[2])
+            if check and _field(key) in presence:
+                raise _lost(data, keys[0])
+            presence[_field(key)] = b"1"
         data[key] = (_string(data, key) or b"") + blob[start * ID : end * ID]
-        grown += (memory_usage(data, key) or 0) - before
+        grown += (memory_usage(data, key) or 0) - (before or 0)
     _count(data, keys[1], args[3], len(blob) // ID, grown)
     return 1
 
 
 def lookup(data: Data, keys: list[bytes], args: list[bytes]) -> bytes:
-    """LUA_LOOKUP: b'1' or b'0' per ID of the blob, in the blob's order."""
+    """LUA_LOOKUP: b'1' or b'0' per ID of the blob, in the blob's order; with the check
+    on, a presence hash of another instance or a missing bucket it names is a loss."""
     _check_instance(data, keys[0], args[0])
-    blob = args[1]
+    blob, check = args[1], args[3] == b"1"
+    presence = data.get(keys[1])
+    presence = presence if isinstance(presence, dict) else {}
+    if check and presence.get(b"i") != args[0]:
+        raise _lost(data, keys[0])
     out = bytearray(b"0" * (len(blob) // ID))
-    for key, start, end in _groups(args[2], keys[1:]):
+    for key, start, end in _groups(args[2], keys[2:]):
         bucket = _string(data, key)
+        if bucket is None and check and _field(key) in presence:
+            raise _lost(data, keys[0])
         for k in range(start, end):
             if bucket and holds(bucket, blob[k * ID : (k + 1) * ID]):
                 out[k] = ord("1")
@@ -132,9 +158,15 @@ def unmark(data: Data, keys: list[bytes], args: list[bytes]) -> int:
 
 
 def merge(data: Data, keys: list[bytes], args: list[bytes]) -> int:
-    """LUA_MERGE: OR the delta into the filter, bump its version; count the bytes."""
+    """LUA_MERGE: OR the delta into the filter, bump its version (a filter the presence hash
+    names that is gone is a loss); count the bytes."""
     _check_instance(data, keys[0], args[0])
     bloom, version, delta = keys[2], keys[3], args[1]
+    presence = _hash_of(data, keys[5])
+    field = b"b:" + args[2]
+    if args[3] == b"1" and bloom not in data and field in presence:
+        raise _lost(data, keys[0])
+    presence[field] = b"1"
     before = (memory_usage(data, bloom) or 0) + (memory_usage(data, version) or 0)
     held = _string(data, bloom) or b""
     size = max(len(held), len(delta))

@@ -10,6 +10,7 @@ cluster it is dropped and recovered, never read as an empty, complete catalog.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -174,7 +175,7 @@ def test_a_layout_1_catalog_on_a_standalone_redis_is_moved_and_read_whole(
     services: dict[str, str], unique_name: str
 ) -> None:
     config = DedupConfig(services["EXACTLYONCE_REDIS_URL"], expected_ids=20_000)
-    layout = Layout.plan(config, 2)
+    layout = dataclasses.replace(Layout.plan(config, 2), tracked=False)  # no presence record
     old = RedisCatalog(config, unique_name, "s")
     ids = random_ids(2_000)
     write_layout_1(old, layout, ids, shard=1)
@@ -198,7 +199,7 @@ def test_a_layout_1_catalog_on_a_standalone_redis_is_moved_and_read_whole(
 def test_a_layout_1_catalog_on_a_cluster_is_dropped_and_never_read_as_complete(
     catalog: RedisCatalog, unique_name: str, unique_sink: bool
 ) -> None:
-    layout = Layout.plan(catalog.config, 1)
+    layout = dataclasses.replace(Layout.plan(catalog.config, 1), tracked=False)
     ids = random_ids(500)
     p = catalog.prefix  # layout 1's keys all share the query's slot: writable on a cluster
     catalog.redis.hset(f"{p}:meta", mapping={"instance": "old", **layout.to_meta()})
@@ -210,4 +211,5 @@ def test_a_layout_1_catalog_on_a_cluster_is_dropped_and_never_read_as_complete(
         return
     keeper.open(3, 1)
     assert keeper.rebuilds == 1 and keeper.plan.instance != "old"
-    assert catalog_keys(catalog) == sorted([catalog.keys.meta, catalog.keys.marker(0)])
+    new_keys = [catalog.keys.meta, catalog.keys.marker(0), catalog.keys.presence(0)]
+    assert catalog_keys(catalog) == sorted(new_keys)

@@ -198,6 +198,8 @@ class BulkSender:
             done.last = f"HTTP {status} {reason(info)}"
         elif status == 413 and not done.solo:
             done.oversize.append(pos)
+        elif status == 413:  # sent alone and still too large: the record is the problem
+            batch.refused.append((pos, f"413: {reason(info)}"))
         elif "exception" in info:  # the whole request failed, not this item
             raise SinkUnavailableError(
                 f"Elasticsearch at {self.conn.where} refused a bulk request of "

@@ -180,6 +180,9 @@ class EsShardTask(ShardTask):
             }
             actions.append(({"create": {"_index": self.t.dead_letter_index, "_id": doc_id}}, doc))
         refused = self._bulk(actions, "dead letters", count=False)
+        oversize = [actions[pos] for pos, error in refused if error.startswith("413")]
+        if oversize and len(oversize) == len(refused):  # the record was too large: so is its
+            refused = self._bulk([_cut(a) for a in oversize], "dead letters", count=False)
         if refused:
             raise SinkUnavailableError(
                 f"the dead-letter index {self.t.dead_letter_index!r} refused {len(refused)} "
@@ -211,3 +214,16 @@ class EsShardTask(ShardTask):
         if self.es is not None:
             self.es.close()
             self.es = None
+
+
+CUT_PAYLOAD_CHARS = 4096
+
+
+def _cut(action: Action) -> Action:
+    """A dead letter whose record was too large for the server (HTTP 413), with its payload cut
+    to its first :data:`CUT_PAYLOAD_CHARS` characters and the original length named."""
+    header, doc = action
+    assert isinstance(doc, dict)
+    payload = str(doc.get("payload") or "")
+    cut = f"{payload[:CUT_PAYLOAD_CHARS]}... [cut: {len(payload)} characters in all]"
+    return header, {**doc, "payload": cut}

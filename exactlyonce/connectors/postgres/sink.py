@@ -49,6 +49,7 @@ from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres import check as _check
 from exactlyonce.connectors.postgres import rewind
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
+from exactlyonce.connectors.postgres.drift import required_columns, silent_loss
 from exactlyonce.connectors.postgres.schema import (
     CONTROL_DDL_LOCK,
     HEADS,
@@ -57,6 +58,7 @@ from exactlyonce.connectors.postgres.schema import (
     control_tables_ddl,
     create_table_ddl,
     has_unique_index_on,
+    pg_type,
     regclass,
     schema_exists,
     table_columns,
@@ -234,7 +236,39 @@ class PostgresSink(ExactlyOnceSink):
         missing = [c for c in wanted if c not in columns]
         if missing:
             raise ConfigError(
-                "table", f"{self.table} lacks column(s) {missing} that the stream writes"
+                "table",
+                f"{self.table} lacks column(s) {missing} that the stream writes: add them "
+                f"(ALTER TABLE {self.table} ADD COLUMN ...) or drop them from the query",
+            )
+        self._check_drift(conn, oid, schema, columns, wanted)
+
+    def _check_drift(
+        self,
+        conn: psycopg.Connection[Any],
+        oid: int,
+        schema: StructType,
+        columns: Mapping[str, str],
+        written: Sequence[str],
+    ) -> None:
+        """Refuse a stream column the table would store with a silent loss, and a NOT NULL
+        column the stream no longer writes (:mod:`.drift`)."""
+        for field in schema.fields:
+            loss = silent_loss(field.dataType, columns[field.name])
+            if loss is not None:
+                raise ConfigError(
+                    "table",
+                    f"column {field.name!r} of {self.table} is {columns[field.name]} but the "
+                    f"stream's is {field.dataType.simpleString()}: each value would be {loss}. "
+                    f"Change the column (ALTER TABLE {self.table} ALTER COLUMN {field.name} "
+                    f"TYPE {pg_type(field.dataType)}) or cast it in the query",
+                )
+        unwritten = [c for c in required_columns(conn, oid) if c not in written]
+        if unwritten:
+            raise ConfigError(
+                "table",
+                f"column(s) {unwritten} of {self.table} are NOT NULL without a default but the "
+                f"stream does not write them: add them to the query, or give them a default "
+                f"or drop NOT NULL",
             )
 
     # -- what `exactlyonce check` reports (.check) --------------------------------------

@@ -24,18 +24,25 @@ into ``blob``, the IDs sorted by bucket (:func:`..layout.pack_groups`); group ``
 belongs to the bucket key right after the fixed keys. One packed argument instead of two per
 group: redis-py encodes every argument in Python (47 ms per 10k IDs with three per bucket).
 
-- :data:`LUA_MARK` (``mark.lua``): ``KEYS = marker, stats, bucket per group``; ``ARGV =
-  instance, blob, bounds, generation``. Appends each group's IDs to its bucket; returns 1.
-- :data:`LUA_LOOKUP` (``lookup.lua``): ``KEYS = marker, bucket per group``; ``ARGV =
-  instance, blob, bounds``; returns ``'1'`` or ``'0'`` per ID of the blob, in the blob's
-  order. A bucket is a string of 16-byte IDs, so a match counts only at a multiple of 16 (the
+Partial loss (evicted keys, see :mod:`..keys`): with ``check`` = ``'1'`` (a catalog with a
+presence record), a bucket or filter that the shard's presence hash (``<s>:p``) names but that
+is gone, or a presence hash of another instance, makes the script delete the shard's marker
+and answer ``CATALOG_LOST``; a new bucket or filter is recorded there by the script that
+creates it.
+
+- :data:`LUA_MARK` (``mark.lua``): ``KEYS = marker, stats, presence, bucket per group``;
+  ``ARGV = instance, blob, bounds, generation, check``. Appends each group's IDs to its
+  bucket; returns 1.
+- :data:`LUA_LOOKUP` (``lookup.lua``): ``KEYS = marker, presence, bucket per group``; ``ARGV
+  = instance, blob, bounds, check``; returns ``'1'`` or ``'0'`` per ID of the blob, in the
+  blob's order. A bucket is a string of 16-byte IDs, so a match counts only at a multiple of 16 (the
   ``holds`` helper at the top of the file).
 - :data:`LUA_UNMARK` (``unmark.lua``): ``KEYS = stats, bucket per group``; ``ARGV = blob,
   bounds, generation``, no instance check (the driver's rollback). Removes each group's IDs
   from its bucket; returns the number removed.
-- :data:`LUA_MERGE` (``merge.lua``): ``KEYS = marker, stats, filter, version, scratch``;
-  ``ARGV = instance, delta filter, generation``. ORs the delta into the shard's persisted
-  Bloom filter and increments its version; returns the new version.
+- :data:`LUA_MERGE` (``merge.lua``): ``KEYS = marker, stats, filter, version, scratch,
+  presence``; ``ARGV = instance, delta filter, generation, check``. ORs the delta into the
+  shard's persisted Bloom filter and increments its version; returns the new version.
 
 Two more serve the Spark data source path's claims (:mod:`..claims`), with the same instance
 check:
