@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ from exactlyonce.connectors.postgres.upsert import UPSERT_STAGING, UpsertStateme
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.faults import crash_point
 from exactlyonce.secrets import Secret
+
+log = logging.getLogger("exactlyonce.postgres")
 
 # COPY hands the server this many bytes at a time. Crash tests make it small so that
 # ``mid_copy`` fires between two chunks of one COPY (data sent before it and after it).
@@ -140,7 +143,37 @@ class PgShardTask(ShardTask):
                         for s in new_shards
                     ],
                 )
-        self.conn.commit()
+        try:
+            self.conn.commit()
+        except psycopg.OperationalError:
+            # The connection broke during COMMIT: applied or not, nobody said (invariant 6).
+            # This attempt's shard markers, read on a new connection, tell; without them (no
+            # shard here, or they are absent) the task fails and its re-run reads the markers.
+            if not new_shards or not self._committed_by_me(new_shards):
+                raise
+            log.warning(
+                "%s epoch %d: the reply to COMMIT was lost; shard markers %s show it applied",
+                self.t.query_name,
+                self.epoch,
+                list(new_shards),
+            )
+
+    def _committed_by_me(self, shards: Sequence[int]) -> bool:
+        """True if every one of ``shards`` has a shard-commit row written by this attempt."""
+        try:
+            with psycopg.connect(
+                self.t.dsn.reveal(), autocommit=True, connect_timeout=self.t.connect_timeout
+            ) as conn:
+                rows = conn.execute(
+                    sql.SQL(
+                        "SELECT shard FROM {} WHERE query_name = %s AND sink = %s AND epoch = %s "
+                        "AND writer = %s"
+                    ).format(self.t.table.sibling(SHARD_COMMITS)),
+                    [self.t.query_name, self.t.sink_name, self.epoch, self.result.writer],
+                ).fetchall()
+        except psycopg.OperationalError:
+            return False  # still unknown: fail, the re-run reads the markers
+        return {int(r[0]) for r in rows} >= set(shards)
 
     def _close(self) -> None:
         if self.conn is not None:
