@@ -254,8 +254,9 @@ class ShardTask(ABC):
     def _drop_seen(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         assert self.dedup is not None
         keep = self.dedup.keep(shards_of(batch), ids_from_hex(batch.column(self.id_column)))
-        self.result.duplicates += int(len(keep) - keep.sum())
-        return batch.filter(pa.array(keep))
+        dropped = int(len(keep) - keep.sum())
+        self.result.duplicates += dropped
+        return batch.filter(pa.array(keep)) if dropped else batch  # no copy when all are new
 
     def _dead_letter_null_keys(self, bad: pa.RecordBatch) -> None:
         letters = [
