@@ -13,6 +13,7 @@ without a lost update. Filters only ever answer "maybe" (a hint to confirm in th
 
 from __future__ import annotations
 
+import binascii
 import importlib.util
 import math
 from abc import ABC, abstractmethod
@@ -30,6 +31,9 @@ BACKENDS: tuple[Backend, ...] = ("numpy", "rbloom", "pybloom-live")
 _BACKEND_MODULES = {"rbloom": "rbloom", "pybloom-live": "pybloom_live"}
 
 Ids = npt.NDArray[np.uint8]  # shape (n, 16)
+
+# NumpyBloom.add unpacks filters up to this size (a bool per bit: 64 MB) to set bits.
+_UNPACKED_ADD_MAX_BITS = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -117,17 +121,30 @@ class NumpyBloom(BloomFilter):
     def to_bytes(self) -> bytes:
         return self.bits.tobytes()
 
-    def _positions(self, ids: Ids) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    def _bit_indexes(self, ids: Ids) -> npt.NDArray[np.uint64]:
+        """(n, hashes) bit numbers: double hashing on the ID's two 64-bit halves."""
         halves = np.ascontiguousarray(ids).view(np.uint64)
         h1, h2 = halves[:, 0], halves[:, 1] | np.uint64(1)
         with np.errstate(over="ignore"):
-            idx = (h1[:, None] + self._k[None, :] * h2[:, None]) % self._m
+            idx: npt.NDArray[np.uint64] = (h1[:, None] + self._k[None, :] * h2[:, None]) % self._m
+        return idx
+
+    def _positions(self, ids: Ids) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+        idx = self._bit_indexes(ids)
         return (idx >> np.uint64(3)).astype(np.int64), (idx & np.uint64(7)).astype(np.uint8)
 
     def add(self, ids: Ids) -> None:
-        if len(ids):
-            byte, bit = self._positions(ids)
-            np.bitwise_or.at(self.bits, byte, np.left_shift(np.uint8(1), bit))
+        if not len(ids):
+            return
+        if self.spec.bits <= _UNPACKED_ADD_MAX_BITS:
+            # Scatter into one bool per bit and pack: 2x faster than ``bitwise_or.at``
+            # (150k IDs, 7.2M bits: 0.33 s instead of 0.70 s on a loaded 2-core machine).
+            flat = np.zeros(self.spec.bits, dtype=bool)
+            flat[self._bit_indexes(ids).ravel()] = True
+            self.bits |= np.packbits(flat, bitorder="little")
+            return
+        byte, bit = self._positions(ids)
+        np.bitwise_or.at(self.bits, byte, np.left_shift(np.uint8(1), bit))
 
     def contains(self, ids: Ids) -> npt.NDArray[np.bool_]:
         if not len(ids):
@@ -219,9 +236,36 @@ _BACKEND_CLASSES: dict[str, type[BloomFilter]] = {
 
 def ids_from_hex(hex_ids: Any) -> Ids:
     """32-character hex IDs (a pyarrow array, numpy 'S32' array or list) as an (n, 16) array."""
+    packed = _packed_hex(hex_ids)
+    if packed is not None:
+        return np.frombuffer(binascii.unhexlify(packed), dtype=np.uint8).reshape(-1, 16)
     if hasattr(hex_ids, "to_numpy"):  # pyarrow: no per-value Python objects
         hex_ids = hex_ids.to_numpy(zero_copy_only=False)
     raw = np.asarray(hex_ids, dtype="S32")
     return np.frombuffer(bytes.fromhex(raw.tobytes().decode("ascii")), dtype=np.uint8).reshape(
         len(raw), 16
     )
+
+
+def _packed_hex(hex_ids: Any) -> memoryview | None:
+    """The hex characters of a pyarrow string array of 32-character values without nulls,
+    straight from its data buffer (no Python object per value); None for anything else."""
+    import pyarrow as pa
+
+    if isinstance(hex_ids, pa.ChunkedArray):
+        hex_ids = hex_ids.combine_chunks()
+    if not isinstance(hex_ids, pa.Array) or hex_ids.null_count or not len(hex_ids):
+        return None
+    if pa.types.is_string(hex_ids.type):
+        width = np.int32
+    elif pa.types.is_large_string(hex_ids.type):
+        width = np.int64
+    else:
+        return None
+    _, offsets_buf, data_buf = hex_ids.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=width)[
+        hex_ids.offset : hex_ids.offset + len(hex_ids) + 1
+    ]
+    if not (np.diff(offsets) == 32).all():
+        return None
+    return memoryview(data_buf)[int(offsets[0]) : int(offsets[-1])]

@@ -60,22 +60,72 @@ def test_duplicates_within_and_across_epochs_are_dropped(
     assert_exactly_once(pg, unique_name, ids(0, 400))
 
 
+def nullable_key(df: DataFrame) -> DataFrame:
+    """The same rows with ``event_id`` a column Spark must assume nullable (as a file or Kafka
+    source's columns are): the sink then shuffles by ID and writes shard markers."""
+    return df.withColumn("event_id", F.when(F.col("amount") >= 0, F.col("event_id")))
+
+
 def test_committed_shards_are_skipped_when_the_head_did_not_advance(
     spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
-    df = events(spark, 0, 400)
+    df = nullable_key(events(spark, 0, 400))
     sink = prepared(pg_dsn, pg, unique_name, df)
+    assert not sink._writes_unaligned(df.schema)
     sink(df, 0)
     # The driver dies after the tasks of epoch 1 committed, before the head advanced.
     head = sink.head()
     assert head is not None
-    sink._write_epoch(events(spark, 400, 800), 1, head.num_shards)
+    sink._write_epoch(nullable_key(events(spark, 400, 800)), 1, head.num_shards)
     assert new_sink(pg_dsn, unique_name).head().epoch == 0  # type: ignore[union-attr]
     rerun = new_sink(pg_dsn, unique_name)
-    rerun(events(spark, 400, 800), 1)
+    rerun(nullable_key(events(spark, 400, 800)), 1)
     report = rerun.last_report
     assert report is not None and report.shards_skipped >= 1 and report.written == 0
     assert_exactly_once(pg, unique_name, ids(0, 800))
+
+
+def stage_counts(spark: SparkSession, group: str) -> list[int]:
+    """Stages of each job Spark ran under the job group ``group``."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = sorted(tracker.getJobIdsForGroup(group))
+    return [len(tracker.getJobInfo(j).stageIds) for j in jobs]  # type: ignore[union-attr]
+
+
+def test_keys_never_null_skip_the_shuffle_and_a_partly_committed_rerun_writes_each_once(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """mode="insert" with key columns Spark knows are never null: no shuffle by ID (each
+    partition is written as it is, one stage), no shard marker; a re-run of an epoch whose
+    tasks partly committed, split into other partitions, writes nothing twice (COPY meets the
+    unique index and falls back to ON CONFLICT DO NOTHING), and dedup still drops repeats
+    that sit in different partitions."""
+    first = events(spark, 0, 300).repartition(3)
+    sink = prepared(pg_dsn, pg, unique_name, first)
+    assert sink._writes_unaligned(first.schema)
+    spark.sparkContext.setJobGroup(unique_name, "unaligned epoch")
+    try:
+        sink(first.localCheckpoint(), 0)
+        counts = stage_counts(spark, unique_name)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    assert counts and counts[-1] == 1, counts  # the write: one stage, no exchange
+    head = sink.head()
+    assert head is not None
+    # The driver dies after some tasks of epoch 1 committed (here: the rows 300-599, written
+    # by a task), before the head advanced; the re-run splits the epoch differently.
+    sink._write_epoch(events(spark, 300, 600), 1, head.num_shards)
+    rerun = new_sink(pg_dsn, unique_name)
+    again = events(spark, 300, 900).union(events(spark, 850, 900)).repartition(4)
+    rerun(again, 1)
+    report = rerun.last_report
+    assert report is not None and not report.skipped
+    assert report.written == 300 and report.duplicates == 350, report
+    assert report.shards_skipped == 0
+    assert pg.execute(
+        "SELECT count(*) FROM exactlyonce_shard_commits WHERE query_name = %s", [unique_name]
+    ).fetchone() == (0,)
+    assert_exactly_once(pg, unique_name, ids(0, 900))
 
 
 def test_null_keys_and_refused_records_go_to_dead_letters(

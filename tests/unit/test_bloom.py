@@ -73,3 +73,31 @@ def test_layout_keeps_ids_for_the_retention_window() -> None:
         for later in range(marked, marked + 100):
             assert layout.gen(marked) in layout.live(later), (marked, later)
     assert Layout.from_meta(layout.to_meta()) == layout
+
+
+def test_ids_from_hex_reads_arrow_buffers_like_python_strings() -> None:
+    import pyarrow as pa
+
+    hexes = [hashlib.md5(str(i).encode()).hexdigest() for i in range(100)]
+    expected = ids_from_hex(hexes)
+    assert expected.shape == (100, 16)
+    assert bytes(expected[3]) == bytes.fromhex(hexes[3])
+    for arrow in (pa.array(hexes), pa.array(hexes, pa.large_string())):
+        assert (ids_from_hex(arrow) == expected).all()
+        assert (ids_from_hex(arrow.slice(7, 50)) == expected[7:57]).all()  # offset buffers
+    chunked = pa.chunked_array([hexes[:40], hexes[40:]])
+    assert (ids_from_hex(chunked) == expected).all()
+
+
+def test_unpacked_add_sets_the_same_bits_as_the_scatter_add(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from exactlyonce.dedup import bloom as bloom_module
+
+    spec = BloomSpec(20_000, 0.001)
+    fast = spec.empty()
+    fast.add(ids(0, 5_000))
+    monkeypatch.setattr(bloom_module, "_UNPACKED_ADD_MAX_BITS", 0)
+    slow = spec.empty()
+    slow.add(ids(0, 5_000))
+    assert fast.to_bytes() == slow.to_bytes()

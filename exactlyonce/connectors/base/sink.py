@@ -28,7 +28,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from exactlyonce.connectors.base.columns import SHARD_COLUMN
 from exactlyonce.connectors.base.config import SinkConfig
@@ -54,6 +54,7 @@ from exactlyonce.connectors.base.report import (
     catalog_summary,
 )
 from exactlyonce.connectors.base.rewind import Removal
+from exactlyonce.connectors.base.task import ShardWriter, UnalignedTasks
 from exactlyonce.connectors.base.upsert import UpsertSpec, shard_order, upsert_expressions
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
@@ -491,16 +492,44 @@ class ExactlyOnceSink(ABC):
         projected = self._project(df, epoch)
         columns = [c for c in projected.columns if not c.startswith("_eo_")]
         shard = F.pmod(F.hash(F.col(self.id_column)), F.lit(num_shards))
-        sharded = projected.withColumn(SHARD_COLUMN, shard).repartition(
-            num_shards, F.col(self.id_column)
-        )
+        with_shard = projected.withColumn(SHARD_COLUMN, shard)
+        writer: TaskWriter = self._task_writer(epoch, columns)
+        if self._writes_unaligned(df.schema):
+            # No shuffle: each Spark partition is written as it is (see writes_unaligned).
+            sharded = with_shard
+            writer = UnalignedTasks(cast("ShardWriter[Any]", writer))
+        else:
+            sharded = with_shard.repartition(num_shards, F.col(self.id_column))
         if self.upsert is not None:
             sharded = sharded.sortWithinPartitions(*shard_order(self.id_column))
         elif self.sort_within_shard:
             sharded = sharded.sortWithinPartitions(self.id_column)
-        writer = self._task_writer(epoch, columns)
         rows = sharded.mapInArrow(writer, TASK_RESULT_SCHEMA).collect()
         return [TaskResult(**row.asDict()) for row in rows]
+
+    @property
+    def writes_unaligned(self) -> bool:
+        """True when a second write of a record ID is a no-op in the destination itself and
+        its task writer can write rows that are not one shard's (PostgreSQL ``mode="insert"``:
+        its unique index on the record ID, COPY falling back to ``ON CONFLICT DO NOTHING``).
+        Then an epoch whose records all have an ID skips the shuffle by ID: each Spark
+        partition is written as it is, with no shard marker written or trusted (as on the
+        Spark data source path, :meth:`ShardWriter.write_unaligned`); a re-run of a partly
+        committed epoch writes every partition again, and each record already written is a
+        no-op. The catalog still keys every ID by its shard, ``pmod(hash(id), shards)``."""
+        return False
+
+    def _writes_unaligned(self, schema: StructType) -> bool:
+        """:attr:`writes_unaligned`, for a batch none of whose records can lack an ID (content
+        IDs, or key columns Spark knows are never null): a record without an ID is
+        dead-lettered, and only the shard path letters identical ones exactly once whatever
+        the re-run's partitions."""
+        if not self.writes_unaligned or self.upsert is not None:
+            return False
+        if self.ids.content:
+            return True
+        fields = {f.name: f for f in schema.fields}
+        return all(c in fields and not fields[c].nullable for c in self.ids.columns)
 
     def _with_ids(self, df: DataFrame, epoch_column: str, epoch: int) -> DataFrame:
         """Add the record ID, the epoch, and for bad records the reason and payload; in

@@ -254,8 +254,9 @@ class ShardTask(ABC):
     def _drop_seen(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         assert self.dedup is not None
         keep = self.dedup.keep(shards_of(batch), ids_from_hex(batch.column(self.id_column)))
-        self.result.duplicates += int(len(keep) - keep.sum())
-        return batch.filter(pa.array(keep))
+        dropped = int(len(keep) - keep.sum())
+        self.result.duplicates += dropped
+        return batch.filter(pa.array(keep)) if dropped else batch  # no copy when all are new
 
     def _dead_letter_null_keys(self, bad: pa.RecordBatch) -> None:
         letters = [
@@ -320,3 +321,20 @@ class ShardWriter(ABC, Generic[TargetT]):
     @abstractmethod
     def _task(self) -> ShardTask:
         """The task that writes this epoch's shard in this executor."""
+
+
+class UnalignedTasks:
+    """A ``mapInArrow`` function writing each Spark partition as it is (no shuffle by ID):
+    :meth:`ShardWriter.write_unaligned` with the task's partition number. Only for a sink
+    whose second write of a record ID is a no-op in the destination itself (see
+    :attr:`~exactlyonce.connectors.base.sink.ExactlyOnceSink.writes_unaligned`)."""
+
+    def __init__(self, writer: ShardWriter[Any]) -> None:
+        self.writer = writer
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        yield self.writer.write_unaligned(batches, partition).to_arrow()

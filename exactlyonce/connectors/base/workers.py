@@ -7,6 +7,8 @@ is retried. Before the first batch of each start, :func:`check_workers` runs ONE
 reports the worker's ``sys.executable``, Python and pyspark versions and whether ``import
 exactlyonce`` works, and refuses (ConfigError, one sentence with the fix) a worker that
 cannot import the package or runs another Python or pyspark (major.minor) than the driver.
+Workers that passed are remembered per (Spark application, worker Python): a later start
+in the same session asks no more (a new session, or another worker Python, is probed).
 
 The probe function is compiled here from source in a namespace no module is registered
 under, so cloudpickle ships it BY VALUE: the worker runs it without importing exactlyonce,
@@ -148,9 +150,34 @@ def configured_python(spark: SparkSession) -> str | None:
     return value or os.environ.get("PYSPARK_PYTHON") or None
 
 
+# Workers that passed, per (Spark application, worker Python): every sink started later in
+# the same session reuses the answer instead of running the probe job again (0.1-0.8 s).
+_PASSED: dict[tuple[str, str | None], WorkerReport] = {}
+
+
+def _session_key(spark: SparkSession) -> tuple[str, str | None] | None:
+    """(application id, worker Python) of a classic session; None under Spark Connect."""
+    try:
+        app = spark.sparkContext.applicationId
+    except Exception:  # Spark Connect has no SparkContext: probe every start
+        return None
+    return (str(app), configured_python(spark)) if app else None
+
+
 def check_workers(spark: SparkSession) -> WorkerReport:
     """Probe the workers; ConfigError (field ``spark.pyspark.python``) with one sentence
-    when they cannot run the sink's tasks."""
+    when they cannot run the sink's tasks. A session whose workers passed is not probed
+    again (its application and worker Python are the same; a new session is probed)."""
+    key = _session_key(spark)
+    if key is not None and key in _PASSED:
+        return _PASSED[key]
+    worker = _probe_or_refuse(spark)
+    if key is not None:
+        _PASSED[key] = worker
+    return worker
+
+
+def _probe_or_refuse(spark: SparkSession) -> WorkerReport:
     try:
         worker = probe_workers(spark)
     except Exception as exc:

@@ -11,6 +11,12 @@ Mechanism:
   no-op (``ON CONFLICT DO NOTHING``), so the first version of a record wins;
 - executor tasks COPY their shard straight into the table and commit it together with a
   shard-commit row, in one transaction (see :mod:`.writer`);
+- ``mode="insert"`` with IDs that are never null (content IDs, or key columns Spark knows
+  are not nullable) skips the shuffle by ID: each task COPYs its Spark partition as it is,
+  in one transaction, with no shard-commit row; a re-run of a partly committed epoch writes
+  every partition again, and the unique index turns each record already written into a
+  no-op (the batch falls back to ``ON CONFLICT DO NOTHING``). The catalog still keeps each
+  ID under its shard, ``pmod(hash(id), shards)``;
 - the driver advances the head row in ``exactlyonce_heads`` after every task committed, and
   skips whole epochs at or below it after a restart.
 
@@ -413,6 +419,12 @@ class PostgresSink(ExactlyOnceSink):
     @property
     def unique_sink(self) -> bool:
         return self.mode != "append"
+
+    @property
+    def writes_unaligned(self) -> bool:
+        """``mode="insert"``: the unique index on the record ID makes a second write a no-op
+        (see :attr:`ExactlyOnceSink.writes_unaligned`)."""
+        return self.mode == "insert"
 
     def _rebuild_source(self) -> RebuildSource | None:
         """In append mode, the table's own IDs from an epoch on rebuild a lost catalog."""
