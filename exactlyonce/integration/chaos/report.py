@@ -68,18 +68,22 @@ def describe_faults(outcomes: list[Outcome]) -> str:
     counts = fault_counts(outcomes)
     parts = []
     if counts[DRIVER_KILL]:
-        parts.append(f"{counts[DRIVER_KILL]} driver kills")
+        parts.append(_many(counts[DRIVER_KILL], "driver kill"))
     if counts[POINT_KILL]:
-        parts.append(f"{counts[POINT_KILL]} named-point kills")
+        parts.append(_many(counts[POINT_KILL], "named-point kill"))
     servers = sorted(k.removesuffix("_restart") for k in counts if k.endswith("_restart"))
     for s in servers:
         n, hard, clean = counts[f"{s}_restart"], counts[f"{s}_hard"], counts[f"{s}_clean"]
-        parts.append(f"{n} {s} restarts ({hard} hard, {clean} clean)")
+        parts.append(f"{_many(n, s + ' restart')} ({hard} hard, {clean} clean)")
     missed = sum(1 for o in outcomes if not o.happened)
     if missed:
         parts.append(f"{missed} MISSED")
-    done = len(outcomes) - missed
-    return f"{done} faults" + (f": {', '.join(parts)}" if parts else "")
+    done = _many(len(outcomes) - missed, "fault")
+    return done + (f": {', '.join(parts)}" if parts else "")
+
+
+def _many(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def verdict(report: ChaosReport) -> str:
