@@ -24,6 +24,7 @@ from exactlyonce.integration.chaos.inputs import (
     fresh_query,
     from_file,
     from_source,
+    needs_fresh_input,
     write_events,
 )
 from exactlyonce.integration.chaos.report import (
@@ -60,6 +61,7 @@ __all__ = [
     "from_file",
     "from_source",
     "kill_all",
+    "needs_fresh_input",
     "plan",
     "report_json",
     "restart",

@@ -9,7 +9,10 @@ Three ways, in this order:
   spread over files so each micro-batch reads a few; its expected-IDs file is written next
   to the logs, and the query is started afresh (:func:`fresh_query`);
 - neither: the source itself, when it is a ``files`` source of JSON lines: each line's key
-  values, a line with a null key counted as an expected dead letter.
+  values, a line with a null key counted as an expected dead letter; when its directory is
+  missing, empty, or holds only files an earlier ``--events`` wrote, a fresh input is
+  written as with ``--events`` (:func:`needs_fresh_input`), so ``exactlyonce chaos
+  examples/pipeline.yaml`` works on a new checkout.
 """
 
 from __future__ import annotations
@@ -66,6 +69,18 @@ def from_source(cfg: PipelineConfig) -> ExpectedInput:
             else:
                 ids[record_id(values)] = values
     return ExpectedInput(ids, nulls, f"expected IDs read from the source files in {directory}")
+
+
+def needs_fresh_input(cfg: PipelineConfig) -> bool:
+    """True for a files source of JSON lines whose directory is missing, empty or holds
+    only files an earlier ``--events`` wrote (a new user's first run, or a run again)."""
+    source = cfg.source
+    if not isinstance(source, FilesSourceConfig) or source.format != "json":
+        return False
+    directory = Path(source.path)
+    if not directory.is_dir():
+        return True
+    return all(p.name.startswith((FILE_PREFIX, ".")) for p in directory.iterdir())
 
 
 def write_events(

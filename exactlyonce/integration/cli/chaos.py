@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from exactlyonce.integration.chaos import Chaos, ExpectedInput, Fault, Server, Skipped
 
 DEFAULT_KILLS = 10
+DEFAULT_EVENTS = 2000  # when the source directory has no input of the user's
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -118,17 +119,30 @@ def _points(args: argparse.Namespace, cfg: PipelineConfig) -> tuple[str, ...]:
 def _expected(
     args: argparse.Namespace, cfg: PipelineConfig, seed: int, log_dir: Path
 ) -> ExpectedInput:
-    from exactlyonce.integration.chaos import fresh_query, from_file, from_source, write_events
+    """The IDs to audit against: ``--expected-ids``, a fresh input (``--events``, or by
+    default when the source directory holds no input but chaos's own), or the source's
+    files as they are."""
+    from exactlyonce.integration.chaos import (
+        fresh_query,
+        from_file,
+        from_source,
+        needs_fresh_input,
+        write_events,
+    )
 
     if args.expected_ids:
         return from_file(args.expected_ids)
-    if args.events is None:
+    events = args.events
+    if events is None and needs_fresh_input(cfg):
+        events = DEFAULT_EVENTS
+        print(f"CHAOS the source directory holds no input of yours: writing {events} events")
+    if events is None:
         return from_source(cfg)
-    if args.events < 1:
-        raise ConfigError("--events", f"must be 1 or more, got {args.events}")
+    if events < 1:
+        raise ConfigError("--events", f"must be 1 or more, got {events}")
     fresh_query(cfg, args.config)
     files = args.files if args.files is not None else 3 * args.kills + 10
-    return write_events(cfg, args.events, seed, files, log_dir / "expected-ids.txt")
+    return write_events(cfg, events, seed, files, log_dir / "expected-ids.txt")
 
 
 def _dead_letters(args: argparse.Namespace, expected: ExpectedInput) -> int | None:
