@@ -145,7 +145,9 @@ def fresh_query(cfg: PipelineConfig, config: str) -> None:
                 f"the query has committed epochs and rewinding them failed ({why[0]}); "
                 "use a new query_name",
             )
-        print(f"CHAOS fresh start: {done.stdout.strip().splitlines()[-1]}", flush=True)
+        lines = done.stdout.strip().splitlines()
+        rewound = [line for line in lines if line.startswith("rewound")]
+        print(f"CHAOS fresh start: {(rewound or lines or [''])[0]}", flush=True)
     shutil.rmtree(cfg.checkpoint, ignore_errors=True)
     drop_catalog(sink)
 
