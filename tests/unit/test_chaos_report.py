@@ -143,3 +143,26 @@ def test_without_local_services_every_server_is_named_as_skipped(
     assert servers == []
     assert [(s.role, s.address) for s in skipped] == pipeline_addresses(_pipeline())
     assert all("no local services" in s.why for s in skipped)
+
+
+def test_bad_options_exit_2_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactlyonce.integration.cli import main
+
+    monkeypatch.setenv("EXACTLYONCE_HOME", str(tmp_path / "no-services"))
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "query_name: q\n"
+        f"checkpoint: {tmp_path}/ckpt\n"
+        f"source: {{type: files, path: {tmp_path}/in, schema: 'event_id STRING'}}\n"
+        "sink: {type: postgres, dsn: 'postgresql://u:pw@127.0.0.1:1/db', table: t,\n"
+        "       id_columns: [event_id], dedup: false}\n"
+    )
+    assert main(["chaos", str(config), "--points", "rewind_mid_delete"]) == 2
+    assert "--points" in capsys.readouterr().err
+    assert main(["chaos", str(config), "--kills", "-1"]) == 2
+    assert "--kills" in capsys.readouterr().err
+    assert main(["chaos", str(config), "--kills", "3", "--server-faults", "1"]) == 2
+    assert "no local server" in capsys.readouterr().err
+    assert main(["chaos", str(tmp_path / "missing.yaml")]) == 2

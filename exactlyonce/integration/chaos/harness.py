@@ -184,6 +184,7 @@ class Chaos:
     def _reap_or_kill(self) -> None:
         assert self.proc is not None
         if self.proc.poll() is None:
+            print(f"CHAOS run {self.runs} SIGKILLed: a point kill needs a run of its own")
             kill_group(self.proc)
         else:
             reap(self.proc, 0)
