@@ -8,8 +8,9 @@ say).
 
 Asserted: the printed seed, every fault printed and done (none missed), the verdict line and
 the JSON report (0 duplicates, 0 missing, the null keys as dead letters), and, counting
-WRITES with an audit trigger, every expected ID inserted once. Then a mutation: a row deleted
-from the sink, and the command run again (no faults) must say FAILED and exit 1.
+WRITES with an audit trigger, every expected ID inserted once. That a failing audit (or a
+failed last run) makes the command say FAILED and exit 1 is tests/unit/test_chaos_report.py's
+(the audit's own tests mutate real sinks), which saves this test a fifth run of Spark.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors.postgres.schema import TableName, create_table_ddl
@@ -171,17 +171,3 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     ]
     writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
     assert set(writes) == data.expected_ids and set(writes.values()) == {1}
-
-    # Mutation: the sink loses a row; chaos (no faults this time) must fail and say so.
-    pg.execute(
-        sql.SQL("DELETE FROM {} WHERE ctid IN (SELECT ctid FROM {} LIMIT 1)").format(
-            sql.Identifier(unique_name), sql.Identifier(unique_name)
-        )
-    )
-    again = _chaos(
-        config, private_redis, "--kills", "0", "--seed", str(seed), "--json", str(report_path)
-    )
-    assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-2000:]
-    assert f"CHAOS: FAILED (seed {seed}, 0 faults; " in again.stdout
-    failed = json.loads(report_path.read_text())
-    assert failed["exactly_once"] is False and failed["audit"]["missing"] == 1

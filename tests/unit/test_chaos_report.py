@@ -4,6 +4,7 @@ named as skipped, with the reason)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -166,3 +167,55 @@ def test_bad_options_exit_2_naming_them(
     assert main(["chaos", str(config), "--kills", "3", "--server-faults", "1"]) == 2
     assert "no local server" in capsys.readouterr().err
     assert main(["chaos", str(tmp_path / "missing.yaml")]) == 2
+
+
+@pytest.mark.parametrize(
+    ("found", "failure", "code"),
+    [
+        ({"e0": 1, "e1": 1, "e2": 1}, "", 0),
+        ({"e0": 2, "e1": 1, "e2": 1}, "", 1),  # a duplicate
+        ({"e0": 1, "e1": 1}, "", 1),  # a missing ID
+        ({"e0": 1, "e1": 1, "e2": 1}, "the last run 4 failed 3 times:", 1),
+    ],
+)
+def test_the_command_exits_1_unless_the_audit_says_exactly_once(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    found: dict[str, int],
+    failure: str,
+    code: int,
+) -> None:
+    """The runs and the sink's reading are stood in for (their real ones are
+    tests/crash/test_chaos_command.py's and the audit's own tests): what is checked is that the
+    audit's verdict, or a failed last run, becomes the command's exit code and report."""
+    from exactlyonce.integration.cli import chaos as command
+    from exactlyonce.integration.cli import main
+
+    monkeypatch.setenv("EXACTLYONCE_HOME", str(tmp_path / "no-services"))
+    (tmp_path / "in").mkdir()
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "query_name: q\n"
+        f"checkpoint: {tmp_path}/ckpt\n"
+        f"source: {{type: files, path: {tmp_path}/in, schema: 'event_id STRING'}}\n"
+        "sink: {type: postgres, dsn: 'postgresql://u:pw@127.0.0.1:1/db', table: t,\n"
+        "       id_columns: [event_id], dedup: false}\n"
+    )
+    (tmp_path / "expected.txt").write_text("e0\ne1\ne2\n")
+
+    class NoRuns:
+        outcomes: list[Outcome] = []
+        runs = runs_died = 0
+
+    monkeypatch.setattr(command, "_run", lambda *_: (NoRuns(), failure))
+    counts = Counter({record_id([key]): n for key, n in found.items()})
+    monkeypatch.setattr(command, "audit_pipeline", lambda *_, **__: _audit(counts))
+    report = tmp_path / "report.json"
+    argv = ["chaos", str(config), "--kills", "0", "--seed", "5"]
+    argv += ["--expected-ids", str(tmp_path / "expected.txt"), "--json", str(report)]
+    assert main(argv) == code
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "CHAOS seed 5 (replay with --seed 5)"
+    assert ("CHAOS: EXACTLY ONCE (seed 5, " in out) == (code == 0)
+    assert json.loads(report.read_text())["exactly_once"] is (code == 0)
