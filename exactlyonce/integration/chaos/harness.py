@@ -132,11 +132,11 @@ class Chaos:
 
     def _after_outage(self, proc: subprocess.Popen[str]) -> str:
         """The run rode the outage out (committed again), or died and was started again."""
-        before = head_epoch_or_none(self.sink)
-        after = -1 if before is None else before
-        epoch = wait_for_new_epoch(self.sink, proc, after, RECOVERY_TIMEOUT_S)
-        if epoch is not None:
-            return f"run {self.runs} went on and committed epoch {epoch}"
+        before = self._readable_head(proc)
+        if before is not None and proc.poll() is None:
+            epoch = wait_for_new_epoch(self.sink, proc, before, RECOVERY_TIMEOUT_S)
+            if epoch is not None:
+                return f"run {self.runs} went on and committed epoch {epoch}"
         if proc.poll() is None:
             return f"run {self.runs} is up, with no new epoch in {RECOVERY_TIMEOUT_S:.0f} s"
         code = reap(proc, 0)
@@ -148,12 +148,28 @@ class Chaos:
     def _wait_into_run(self, proc: subprocess.Popen[str], fault: Fault) -> str:
         """Wait for ``fault.epochs`` new epochs and ``fault.delay_s``; '' if the run is still
         going then, else why not."""
-        head = head_epoch_or_none(self.sink)
-        after = (-1 if head is None else head) + fault.epochs - 1
+        head = self._readable_head(proc)
+        if head is None:
+            return self._ended(proc, "its sink's head was readable")
+        after = head + fault.epochs - 1
         if wait_for_new_epoch(self.sink, proc, after, RUN_TIMEOUT_SECONDS) is None:
             return self._ended(proc, f"{fault.epochs} new epoch(s)")
         time.sleep(fault.delay_s)
         return "" if proc.poll() is None else self._ended(proc, "the delay's end")
+
+    def _readable_head(self, proc: subprocess.Popen[str]) -> int | None:
+        """The head, read again until its server answers (``RECOVERY_TIMEOUT_S`` at most, or
+        until the run ended); None if it never did."""
+        heads: list[int] = []
+
+        def read() -> bool:
+            head = head_epoch_or_none(self.sink)
+            if head is not None:
+                heads.append(head)
+            return head is not None or proc.poll() is not None
+
+        poll_until(read, START_POLL.replace(deadline_s=RECOVERY_TIMEOUT_S))
+        return heads[0] if heads else None
 
     def _ended(self, proc: subprocess.Popen[str], before: str) -> str:
         """Why a run did not get to ``before``: it ended (reaped here) or timed out."""
