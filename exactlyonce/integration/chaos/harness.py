@@ -113,7 +113,8 @@ class Chaos:
         poll_until(lambda: marker.exists() or proc.poll() is not None, policy)
         if not marker.exists():
             return self._outcome(fault, False, self._ended(proc, f"reaching {fault.point}"))
-        epoch = marker.read_text().split()[-1]
+        time.sleep(0.2)  # the marker's "pid epoch" line is written just after it is created
+        epoch = (marker.read_text().split() or ["?"])[-1]
         return self._kill(fault, proc, f"SIGKILLed run {self.runs} at {fault.point}@{epoch}")
 
     def _server_fault(self, fault: Fault) -> Outcome:

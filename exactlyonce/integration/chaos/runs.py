@@ -95,11 +95,29 @@ def wait_for_new_epoch(
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL ``proc``'s whole process group (the CLI, Spark's JVM and its Python workers)."""
+    """SIGKILL ``proc``'s whole session: its process group (the CLI, Spark's JVM) and the
+    processes of the session in groups of their own (PySpark's daemon puts itself and its
+    Python workers in a new group)."""
     with contextlib.suppress(ProcessLookupError):  # the group is gone (the run ended)
         os.killpg(proc.pid, signal.SIGKILL)
+    for pid in session_members(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     proc.wait()
     _LIVE.discard(proc)
+
+
+def session_members(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (from /proc; none where it cannot be read)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
 
 
 def reap(proc: subprocess.Popen[str], timeout: float) -> int:
