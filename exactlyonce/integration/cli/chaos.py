@@ -20,8 +20,10 @@ from exactlyonce.errors import ConfigError
 from exactlyonce.integration.audit import audit_pipeline, print_sink_audit
 from exactlyonce.integration.cli.common import EXIT_FAILED, EXIT_OK
 from exactlyonce.integration.config import PipelineConfig, load_config
+from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
+    from exactlyonce.integration.audit import SinkAudit
     from exactlyonce.integration.chaos import Chaos, ExpectedInput, Fault, Server, Skipped
 
 DEFAULT_KILLS = 10
@@ -93,8 +95,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     expected = _expected(args, cfg, seed, log_dir)
     _print_plan(args.config, cfg, servers, skipped, faults, expected.origin)
     chaos, failure = _run(args, cfg, faults, log_dir)
-    audit = audit_pipeline(cfg, expected.ids, expected_dead_letters=_dead_letters(args, expected))
-    print_sink_audit(audit)
+    audit = _audit(cfg, expected, _dead_letters(args, expected), failure)
     report = ChaosReport(
         pipeline=args.config, seed=seed, kills=args.kills, outcomes=chaos.outcomes, audit=audit,
         failure=failure, servers=servers, skipped=skipped, runs=chaos.runs,
@@ -145,6 +146,21 @@ def _expected(
     return write_events(cfg, events, seed, files, log_dir / "expected-ids.txt")
 
 
+def _audit(
+    cfg: PipelineConfig, expected: ExpectedInput, dead_letters: int | None, failure: str
+) -> SinkAudit | None:
+    """The sink's audit, printed; None when the chaos stopped and the sink cannot be read."""
+    try:
+        audit = audit_pipeline(cfg, expected.ids, expected_dead_letters=dead_letters)
+    except Exception as exc:
+        if not failure:
+            raise
+        print(f"CHAOS no audit: {scrub(str(exc), *cfg.sink.secrets())}", flush=True)
+        return None
+    print_sink_audit(audit)
+    return audit
+
+
 def _dead_letters(args: argparse.Namespace, expected: ExpectedInput) -> int | None:
     given: int | None = args.expected_dead_letters
     return given if given is not None else expected.dead_letters
@@ -169,6 +185,9 @@ def _run(
             chaos.inject(fault, len(faults))
         print("CHAOS faults done; the last run goes on until the input is read", flush=True)
         return chaos, chaos.finish()
+    except RuntimeError as exc:  # a server that did not come back: no run can go on
+        print(f"CHAOS stopped: {exc}", flush=True)
+        return chaos, f"chaos stopped: {str(exc).splitlines()[0]}"
     finally:
         kill_all()
 
