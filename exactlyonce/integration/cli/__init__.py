@@ -10,6 +10,8 @@
     exactlyonce audit pipeline.yaml --expected-ids FILE [--expected-dead-letters N] [--json]
     exactlyonce drain pipeline.yaml [--until-idle SECONDS] [--batch-size N] [--reset-offsets --yes]
                                     [--processes N | --member I/N]
+    exactlyonce chaos pipeline.yaml [--kills N] [--seed S] [--duration T]
+                                    [--expected-ids FILE | --events N] [--json REPORT]
     exactlyonce services up|status|down [--only pg,redis,kafka]
 
 ``${VAR}`` references in the pipeline file are filled from the environment; variables of the
@@ -31,6 +33,7 @@ from exactlyonce.connectors.base.logs import BATCH_LOGGER
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 from exactlyonce.integration.cli import (
     audit,
+    chaos,
     check,
     drain,
     heads,
@@ -40,6 +43,7 @@ from exactlyonce.integration.cli import (
     services,
 )
 from exactlyonce.integration.cli.audit import cmd_audit
+from exactlyonce.integration.cli.chaos import cmd_chaos
 from exactlyonce.integration.cli.check import cmd_check
 from exactlyonce.integration.cli.common import (
     EXIT_CONFIG,
@@ -67,6 +71,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "cmd_audit",
+    "cmd_chaos",
     "cmd_check",
     "cmd_drain",
     "cmd_heads",
@@ -106,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="exactlyonce", description="Exactly-once sinks for PySpark Structured Streaming."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, check, reset_head, heads, rewind, audit, drain, services):
+    for command in (run, check, reset_head, heads, rewind, audit, chaos, drain, services):
         command.add_parser(sub)
     return parser
 

@@ -1,0 +1,71 @@
+"""``exactlyonce chaos``: run any pipeline file under a seeded schedule of faults, restart
+what was killed, and audit the sink at the end.
+
+- :mod:`.schedule`: the seeded, pure schedule (driver kills at random moments and at named
+  crash points, hard and clean restarts of local servers);
+- :mod:`.runs`: runs of ``exactlyonce run`` as process groups (shared with ``make demo``),
+  their output echoed by :mod:`.echo`;
+- :mod:`.servers`: which of the pipeline's servers are local services that may be restarted
+  (the others are named as skipped), and restarting one;
+- :mod:`.harness`: each fault carried out on a live run and checked to have happened, then
+  the last run (and the drain of a buffered pipeline);
+- :mod:`.inputs`: the expected IDs (a file, a fresh seeded input, or the source's files);
+- :mod:`.report`: the verdict line and the JSON report.
+
+The command line is :mod:`exactlyonce.integration.cli.chaos`; the audit is
+:mod:`exactlyonce.integration.audit`'s.
+"""
+
+from __future__ import annotations
+
+from exactlyonce.integration.chaos.harness import Chaos, Outcome
+from exactlyonce.integration.chaos.inputs import (
+    ExpectedInput,
+    fresh_query,
+    from_file,
+    from_source,
+    needs_fresh_input,
+    write_events,
+)
+from exactlyonce.integration.chaos.report import (
+    ChaosReport,
+    describe_faults,
+    fault_counts,
+    report_json,
+    verdict,
+)
+from exactlyonce.integration.chaos.runs import kill_all
+from exactlyonce.integration.chaos.schedule import (
+    SINK_POINTS,
+    Fault,
+    check_points,
+    fault_mix,
+    plan,
+)
+from exactlyonce.integration.chaos.servers import Server, Skipped, restart, restartable
+
+__all__ = [
+    "SINK_POINTS",
+    "Chaos",
+    "ChaosReport",
+    "ExpectedInput",
+    "Fault",
+    "Outcome",
+    "Server",
+    "Skipped",
+    "check_points",
+    "describe_faults",
+    "fault_counts",
+    "fault_mix",
+    "fresh_query",
+    "from_file",
+    "from_source",
+    "kill_all",
+    "needs_fresh_input",
+    "plan",
+    "report_json",
+    "restart",
+    "restartable",
+    "verdict",
+    "write_events",
+]

@@ -1,0 +1,211 @@
+"""``exactlyonce chaos pipeline.yaml [--kills N] [--seed S] [--duration T] [--expected-ids FILE
+| --events N] [--points P,Q] [--server-faults M] [--json REPORT]``: run a pipeline under a
+seeded schedule of faults, then audit its sink (:mod:`exactlyonce.integration.chaos`).
+
+Prints the seed first and each fault as it starts and ends, then the sink's audit (the same
+as ``exactlyonce audit``) and one verdict line. Exit 0 when the sink holds every expected
+record exactly once, 1 otherwise (or when the last run failed), 2 on a bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from exactlyonce.errors import ConfigError
+from exactlyonce.integration.audit import audit_pipeline, print_sink_audit
+from exactlyonce.integration.cli.common import EXIT_FAILED, EXIT_OK
+from exactlyonce.integration.config import PipelineConfig, load_config
+from exactlyonce.secrets import scrub
+
+if TYPE_CHECKING:
+    from exactlyonce.integration.audit import SinkAudit
+    from exactlyonce.integration.chaos import Chaos, ExpectedInput, Fault, Server, Skipped
+
+DEFAULT_KILLS = 10
+DEFAULT_EVENTS = 2000  # when the source directory has no input of the user's
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    chaos = sub.add_parser(
+        "chaos", help="run a pipeline under seeded kills and server restarts, then audit it"
+    )
+    chaos.add_argument("config", help="pipeline YAML file")
+    chaos.add_argument(
+        "--kills",
+        type=int,
+        default=DEFAULT_KILLS,
+        metavar="N",
+        help="faults to inject (default 10)",
+    )
+    chaos.add_argument(
+        "--seed", type=int, metavar="S", help="replay a schedule (default: a fresh seed, printed)"
+    )
+    chaos.add_argument("--duration", type=float, metavar="T", help="start no fault after T seconds")
+    expected = chaos.add_mutually_exclusive_group()
+    expected.add_argument("--expected-ids", metavar="FILE", help="as for `exactlyonce audit`")
+    expected.add_argument(
+        "--events",
+        type=int,
+        metavar="N",
+        help="write a fresh input of N distinct events (files source) and start the query afresh",
+    )
+    chaos.add_argument(
+        "--files",
+        type=int,
+        metavar="F",
+        help="with --events: input files (default 3 per fault + 10)",
+    )
+    chaos.add_argument("--expected-dead-letters", type=int, metavar="N")
+    chaos.add_argument(
+        "--points",
+        metavar="P,Q",
+        help="crash points for the named-point kills (default: the sink's; '' for none)",
+    )
+    chaos.add_argument(
+        "--server-faults",
+        type=int,
+        metavar="M",
+        help="server restarts among the faults (default: a fifth, when local servers "
+        "can be restarted)",
+    )
+    chaos.add_argument(
+        "--log-dir", metavar="DIR", help="runs' logs (default: next to the checkpoint)"
+    )
+    chaos.add_argument("--json", metavar="REPORT", help="also write the report as JSON to REPORT")
+    chaos.set_defaults(func=cmd_chaos)
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from exactlyonce.integration.chaos import ChaosReport, plan, report_json, restartable, verdict
+
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    print(f"CHAOS seed {seed} (replay with --seed {seed})", flush=True)
+    began = time.monotonic()
+    cfg = load_config(args.config)
+    log_dir = Path(args.log_dir or Path(cfg.checkpoint).parent / "chaos-logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    servers, skipped = restartable(cfg)
+    services = [s.service for s in servers]
+    faults = plan(seed, args.kills, _points(args, cfg), services, server_faults=args.server_faults)
+    expected = _expected(args, cfg, seed, log_dir)
+    _print_plan(args.config, cfg, servers, skipped, faults, expected.origin)
+    chaos, failure = _run(args, cfg, faults, log_dir)
+    audit = _audit(cfg, expected, _dead_letters(args, expected), failure)
+    report = ChaosReport(
+        pipeline=args.config, seed=seed, kills=args.kills, outcomes=chaos.outcomes, audit=audit,
+        failure=failure, servers=servers, skipped=skipped, runs=chaos.runs,
+        runs_died=chaos.runs_died, seconds=time.monotonic() - began,
+    )  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(report_json(report), indent=2) + "\n")
+    print(verdict(report), flush=True)
+    print(f"CHAOS logs in {log_dir}; replay with --seed {seed}", flush=True)
+    return EXIT_OK if report.exactly_once else EXIT_FAILED
+
+
+def _points(args: argparse.Namespace, cfg: PipelineConfig) -> tuple[str, ...]:
+    from exactlyonce.integration.chaos import SINK_POINTS, check_points
+
+    if args.points is not None:
+        return check_points([p.strip() for p in args.points.split(",") if p.strip()])
+    buffered = getattr(cfg.sink, "buffer", None) is not None
+    return SINK_POINTS["buffered" if buffered else cfg.sink.type]
+
+
+def _expected(
+    args: argparse.Namespace, cfg: PipelineConfig, seed: int, log_dir: Path
+) -> ExpectedInput:
+    """The IDs to audit against: ``--expected-ids``, a fresh input (``--events``, or by
+    default when the source directory holds no input but chaos's own), or the source's
+    files as they are."""
+    from exactlyonce.integration.chaos import (
+        fresh_query,
+        from_file,
+        from_source,
+        needs_fresh_input,
+        write_events,
+    )
+
+    if args.expected_ids:
+        return from_file(args.expected_ids)
+    events = args.events
+    if events is None and needs_fresh_input(cfg):
+        events = DEFAULT_EVENTS
+        print(f"CHAOS the source directory holds no input of yours: writing {events} events")
+    if events is None:
+        return from_source(cfg)
+    if events < 1:
+        raise ConfigError("--events", f"must be 1 or more, got {events}")
+    fresh_query(cfg, args.config)
+    files = args.files if args.files is not None else 3 * args.kills + 10
+    return write_events(cfg, events, seed, files, log_dir / "expected-ids.txt")
+
+
+def _audit(
+    cfg: PipelineConfig, expected: ExpectedInput, dead_letters: int | None, failure: str
+) -> SinkAudit | None:
+    """The sink's audit, printed; None when the chaos stopped and the sink cannot be read."""
+    try:
+        audit = audit_pipeline(cfg, expected.ids, expected_dead_letters=dead_letters)
+    except Exception as exc:
+        if not failure:
+            raise
+        print(f"CHAOS no audit: {scrub(str(exc), *cfg.sink.secrets())}", flush=True)
+        return None
+    print_sink_audit(audit)
+    return audit
+
+
+def _dead_letters(args: argparse.Namespace, expected: ExpectedInput) -> int | None:
+    given: int | None = args.expected_dead_letters
+    return given if given is not None else expected.dead_letters
+
+
+def _run(
+    args: argparse.Namespace, cfg: PipelineConfig, faults: list[Fault], log_dir: Path
+) -> tuple[Chaos, str]:
+    """Every fault, then the last run (and drain); the runs, and what failed at the end."""
+    from exactlyonce.integration.chaos import Chaos, kill_all
+
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    chaos = Chaos(
+        config=args.config,
+        sink=cfg.build_sink(check=False),
+        log_dir=log_dir,
+        buffered=getattr(cfg.sink, "buffer", None) is not None,
+        deadline=deadline,
+    )
+    try:
+        for fault in faults:
+            chaos.inject(fault, len(faults))
+        print("CHAOS faults done; the last run goes on until the input is read", flush=True)
+        return chaos, chaos.finish()
+    except RuntimeError as exc:  # a server that did not come back: no run can go on
+        print(f"CHAOS stopped: {exc}", flush=True)
+        return chaos, f"chaos stopped: {str(exc).splitlines()[0]}"
+    finally:
+        kill_all()
+
+
+def _print_plan(
+    config: str,
+    cfg: PipelineConfig,
+    servers: list[Server],
+    skipped: list[Skipped],
+    faults: list[Fault],
+    origin: str,
+) -> None:
+    print(f"CHAOS pipeline {config}: {cfg.query_name}, {cfg.source.type} -> {cfg.sink.type}")
+    for s in servers:
+        print(f"CHAOS server faults on {s.service} ({'/'.join(s.roles)}) at {s.address}")
+    for k in skipped:
+        print(f"CHAOS server faults SKIPPED for the {k.role} at {k.address}: {k.why}")
+    print(f"CHAOS audit against {origin}")
+    print(f"CHAOS schedule of {len(faults)} faults:", flush=True)
+    for f in faults:
+        print(f"  {f.n:>3}. {f.describe()}", flush=True)

@@ -1,0 +1,173 @@
+"""``exactlyonce chaos`` as a user runs it: the real command, a subprocess, on a small
+PostgreSQL pipeline (files source, ``available_now``, a few hundred records with duplicates
+and null keys), under 4 seeded faults: 2 SIGKILLs of the driver at random moments, one at
+the named point ``mid_copy`` (small COPY chunks: data sent before and after it), and one hard
+restart (SIGKILL) of the catalog's Redis, a PRIVATE one started here (the shared services are
+never restarted; the shared PostgreSQL is the sink and is left alone, which the command must
+say).
+
+Asserted: the printed seed, every fault printed and done (none missed), the verdict line and
+the JSON report (0 duplicates, 0 missing, the null keys as dead letters), and, counting
+WRITES with an audit trigger, every expected ID inserted once. That a failing audit (or a
+failed last run) makes the command say FAILED and exit 1 is tests/unit/test_chaos_report.py's
+(the audit's own tests mutate real sinks), which saves this test a fifth run of Spark.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from exactlyonce.connectors.postgres.schema import TableName, create_table_ddl
+from exactlyonce.integration.chaos import plan
+from exactlyonce.integration.chaos.schedule import SERVER_HARD
+from exactlyonce.integration.services import redis as local_redis
+from exactlyonce.integration.services.env import PORT_ENV
+from tests.audit import install_audit, write_counts
+from tests.crash.harness import ROOT, crash_seed, make_input
+from tests.private_kafka import free_port
+
+pytestmark = [pytest.mark.crash, pytest.mark.integration]
+
+FILES, ROWS = 20, 20
+KILLS, POINT = 4, "mid_copy"
+SCHEMA = StructType(
+    [
+        StructField("event_id", StringType()),
+        StructField("amount", LongType()),
+        StructField("action", StringType()),
+    ]
+)
+PIPELINE = """\
+query_name: {name}
+checkpoint: {work}/checkpoint
+trigger: {{available_now: true}}
+source:
+  type: files
+  format: json
+  path: {work}/input
+  schema: "event_id STRING, amount BIGINT, action STRING"
+  max_files_per_trigger: 1
+sink:
+  type: postgres
+  dsn: ${{EXACTLYONCE_PG_DSN}}
+  table: {name}
+  id_columns: [event_id]
+  shards: 2
+  redis_url: ${{EXACTLYONCE_REDIS_URL}}
+spark:
+  master: local[2]
+  conf:
+    spark.sql.shuffle.partitions: "2"
+    spark.driver.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+"""
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A Redis of this test's own (services home, port): the environment the command needs
+    to find it as a local service it may restart."""
+    home, port = tmp_path / "services", free_port()
+    monkeypatch.setenv(PORT_ENV["redis"], str(port))
+    local_redis.start(home)
+    yield {
+        "EXACTLYONCE_HOME": str(home),
+        PORT_ENV["redis"]: str(port),
+        "EXACTLYONCE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+    }
+    local_redis.stop(home)
+
+
+def _chaos(
+    config: Path, env: dict[str, str], *args: str, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "exactlyonce", "chaos", str(config), *args]
+    run_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=timeout)
+
+
+def _hard_restart_seed() -> int:
+    """The first seed from a fresh (or replayed) one whose schedule restarts Redis hard."""
+    base = crash_seed("chaos schedule")
+    for seed in itertools.count(base):
+        faults = plan(seed, KILLS, (POINT,), ("redis",), server_faults=1)
+        if any(f.kind == SERVER_HARD for f in faults):
+            return seed
+    raise AssertionError("unreachable")
+
+
+def test_chaos_kills_and_restarts_then_audits_exactly_once(
+    tmp_path: Path,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    private_redis: dict[str, str],
+) -> None:
+    seed = _hard_restart_seed()
+    data = make_input(tmp_path / "input", files=FILES, rows=ROWS, seed=seed)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(PIPELINE.format(name=unique_name, work=tmp_path))
+    for statement in create_table_ddl(
+        TableName.parse(unique_name), SCHEMA, "record_id", "epoch", unique=True
+    ):
+        pg.execute(statement)
+    install_audit(pg, unique_name)
+
+    began = time.monotonic()
+    args = ["--kills", str(KILLS), "--seed", str(seed), "--points", POINT, "--server-faults", "1"]
+    report_path = tmp_path / "report.json"
+    done = _chaos(
+        config,
+        private_redis,
+        *args,
+        "--json",
+        str(report_path),
+        "--log-dir",
+        str(tmp_path / "logs"),
+    )
+    print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
+    print(f"chaos took {time.monotonic() - began:.0f} s")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert f"CHAOS seed {seed} (replay with --seed {seed})" in out.splitlines()[0]
+    assert "server faults SKIPPED for the sink at 127.0.0.1:" in out  # the shared PostgreSQL
+    for n in range(1, KILLS + 1):
+        assert f"CHAOS fault {n}/{KILLS} done: " in out, f"fault {n} did not happen"
+    assert "MISSED" not in out
+
+    report = json.loads(report_path.read_text())
+    assert report["seed"] == seed and report["exactly_once"] is True
+    assert report["faults_happened"] == KILLS and report["faults_missed"] == 0
+    assert report["counts"] == {
+        "driver_kills": 2,
+        "point_kills": 1,
+        "server_hard": 1,
+        "server_clean": 0,
+    }
+    by_kind = {f["kind"]: f for f in report["faults"]}
+    assert by_kind["point_kill"]["note"].startswith("SIGKILLed run ")
+    assert f"at {POINT}@" in by_kind["point_kill"]["note"]
+    assert "SIGKILLed redis" in by_kind["server_hard"]["note"]
+    assert [s["service"] for s in report["servers"]] == ["redis"]
+    audit = report["audit"]
+    assert audit["expected_ids"] == len(data.expected_ids)
+    assert (audit["duplicates"], audit["missing"], audit["unexpected"]) == (0, 0, 0)
+    assert audit["dead_letters"] == audit["expected_dead_letters"] == data.null_keys
+    verdict = [line for line in out.splitlines() if line.startswith("CHAOS: ")]
+    assert verdict == [
+        f"CHAOS: EXACTLY ONCE (seed {seed}, 4 faults: 2 driver kills, 1 named-point kill, "
+        f"1 redis restart (1 hard, 0 clean); {len(data.expected_ids)} IDs, 0 duplicates, "
+        "0 missing)"
+    ]
+    writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
+    assert set(writes) == data.expected_ids and set(writes.values()) == {1}
