@@ -12,34 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
+
+from exactlyonce.integration.fault_proxy import ThreadedProxy
 
 
-class LatencyProxy:
+class LatencyProxy(ThreadedProxy):
     """Forwards ``127.0.0.1:<port>`` to ``host:port``, each reply ``delay_s`` late; runs its
     own event loop in a daemon thread until :meth:`stop`."""
 
     def __init__(self, host: str, port: int, delay_s: float = 0.0) -> None:
-        self.upstream = (host, port)
         self.delay_s = delay_s
         self.replies = 0  # replies delayed so far
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._server: asyncio.base_events.Server | None = None
-        self._thread = threading.Thread(target=self._run, name="latency-proxy", daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
-        if self._server is None:
-            raise RuntimeError("the latency proxy did not start")
-        self.port: int = int(self._server.sockets[0].getsockname()[1])
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0)
-        )
-        self._ready.set()
-        self._loop.run_forever()
+        super().__init__(host, port, name="latency-proxy")
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
@@ -70,18 +54,3 @@ class LatencyProxy:
             await asyncio.gather(requests(), replies(), return_exceptions=True)
         for writer in (up_w, client_w):
             writer.close()
-
-    def stop(self) -> None:
-        """Close the listener and every forwarded connection, then the loop."""
-
-        async def shut() -> None:
-            if self._server is not None:
-                self._server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self._loop.stop()
-
-        asyncio.run_coroutine_threadsafe(shut(), self._loop)
-        self._thread.join(10)

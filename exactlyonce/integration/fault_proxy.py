@@ -39,25 +39,67 @@ class _Arming:
     dropped: list[DroppedReply] = field(default_factory=list)
 
 
-class FaultProxy:
+class ThreadedProxy:
+    """A TCP proxy on ``127.0.0.1:<port>`` (a free port) to ``host:upstream_port``, running
+    its own event loop in a daemon thread until :meth:`stop`. Subclasses forward each
+    connection in :meth:`_handle` (bench/slow_proxy.py delays replies with it)."""
+
+    def __init__(self, host: str, upstream_port: int, name: str = "proxy") -> None:
+        self.upstream = (host, upstream_port)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._server: asyncio.base_events.Server | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._server is None:
+            raise RuntimeError(f"the {name} did not start")
+        self.port: int = int(self._server.sockets[0].getsockname()[1])
+
+    def stop(self) -> None:
+        """Close the listener and every forwarded connection, then the loop."""
+
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", 0)
+        )
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        """One connection; cancelled by :meth:`stop`, it ends quietly (asyncio would print
+        the cancellation of a stream handler as an error)."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._handle(client_r, client_w)
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class FaultProxy(ThreadedProxy):
     """Forwards ``127.0.0.1:<port>`` to ``host:upstream_port`` until told to lose a reply."""
 
     def __init__(self, host: str, upstream_port: int) -> None:
-        self.upstream = (host, upstream_port)
         self.dropped: list[DroppedReply] = []
         self.refused = 0  # connections cut at accept while refusing
         self._arming: _Arming | None = None
         self._refusing = False
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._server: asyncio.base_events.Server | None = None
-        self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
-        if self._server is None:
-            raise RuntimeError("the fault proxy did not start")
-        self.port: int = int(self._server.sockets[0].getsockname()[1])
+        super().__init__(host, upstream_port, name="fault-proxy")
 
     # -- what a test or the chaos command calls --------------------------------------
 
@@ -76,32 +118,6 @@ class FaultProxy:
         """While on, every new connection is closed as soon as it is accepted (open ones
         go on): a server that is down or refusing, as its clients see it."""
         self._refusing = on
-
-    def stop(self) -> None:
-        """Close the listener and every forwarded connection, then the loop."""
-
-        async def shut() -> None:
-            if self._server is not None:
-                self._server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    # -- the forwarding ----------------------------------------------------------------
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0)
-        )
-        self._ready.set()
-        self._loop.run_forever()
 
     def _take(self, request: bytes) -> bytes | None:
         """The armed pattern if ``request`` matches it (one drop used), else None."""

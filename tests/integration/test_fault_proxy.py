@@ -1,0 +1,63 @@
+"""The fault proxy (exactlyonce/integration/fault_proxy.py) against a real Redis: a request
+armed for is applied by the server and its reply is lost; refused connections; the latency
+proxy of the benchmarks shares its thread and loop."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+from bench.slow_proxy import LatencyProxy
+from exactlyonce.integration.fault_proxy import FaultProxy
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def upstream(services: dict[str, str]) -> tuple[str, int]:
+    url = urlsplit(services["EXACTLYONCE_REDIS_URL"])
+    assert url.hostname is not None and url.port is not None
+    return url.hostname, url.port
+
+
+def test_an_armed_request_is_applied_and_its_reply_lost(
+    upstream: tuple[str, int], unique_name: str
+) -> None:
+    proxy = FaultProxy(*upstream)
+    try:
+        client = redis.Redis(host="127.0.0.1", port=proxy.port, retry=None)
+        client.set(unique_name, "0")
+        proxy.drop_reply_to(b"INCR")
+        with pytest.raises(redis.ConnectionError):
+            client.incr(unique_name)  # applied; the client never hears
+        assert not proxy.armed()
+        assert [d.pattern for d in proxy.dropped] == [b"INCR"]
+        assert client.get(unique_name) == b"1", "the server applied the request"
+        assert client.incr(unique_name) == 2, "only the armed request lost its reply"
+        client.delete(unique_name)
+    finally:
+        proxy.stop()
+
+
+def test_refused_connections_and_back(upstream: tuple[str, int]) -> None:
+    proxy = FaultProxy(*upstream)
+    try:
+        proxy.refuse(True)
+        with pytest.raises(redis.ConnectionError):
+            redis.Redis(host="127.0.0.1", port=proxy.port, retry=None).ping()
+        assert proxy.refused >= 1
+        proxy.refuse(False)
+        assert redis.Redis(host="127.0.0.1", port=proxy.port, retry=None).ping()
+    finally:
+        proxy.stop()
+
+
+def test_the_latency_proxy_delays_replies(upstream: tuple[str, int]) -> None:
+    proxy = LatencyProxy(*upstream, delay_s=0.05)
+    try:
+        assert redis.Redis(host="127.0.0.1", port=proxy.port).ping()
+        assert proxy.replies >= 1
+    finally:
+        proxy.stop()
