@@ -8,6 +8,7 @@ python -m bench cluster_catalog           # the catalog on 1 Redis vs a 3-master
 python -m bench elasticsearch             # ElasticsearchSink vs plain streaming_bulk
 python -m bench session_start             # Spark session start with/without the JVM archive
 python -m bench summary                   # draw bench/results/summary.png from the JSON
+python -m bench soak                      # chaos runs of every sink at scale (make soak)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ STANDALONE = {
     "elasticsearch": "bench.elasticsearch",
     "session_start": "bench.session_start",
     "summary": "bench.summary",
+    "soak": "bench.soak",
 }
 
 
