@@ -119,6 +119,7 @@ def _follow(cmd: list[str], env: dict[str, str], log: Path) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             out.write(line)
+            out.flush()
             if line.startswith(shown):
                 print(f"SOAK   {line.rstrip()}", flush=True)
 
