@@ -83,7 +83,7 @@ def run_cell(
     """One chaos run of ``sink`` on a fresh input and a fresh query; its cell entry."""
     run = f"{sink}_{mode[0]}{seed}_{int(time.time())}"
     run_dir = root / run
-    kills = args.kills if mode == "seed" else max(args.kills, int(args.duration // 10))
+    kills = args.kills
     files = 3 * kills + 10
     made = write_input(Path(".exactlyonce/soak") / run / "input", args.events, seed, files,
                        args.replay_fraction)  # fmt: skip
@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           flush=True)  # fmt: skip
     out = Path(args.out)
     sinks_now = {s for s, _, _ in cells_todo}
-    cells = earlier_cells(out, set(SINKS) - sinks_now)
+    cells = earlier_cells(out, set(cells_todo))
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         for sink in sorted(sinks_now & set(SINK_SERVERS)):
@@ -173,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _write(out: Path, cells: list[dict[str, Any]], reduced: bool, params: dict[str, Any]) -> Any:
     rows = matrix(cells)
+    reduced = reduced or any(c.get("reduced") for c in cells)  # each cell has its parameters
     doc = {"reduced": reduced, "parameters": params, "full_parameters": FULL,
            "matrix": rows, "cells": cells, "notes": NOTES}  # fmt: skip
     write_results(out, doc)

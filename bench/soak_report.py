@@ -88,12 +88,13 @@ def write_results(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
-def earlier_cells(path: Path, keep: set[str]) -> list[dict[str, Any]]:
-    """The cells of an earlier soak of sinks not run now (``--only``), kept in the file."""
+def earlier_cells(path: Path, now: set[tuple[str, int, str]]) -> list[dict[str, Any]]:
+    """The cells of an earlier soak that are not run again now ((sink, seed, mode) not in
+    ``now``), kept in the file with their own parameters."""
     if not path.exists():
         return []
     try:
         cells = json.loads(path.read_text()).get("cells", [])
     except (json.JSONDecodeError, AttributeError):
         return []
-    return [c for c in cells if c.get("sink") in keep]
+    return [c for c in cells if (c.get("sink"), c.get("seed"), c.get("mode")) not in now]
