@@ -12,6 +12,7 @@ python -m bench buffer                    # the Kafka buffer ahead of slow sinks
 python -m bench summary                   # draw bench/results/summary.png from the JSON
 python -m bench table                     # print every figure against its target, from the JSON
 python -m bench all [--quick]             # all of the above in turn, then summary and table
+python -m bench soak                      # chaos runs of every sink at scale (make soak)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ STANDALONE = {
     "summary": "bench.summary",
     "table": "bench.table",
     "all": "bench.all",
+    "soak": "bench.soak",
 }
 
 

@@ -1,0 +1,100 @@
+"""The soak's results: one entry per chaos run (a cell of the fault matrix), aggregated per
+sink into ``bench/results/chaos.json``, and the matrix as a Markdown table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+COUNT_KEYS = ("driver_kills", "point_kills", "server_hard", "server_clean")
+
+
+def cell_entry(
+    sink: str, mode: str, report: dict[str, Any], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """One chaos run's figures from its ``--json`` report."""
+    audit = report.get("audit") or {}
+    servers = sorted({s["service"] for s in report.get("servers", [])})
+    return {
+        "sink": sink,
+        "mode": mode,  # "seed" (a --kills run) or "duration" (a --duration run)
+        "seed": report["seed"],
+        "fault_kinds": {k: report["counts"][k] for k in COUNT_KEYS},
+        "servers_restarted": servers,
+        "server_faults_skipped": report.get("skipped_servers", []),
+        "faults": report["faults_happened"],
+        "faults_missed": report["faults_missed"],
+        "runs": report["runs"],
+        "ids": audit.get("expected_ids"),
+        "duplicates": audit.get("duplicates"),
+        "missing": audit.get("missing"),
+        "unexpected": audit.get("unexpected"),
+        "dead_letters": audit.get("dead_letters"),
+        "expected_dead_letters": audit.get("expected_dead_letters"),
+        "seconds": report["seconds"],
+        "exactly_once": report["exactly_once"],
+        "verdict": report["verdict"],
+        "failure": report.get("failure"),
+        **extra,
+    }
+
+
+def matrix(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per sink: chaos runs, faults by kind, IDs, duplicates, missing, seconds, verdict."""
+    rows: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        row = rows.setdefault(
+            c["sink"],
+            {"sink": c["sink"], "chaos_runs": 0, "runs": 0, "faults": 0, "faults_missed": 0,
+             "ids": 0, "duplicates": 0, "missing": 0, "seconds": 0.0, "failed_seeds": [],
+             **{k: 0 for k in COUNT_KEYS}},
+        )  # fmt: skip
+        row["chaos_runs"] += 1
+        for k in ("runs", "faults", "faults_missed", "seconds", *COUNT_KEYS):
+            row[k] += c["fault_kinds"][k] if k in COUNT_KEYS else c[k]
+        for k in ("ids", "duplicates", "missing"):
+            row[k] += c[k] or 0
+        if not c["exactly_once"]:
+            row["failed_seeds"].append(c["seed"])
+    for row in rows.values():
+        row["seconds"] = round(row["seconds"], 1)
+        row["verdict"] = "FAILED" if row["failed_seeds"] else "EXACTLY ONCE"
+    return list(rows.values())
+
+
+def markdown(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
+    """The matrix as a Markdown table (paste into the README)."""
+    lines = [
+        "| sink | chaos runs | runs | faults (driver / point / server hard / clean) | IDs "
+        "| duplicates | missing | time | verdict |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        kinds = " / ".join(str(r[k]) for k in COUNT_KEYS)
+        missed = f", {r['faults_missed']} missed" if r["faults_missed"] else ""
+        note = f" ({notes[r['sink']]})" if r["sink"] in notes else ""
+        lines.append(
+            f"| {r['sink']}{note} | {r['chaos_runs']} | {r['runs']} "
+            f"| {r['faults']}: {kinds}{missed} "
+            f"| {r['ids']:,} | {r['duplicates']} | {r['missing']} | {r['seconds']:.0f} s "
+            f"| {r['verdict']} |"
+        )
+    return "\n".join(lines)
+
+
+def write_results(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def earlier_cells(path: Path, now: set[tuple[str, int, str]]) -> list[dict[str, Any]]:
+    """The cells of an earlier soak that are not run again now ((sink, seed, mode) not in
+    ``now``), kept in the file with their own parameters."""
+    if not path.exists():
+        return []
+    try:
+        cells = json.loads(path.read_text()).get("cells", [])
+    except (json.JSONDecodeError, AttributeError):
+        return []
+    return [c for c in cells if (c.get("sink"), c.get("seed"), c.get("mode")) not in now]

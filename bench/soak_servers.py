@@ -1,0 +1,113 @@
+"""The soak's own servers, apart from the local services (``exactlyonce services``) that
+chaos restarts:
+
+- the Elasticsearch stand-in (``python -m tests.es_server``): there is no Elasticsearch
+  server here; chaos does not restart it (not a local service), so its faults are skipped;
+- the Redis SINK's redis-server, with AOF (``appendfsync always``) as a sink's Redis must
+  have: the local Redis service has no persistence, so a hard restart of a Redis holding the
+  sink's data would lose it (not a sink bug). Chaos does not restart it either; it restarts
+  the catalog's Redis (the local service) as in every other cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_open(port: int, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=1):
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise SystemExit(f"soak: {what} did not start on port {port}:\n{tail}")
+        time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def _process(
+    argv: list[str], port: int, what: str, log: Path, cwd: Path | None = None
+) -> Iterator[None]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
+        )
+    try:
+        _wait_open(port, proc, what, log)
+        print(f"SOAK started {what} (pid {proc.pid}) on {HOST}:{port}", flush=True)
+        yield
+    finally:
+        _stop(proc)
+        print(f"SOAK stopped {what} (pid {proc.pid})", flush=True)
+
+
+@contextlib.contextmanager
+def es_stand_in(root: Path) -> Iterator[str]:
+    """The Elasticsearch stand-in on a free port; yields its URL."""
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.es_server", "--port", str(port)]
+    with _process(argv, port, "Elasticsearch stand-in (tests/es_server.py)", root / "es.log"):
+        yield f"http://{HOST}:{port}"
+
+
+@contextlib.contextmanager
+def sink_redis(root: Path) -> Iterator[str]:
+    """A persistent (AOF, fsync always) redis-server for the Redis sink; yields its URL."""
+    port = free_port()
+    directory = root / "sink-redis"
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = directory / "redis.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                f"port {port}",
+                f"bind {HOST}",
+                f"dir {directory}",
+                'save ""',
+                "appendonly yes",
+                "appendfsync always",
+                f"logfile {directory / 'redis.log'}",
+                "daemonize no",
+            ]
+        )
+        + "\n"
+    )
+    argv = ["redis-server", str(conf)]
+    with _process(argv, port, "the Redis sink's redis-server (AOF)", directory / "redis.log"):
+        yield f"redis://{HOST}:{port}/0"
+
+
+SINK_SERVERS: dict[str, Callable[[Path], contextlib.AbstractContextManager[str]]] = {
+    "es": es_stand_in,
+    "redis": sink_redis,
+}
+SINK_SERVER_ENV = {"es": "SOAK_ES_URL", "redis": "SOAK_SINK_REDIS_URL"}
