@@ -21,6 +21,7 @@ from exactlyonce.integration.demo import print_audit, read_audit, read_expected_
 from tests.crash.harness import service_passwords
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.integration.test_rewind import EPOCHS, postgres_pipeline, run_query, write_pipeline
+from tests.pipelines import buffered_pipeline, fill_buffer
 
 pytestmark = pytest.mark.integration
 
@@ -220,3 +221,37 @@ def test_redis_hash_audit_finds_each_records_key(
     assert code == 1 and doc["missing_ids"] == ["e4"], doc
     assert doc["unexpected_ids"] == [f"key {unique_name}:zz"], doc
     assert "missing IDs: e4" in text and "RESULT: FAILED" in text
+
+
+def test_a_buffered_pipelines_dead_letters_are_counted_in_the_buffer(
+    tmp_path: Path,
+    spark: Any,
+    pg: psycopg.Connection[Any],
+    unique_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Behind a buffer, Spark dead-letters a record without a key into the buffer's own
+    dead-letter topic (the drainer never sees it); the audit must count it there (the soak's
+    buffer cell once said 0 of 3)."""
+    schema = "event_id STRING, amount BIGINT"
+    (tmp_path / "input").mkdir()
+    lines = [{"event_id": e, "amount": 1} for e in EVENTS] + [{"event_id": None, "amount": 2}]
+    (tmp_path / "input" / "part-0000.json").write_text(
+        "".join(json.dumps(line) + "\n" for line in lines)
+    )
+    config = tmp_path / "buffered.yaml"
+    config.write_text(
+        buffered_pipeline(unique_name, tmp_path, schema=schema, partitions=2, batch_size=100)
+    )
+    fill_buffer(spark, config, schema)
+    assert cli.main(["drain", str(config), "--until-idle", "3"]) == 0
+    capsys.readouterr()
+    ids = expected_file(tmp_path)
+    code = cli.main(["audit", str(config), "--expected-ids", str(ids), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["dead_letters"] == 1, doc
+    assert doc["duplicates"] == doc["missing"] == 0 and code == 0, doc
+    code = cli.main(
+        ["audit", str(config), "--expected-ids", str(ids), "--expected-dead-letters", "1"]
+    )
+    assert code == 0, capsys.readouterr().out

@@ -48,7 +48,7 @@ def read_kafka(sink: KafkaSink, expected: Expected) -> SinkAudit:
         how = "consumption recipe: this broker shows aborted records"
         records, letters = _recipe_reads(sink)
     counts, unattributable = _count_ids(records, f"audit kafka:{sink.topic}", len(expected))
-    dead = sum(1 for m in letters if headers_of(m).get(H_QUERY, b"").decode() == sink.query_name)
+    dead = _of_query(letters, sink.query_name)
     head = sink.peek_head()
     return SinkAudit(
         query_name=sink.query_name,
@@ -62,6 +62,21 @@ def read_kafka(sink: KafkaSink, expected: Expected) -> SinkAudit:
         head_epoch=head.epoch if head else None,
         dead_letters=dead,
     )
+
+
+def count_dead_letters(sink: KafkaSink) -> int:
+    """The committed dead letters of ``sink``'s query in its dead-letter topic (a buffer's:
+    the records Spark found without a key; the drainer never sees them)."""
+    sink.preflight()
+    if sink.hides_aborted:
+        letters = _plain_read(sink, sink.dead_letter_topic)
+    else:
+        letters = _recipe_reads(sink)[1]
+    return _of_query(letters, sink.query_name)
+
+
+def _of_query(letters: Iterable[Message], query_name: str) -> int:
+    return sum(1 for m in letters if headers_of(m).get(H_QUERY, b"").decode() == query_name)
 
 
 def _count_ids(records: Iterable[Message], what: str, expected: int) -> tuple[Counter[str], int]:

@@ -1,6 +1,8 @@
 """``audit_pipeline``: the audit of a pipeline file's sink, whichever it is, read by the
 module of that sink (:mod:`.postgres`, :mod:`.kafka`, :mod:`.elasticsearch`, :mod:`.redis`).
-A buffered sink is audited where the drainer writes it (the buffer topic is not the sink)."""
+A buffered sink is audited where the drainer writes it (the buffer topic is not the sink);
+its dead letters are those of the sink plus the buffer's own dead-letter topic, where Spark
+puts a record without a key before any drain."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.integration.audit.elasticsearch import read_elasticsearch
 from exactlyonce.integration.audit.expected import Expected
-from exactlyonce.integration.audit.kafka import read_kafka
+from exactlyonce.integration.audit.kafka import count_dead_letters, read_kafka
 from exactlyonce.integration.audit.postgres import read_postgres
 from exactlyonce.integration.audit.redis import read_redis
 from exactlyonce.integration.audit.report import SinkAudit
@@ -33,5 +35,9 @@ def audit_pipeline(
         audit = read_redis(sink, expected)
     else:  # pragma: no cover - build_sink builds one of the four
         raise TypeError(f"no audit for {type(sink).__name__}")
+    buffer = getattr(cfg.sink, "buffer", None)
+    if buffer is not None:
+        letters = count_dead_letters(buffer.build().wrap(sink, check=False))
+        audit.dead_letters = (audit.dead_letters or 0) + letters
     audit.expected_dead_letters = expected_dead_letters
     return audit
