@@ -13,16 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exactlyonce.integration.chaos import servers
 from exactlyonce.integration.services import postgres
 from exactlyonce.integration.services.env import HOST, PG_DB, PG_PASSWORD, PG_USER, PORT_ENV
-from exactlyonce.integration.services.processes import pid_alive, tcp_open
+from exactlyonce.integration.services.processes import pid_alive
 from tests.private_kafka import free_port
 
 
@@ -81,37 +79,13 @@ class PrivatePostgres:
         shutil.rmtree(sock, ignore_errors=True)
 
     def restart(self, kind: str, where: str) -> Restart:
-        """Crash (``hard``) or cleanly stop (``clean``) the server while clients use it,
-        wait until every server process is gone, start it again on its data."""
+        """Crash (``hard``: SIGKILL of the server's process group) or cleanly stop
+        (``clean``) the server while clients use it, wait until it is gone, start it again on
+        its data: what ``exactlyonce chaos`` does to a local server."""
         assert kind in ("hard", "clean"), kind
-        old = postgres.pid(self.home)
-        assert old is not None and pid_alive(old, postgres.PROCESS_NAME), "postgres is not up"
-        began = time.monotonic()
-        members = [old, *self._children(old)]
-        if kind == "hard":
-            for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        else:
-            self.stop()
-        self._wait_gone(members)
-        new = self.start()
-        assert new != old
-        done = Restart(kind, where, old, new, time.monotonic() - began)
-        self.restarts.append(done)
-        print(f"postgres restart {len(self.restarts)}: {done}", flush=True)
-        return done
-
-    @staticmethod
-    def _children(pid: int) -> list[int]:
-        out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
-        pairs = (line.split() for line in out.splitlines())
-        return [int(child) for child, parent in pairs if int(parent) == pid]
-
-    def _wait_gone(self, members: list[int]) -> None:
-        """Until the postmaster and its backends are gone and the port is closed: a backend
-        still attached to the old shared memory makes the next start refuse."""
-        deadline = time.monotonic() + 60
-        while any(pid_alive(p) for p in members) or tcp_open(self.port):
-            assert time.monotonic() < deadline, f"postgres {members[0]} did not go away"
-            time.sleep(0.05)
+        with self._port():
+            done = servers.restart("pg", hard=kind == "hard", down_s=0.0, home=self.home)
+        restart = Restart(kind, where, done.old_pid, done.new_pid, done.down_s)
+        self.restarts.append(restart)
+        print(f"postgres restart {len(self.restarts)}: {restart}", flush=True)
+        return restart

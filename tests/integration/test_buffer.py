@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -45,6 +42,7 @@ from exactlyonce.errors import ConfigError
 from tests.audit import assert_exactly_once, install_audit
 from tests.events import events, ids
 from tests.kafka_audit import read_topic
+from tests.private_postgres import PrivatePostgres
 
 pytestmark = pytest.mark.integration
 
@@ -650,33 +648,16 @@ def test_resetting_an_append_tables_offsets_is_refused_naming_the_risk(
 # ---------------------------------------------------------------------- sink outage
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def private_pg(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any, Any]]:
-    """A PostgreSQL cluster of this test's own (initdb + pg_ctl through the services module),
-    so stopping it cannot disturb anyone else using the shared one. Yields (dsn, stop, start).
-    """
-    from exactlyonce.integration import services
-
-    home = Path(tempfile.mkdtemp(prefix="eo-pg-outage-"))
-    home.chmod(0o755)  # the postgres OS user must reach it
-    monkeypatch.setenv("EXACTLYONCE_PG_PORT", str(_free_port()))
-    services.start_service("pg", home)
-    dsn = services.local_env()["EXACTLYONCE_PG_DSN"]
+def private_pg(tmp_path: Path) -> Iterator[tuple[str, Any, Any]]:
+    """A PostgreSQL cluster of this test's own (tests/private_postgres.py), so stopping it
+    cannot disturb anyone else using the shared one. Yields (dsn, stop, start)."""
+    server = PrivatePostgres(tmp_path / "pg-home")
+    server.start()
     try:
-        yield (
-            dsn,
-            lambda: services.stop_service("pg", home),
-            lambda: services.start_service("pg", home),
-        )
+        yield server.dsn, server.stop, server.start
     finally:
-        services.stop_service("pg", home)
-        shutil.rmtree(home, ignore_errors=True)
+        server.remove()
 
 
 OUTAGE_S = 20.0

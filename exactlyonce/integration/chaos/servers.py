@@ -15,7 +15,6 @@ persistence, starts empty: the dedup catalog is lost, which the sinks must survi
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -42,7 +41,6 @@ from exactlyonce.integration.services import (
     stop_service,
     use_docker,
 )
-from exactlyonce.integration.services.postgres import paths as postgres_paths
 from exactlyonce.integration.services.processes import EXIT_POLL, pid_alive, poll_until, tcp_open
 
 DEFAULT_PORTS = {"postgres": 5432, "redis": 6379, "kafka": 9092, "elasticsearch": 9200}
@@ -53,7 +51,6 @@ _ENV_OF = {
     "kafka": "KAFKA_BOOTSTRAP_SERVERS",
 }
 GONE_TIMEOUT_S = 60.0
-REAP_TIMEOUT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -198,26 +195,12 @@ def restart(service: str, *, hard: bool, down_s: float, home: Path | None = None
         stop_service(service, root)
     if not poll_until(lambda: not _up(old, service), EXIT_POLL.replace(deadline_s=GONE_TIMEOUT_S)):
         raise RuntimeError(f"{service} (pid {old}) did not go away")
-    _wait_reaped(old, service, root)
     time.sleep(down_s)
     start_service(service, root)
     new = service_pid(service, root)
     if new is None:
         raise RuntimeError(f"{service} did not come back under {root}")
     return Restart(old, new, time.monotonic() - began)
-
-
-def _wait_reaped(pid: int, service: str, root: Path) -> None:
-    """Until the killed process is reaped (PID 1 here may reap late): PostgreSQL refuses to
-    start while the pid in its socket lock file exists, even as a zombie. Past
-    ``REAP_TIMEOUT_S`` that lock, if it names the dead process, is removed."""
-    policy = EXIT_POLL.replace(deadline_s=REAP_TIMEOUT_S)
-    if poll_until(lambda: not Path(f"/proc/{pid}").exists(), policy) or service != "pg":
-        return
-    lock = postgres_paths(root)[2] / f".s.PGSQL.{port('pg')}.lock"
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        if int(lock.read_text().split()[0]) == pid and not pid_alive(pid):
-            lock.unlink()
 
 
 def _kill_hard(pid: int) -> None:
