@@ -1,16 +1,19 @@
 """``exactlyonce chaos`` as a user runs it: the real command, a subprocess, on a small
 PostgreSQL pipeline (files source, ``available_now``, a few hundred records with duplicates
-and null keys), under 4 seeded faults: 2 SIGKILLs of the driver at random moments, one at
-the named point ``mid_copy`` (small COPY chunks: data sent before and after it), and one hard
+and null keys), under 6 seeded faults: 2 SIGKILLs of the driver at random moments, one at
+the named point ``mid_copy`` (small COPY chunks: data sent before and after it), one hard
 restart (SIGKILL) of the catalog's Redis, a PRIVATE one started here (the shared services are
 never restarted; the shared PostgreSQL is the sink and is left alone, which the command must
-say).
+say), and two faults of the proxy chaos puts in front of the sink's PostgreSQL: the reply to
+a COMMIT the server applied is lost (F6), and connections are cut and refused for a while.
 
-Asserted: the printed seed, every fault printed and done (none missed), the verdict line and
-the JSON report (0 duplicates, 0 missing, the null keys as dead letters), and, counting
-WRITES with an audit trigger, every expected ID inserted once. That a failing audit (or a
-failed last run) makes the command say FAILED and exit 1 is tests/unit/test_chaos_report.py's
-(the audit's own tests mutate real sinks), which saves this test a fifth run of Spark.
+Asserted: the printed seed, every fault printed and done (none missed: a proxy fault is done
+only when the proxy saw it fire), the verdict line and the JSON report (0 duplicates, 0
+missing, the null keys as dead letters), no credential of the proxied address in the output,
+and, counting WRITES with an audit trigger, every expected ID inserted once. That a failing
+audit (or a failed last run) makes the command say FAILED and exit 1 is
+tests/unit/test_chaos_report.py's (the audit's own tests mutate real sinks), which saves this
+test another run of Spark.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -31,7 +35,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors.postgres.schema import TableName, create_table_ddl
 from exactlyonce.integration.chaos import plan
-from exactlyonce.integration.chaos.schedule import SERVER_HARD
+from exactlyonce.integration.chaos.schedule import LOST_REPLY, REFUSE, SERVER_HARD, Extras
 from exactlyonce.integration.services import redis as local_redis
 from exactlyonce.integration.services.env import PORT_ENV
 from tests.audit import install_audit, write_counts
@@ -40,8 +44,9 @@ from tests.private_kafka import free_port
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-FILES, ROWS = 20, 20
-KILLS, POINT = 4, "mid_copy"
+FILES, ROWS = 30, 12
+KILLS, POINT = 6, "mid_copy"
+PROXY_KINDS = (LOST_REPLY, REFUSE)
 SCHEMA = StructType(
     [
         StructField("event_id", StringType()),
@@ -101,7 +106,8 @@ def _hard_restart_seed() -> int:
     """The first seed from a fresh (or replayed) one whose schedule restarts Redis hard."""
     base = crash_seed("chaos schedule")
     for seed in itertools.count(base):
-        faults = plan(seed, KILLS, (POINT,), ("redis",), server_faults=1)
+        extras = Extras(proxy_kinds=PROXY_KINDS, proxy_faults=2)
+        faults = plan(seed, KILLS, (POINT,), ("redis",), server_faults=1, extras=extras)
         if any(f.kind == SERVER_HARD for f in faults):
             return seed
     raise AssertionError("unreachable")
@@ -110,6 +116,7 @@ def _hard_restart_seed() -> int:
 def test_chaos_kills_and_restarts_then_audits_exactly_once(
     tmp_path: Path,
     pg: psycopg.Connection[Any],
+    pg_dsn: str,
     unique_name: str,
     private_redis: dict[str, str],
 ) -> None:
@@ -125,6 +132,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
 
     began = time.monotonic()
     args = ["--kills", str(KILLS), "--seed", str(seed), "--points", POINT, "--server-faults", "1"]
+    args += ["--proxy-faults", "2", "--proxy-kinds", ",".join(PROXY_KINDS)]
     report_path = tmp_path / "report.json"
     done = _chaos(
         config,
@@ -141,6 +149,9 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     out = done.stdout
     assert f"CHAOS seed {seed} (replay with --seed {seed})" in out.splitlines()[0]
     assert "server faults SKIPPED for the sink at 127.0.0.1:" in out  # the shared PostgreSQL
+    assert "CHAOS proxy faults on the sink at 127.0.0.1:" in out
+    password = urlsplit(pg_dsn).password
+    assert not password or password not in out + done.stderr, "a credential was printed"
     for n in range(1, KILLS + 1):
         assert f"CHAOS fault {n}/{KILLS} done: " in out, f"fault {n} did not happen"
     assert "MISSED" not in out
@@ -153,11 +164,19 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
         "point_kills": 1,
         "server_hard": 1,
         "server_clean": 0,
+        "lost_replies": 1,
+        "refusals": 1,
+        "stalls": 0,
+        "worker_kills": 0,
+        "drainer_kills": 0,
     }
     by_kind = {f["kind"]: f for f in report["faults"]}
     assert by_kind["point_kill"]["note"].startswith("SIGKILLed run ")
     assert f"at {POINT}@" in by_kind["point_kill"]["note"]
     assert "SIGKILLed redis" in by_kind["server_hard"]["note"]
+    assert "lost the reply" in by_kind[LOST_REPLY]["note"]
+    assert "to a COMMIT the server applied" in by_kind[LOST_REPLY]["note"]
+    assert "the proxy cut" in by_kind[REFUSE]["note"]
     assert [s["service"] for s in report["servers"]] == ["redis"]
     audit = report["audit"]
     assert audit["expected_ids"] == len(data.expected_ids)
@@ -165,9 +184,9 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     assert audit["dead_letters"] == audit["expected_dead_letters"] == data.null_keys
     verdict = [line for line in out.splitlines() if line.startswith("CHAOS: ")]
     assert verdict == [
-        f"CHAOS: EXACTLY ONCE (seed {seed}, 4 faults: 2 driver kills, 1 named-point kill, "
-        f"1 redis restart (1 hard, 0 clean); {len(data.expected_ids)} IDs, 0 duplicates, "
-        "0 missing)"
+        f"CHAOS: EXACTLY ONCE (seed {seed}, 6 faults: 2 driver kills, 1 named-point kill, "
+        f"1 redis restart (1 hard, 0 clean), 1 lost reply, 1 refusal; "
+        f"{len(data.expected_ids)} IDs, 0 duplicates, 0 missing)"
     ]
     writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
     assert set(writes) == data.expected_ids and set(writes.values()) == {1}

@@ -71,7 +71,8 @@ class SinkProxy:
 
     def _refuse(self, seconds: float, alive: Callable[[], bool]) -> tuple[bool, str]:
         """Refuse new connections and cut the open ones for ``seconds``, and on until one
-        connection was refused."""
+        connection was refused (or the run ended); it happened if a connection was cut or
+        refused."""
         before = self.proxy.refused
         self.proxy.refuse(True)
         try:
@@ -82,7 +83,9 @@ class SinkProxy:
             self.proxy.refuse(False)
         refused = self.proxy.refused - before
         note = f"the proxy cut {cut} open connection(s) and refused {refused} new one(s)"
-        return fired, note if fired else f"{note}: none tried while the run lived"
+        if fired or cut:
+            return True, note
+        return False, f"{note}: none open or tried while the run lived"
 
     def _stall(self, seconds: float, alive: Callable[[], bool]) -> tuple[bool, str]:
         """Hold every reply ``seconds``, again until one reply was held."""
