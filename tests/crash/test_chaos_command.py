@@ -36,6 +36,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from exactlyonce.connectors.postgres.schema import TableName, create_table_ddl
 from exactlyonce.integration.chaos import plan
 from exactlyonce.integration.chaos.schedule import LOST_REPLY, REFUSE, SERVER_HARD, Extras
+from exactlyonce.integration.config import load_config
 from exactlyonce.integration.services import redis as local_redis
 from exactlyonce.integration.services.env import PORT_ENV
 from tests.audit import install_audit, write_counts
@@ -188,5 +189,78 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
         f"1 redis restart (1 hard, 0 clean), 1 lost reply, 1 refusal; "
         f"{len(data.expected_ids)} IDs, 0 duplicates, 0 missing)"
     ]
+    writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
+    assert set(writes) == data.expected_ids and set(writes.values()) == {1}
+
+
+BUFFERED_PIPELINE = """\
+query_name: {name}
+checkpoint: {work}/checkpoint
+trigger: {{available_now: true}}
+source:
+  type: files
+  format: json
+  path: {work}/input
+  schema: "event_id STRING, amount BIGINT, action STRING"
+  max_files_per_trigger: 1
+sink:
+  type: postgres
+  dsn: ${{EXACTLYONCE_PG_DSN}}
+  table: {name}
+  id_columns: [event_id]
+  redis_url: ${{EXACTLYONCE_REDIS_URL}}
+  buffer:
+    topic: {name}
+    bootstrap_servers: ${{KAFKA_BOOTSTRAP_SERVERS}}
+    partitions: 2
+    batch_size: 15
+spark:
+  master: local[2]
+  conf:
+    spark.sql.shuffle.partitions: "2"
+    spark.driver.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+    spark.executor.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+"""
+
+
+def test_chaos_kills_a_cluster_worker_and_the_drainer_then_audits_exactly_once(
+    tmp_path: Path, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """F9 and the drainer under ``exactlyonce chaos``: a buffered PostgreSQL pipeline run on
+    a standalone cluster chaos starts (``--cluster``), its drainer going alongside the runs;
+    one worker SIGKILLed with its executor (and started again), one SIGKILL of the drainer
+    (started again); the sink's own services are shared, so nothing is restarted and no proxy
+    is put in front of them (``--no-proxy``, a private empty services home)."""
+    seed = crash_seed("chaos worker and drainer")
+    data = make_input(tmp_path / "input", files=20, rows=10, seed=seed)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(BUFFERED_PIPELINE.format(name=unique_name, work=tmp_path))
+    load_config(config).build_sink().preflight(SCHEMA)  # the table, to put the audit on
+    install_audit(pg, unique_name)
+
+    began = time.monotonic()
+    report_path = tmp_path / "report.json"
+    args = ["--kills", "2", "--seed", str(seed), "--cluster", "--worker-kills", "1"]
+    args += ["--drainer-kills", "1", "--no-proxy", "--server-faults", "0", "--points", ""]
+    args += ["--json", str(report_path), "--log-dir", str(tmp_path / "logs")]
+    done = _chaos(config, {"EXACTLYONCE_HOME": str(tmp_path / "no-services")}, *args)
+    print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
+    print(f"chaos took {time.monotonic() - began:.0f} s")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "CHAOS the runs go to spark://127.0.0.1:" in out
+    assert "CHAOS fault 1/2 done: " in out and "CHAOS fault 2/2 done: " in out
+    report = json.loads(report_path.read_text())
+    counts = {k: v for k, v in report["counts"].items() if v}
+    assert counts == {"worker_kills": 1, "drainer_kills": 1}
+    by_kind = {f["kind"]: f for f in report["faults"]}
+    worker = by_kind["worker_kill"]
+    assert worker["note"].startswith(f"SIGKILLed {worker['target']} with its executor (pid ")
+    assert by_kind["drainer_kill"]["note"].startswith("SIGKILLed the drainer (pid ")
+    audit = report["audit"]
+    assert audit["expected_ids"] == len(data.expected_ids)
+    assert (audit["duplicates"], audit["missing"], audit["unexpected"]) == (0, 0, 0)
+    assert audit["dead_letters"] == audit["expected_dead_letters"] == data.null_keys
+    assert f"CHAOS: EXACTLY ONCE (seed {seed}, 2 faults: 1 worker kill, 1 drainer kill; " in out
     writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
     assert set(writes) == data.expected_ids and set(writes.values()) == {1}
