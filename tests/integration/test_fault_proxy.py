@@ -5,10 +5,9 @@ loop."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import socket
 import time
+from urllib.parse import urlsplit
 
 import pytest
 import redis
