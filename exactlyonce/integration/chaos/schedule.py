@@ -98,7 +98,8 @@ _EXTRA_TEXT = {
     REFUSE: "refuse and cut connections to the sink for {f.down_s:.1f} s {when}",
     STALL: "hold the sink's replies {f.down_s:.1f} s {when}",
     WORKER_KILL: "SIGKILL {f.target} (worker, executor, Python workers) {when}, restarted",
-    DRAINER_KILL: "SIGKILL the drainer {when}, restarted",
+    DRAINER_KILL: "SIGKILL the drainer {f.epochs} transaction(s) + {f.delay_s:.1f} s into its "
+    "run, restarted",
 }
 
 
