@@ -1,11 +1,12 @@
 """``exactlyonce chaos`` as a user runs it: the real command, a subprocess, on a small
 PostgreSQL pipeline (files source, ``available_now``, a few hundred records with duplicates
-and null keys), under 6 seeded faults: 2 SIGKILLs of the driver at random moments, one at
+and null keys), under 7 seeded faults: 2 SIGKILLs of the driver at random moments, one at
 the named point ``mid_copy`` (small COPY chunks: data sent before and after it), one hard
 restart (SIGKILL) of the catalog's Redis, a PRIVATE one started here (the shared services are
 never restarted; the shared PostgreSQL is the sink and is left alone, which the command must
-say), and two faults of the proxy chaos puts in front of the sink's PostgreSQL: the reply to
-a COMMIT the server applied is lost (F6), and connections are cut and refused for a while.
+say), and three faults of the proxy chaos puts in front of the sink's PostgreSQL: the reply
+to a COMMIT the server applied is lost (F6), connections are cut and refused for a while, and
+replies are held for a while.
 
 Asserted: the printed seed, every fault printed and done (none missed: a proxy fault is done
 only when the proxy saw it fire), the verdict line and the JSON report (0 duplicates, 0
@@ -35,7 +36,13 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors.postgres.schema import TableName, create_table_ddl
 from exactlyonce.integration.chaos import plan
-from exactlyonce.integration.chaos.schedule import LOST_REPLY, REFUSE, SERVER_HARD, Extras
+from exactlyonce.integration.chaos.schedule import (
+    LOST_REPLY,
+    REFUSE,
+    SERVER_HARD,
+    STALL,
+    Extras,
+)
 from exactlyonce.integration.config import load_config
 from exactlyonce.integration.services import redis as local_redis
 from exactlyonce.integration.services.env import PORT_ENV
@@ -46,8 +53,8 @@ from tests.private_kafka import free_port
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 FILES, ROWS = 30, 12
-KILLS, POINT = 6, "mid_copy"
-PROXY_KINDS = (LOST_REPLY, REFUSE)
+KILLS, POINT = 7, "mid_copy"
+PROXY_KINDS = (LOST_REPLY, REFUSE, STALL)
 SCHEMA = StructType(
     [
         StructField("event_id", StringType()),
@@ -107,7 +114,7 @@ def _hard_restart_seed() -> int:
     """The first seed from a fresh (or replayed) one whose schedule restarts Redis hard."""
     base = crash_seed("chaos schedule")
     for seed in itertools.count(base):
-        extras = Extras(proxy_kinds=PROXY_KINDS, proxy_faults=2)
+        extras = Extras(proxy_kinds=PROXY_KINDS, proxy_faults=3)
         faults = plan(seed, KILLS, (POINT,), ("redis",), server_faults=1, extras=extras)
         if any(f.kind == SERVER_HARD for f in faults):
             return seed
@@ -133,7 +140,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
 
     began = time.monotonic()
     args = ["--kills", str(KILLS), "--seed", str(seed), "--points", POINT, "--server-faults", "1"]
-    args += ["--proxy-faults", "2", "--proxy-kinds", ",".join(PROXY_KINDS)]
+    args += ["--proxy-faults", "3", "--proxy-kinds", ",".join(PROXY_KINDS)]
     report_path = tmp_path / "report.json"
     done = _chaos(
         config,
@@ -167,7 +174,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
         "server_clean": 0,
         "lost_replies": 1,
         "refusals": 1,
-        "stalls": 0,
+        "stalls": 1,
         "worker_kills": 0,
         "drainer_kills": 0,
     }
@@ -178,6 +185,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     assert "lost the reply" in by_kind[LOST_REPLY]["note"]
     assert "to a COMMIT the server applied" in by_kind[LOST_REPLY]["note"]
     assert "the proxy cut" in by_kind[REFUSE]["note"]
+    assert by_kind[STALL]["note"].startswith("the proxy held ")
     assert [s["service"] for s in report["servers"]] == ["redis"]
     audit = report["audit"]
     assert audit["expected_ids"] == len(data.expected_ids)
@@ -185,8 +193,8 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     assert audit["dead_letters"] == audit["expected_dead_letters"] == data.null_keys
     verdict = [line for line in out.splitlines() if line.startswith("CHAOS: ")]
     assert verdict == [
-        f"CHAOS: EXACTLY ONCE (seed {seed}, 6 faults: 2 driver kills, 1 named-point kill, "
-        f"1 redis restart (1 hard, 0 clean), 1 lost reply, 1 refusal; "
+        f"CHAOS: EXACTLY ONCE (seed {seed}, 7 faults: 2 driver kills, 1 named-point kill, "
+        f"1 redis restart (1 hard, 0 clean), 1 lost reply, 1 refusal, 1 stall; "
         f"{len(data.expected_ids)} IDs, 0 duplicates, 0 missing)"
     ]
     writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
