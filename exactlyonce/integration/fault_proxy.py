@@ -7,7 +7,8 @@ succeeded (DESIGN invariant 6). :class:`FaultProxy` sits between a client and a 
 :meth:`FaultProxy.drop_reply_to`, forwards the next request that contains a byte pattern
 (``b"COMMIT"`` of PostgreSQL's simple query, ``b"EVALSHA"`` of Redis, ``b"_bulk"`` of
 Elasticsearch), lets the server answer, throws the answer away and cuts that connection. It
-can also refuse new connections for a while (:meth:`FaultProxy.refuse`).
+can also refuse new connections for a while (:meth:`FaultProxy.refuse`), cut the open ones
+(:meth:`FaultProxy.cut_open`), and hold every reply for a while (:meth:`FaultProxy.hold_replies`).
 
 Used by the crash tests and ``exactlyonce chaos``; it runs its own event loop in a daemon
 thread until :meth:`FaultProxy.stop`.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from dataclasses import dataclass, field
 
 READ_BYTES = 1 << 16
@@ -96,8 +98,12 @@ class FaultProxy(ThreadedProxy):
     def __init__(self, host: str, upstream_port: int) -> None:
         self.dropped: list[DroppedReply] = []
         self.refused = 0  # connections cut at accept while refusing
+        self.cut = 0  # open connections cut by cut_open
+        self.stalled = 0  # replies held by hold_replies
         self._arming: _Arming | None = None
         self._refusing = False
+        self._hold_until = 0.0  # time.monotonic() until which replies are held
+        self._open: set[asyncio.StreamWriter] = set()  # both ends of each live connection
         self._lock = threading.Lock()
         super().__init__(host, upstream_port, name="fault-proxy")
 
@@ -119,6 +125,31 @@ class FaultProxy(ThreadedProxy):
         go on): a server that is down or refusing, as its clients see it."""
         self._refusing = on
 
+    def cut_open(self) -> int:
+        """Close every connection forwarded now (both ends): their clients see the server go
+        away mid-conversation. Returns how many ends were closed."""
+
+        async def cut() -> int:
+            writers = list(self._open)
+            for writer in writers:
+                writer.close()
+            return len(writers)
+
+        closed = asyncio.run_coroutine_threadsafe(cut(), self._loop).result(10)
+        self.cut += closed // 2
+        return closed
+
+    def hold_replies(self, seconds: float) -> None:
+        """Hold every reply that arrives in the next ``seconds`` until they have passed (a
+        stalled server, as its clients see it); each held reply counts in ``stalled``."""
+        self._hold_until = time.monotonic() + seconds
+
+    async def _held(self) -> None:
+        wait = self._hold_until - time.monotonic()
+        if wait > 0:
+            self.stalled += 1
+            await asyncio.sleep(wait)
+
     def _take(self, request: bytes) -> bytes | None:
         """The armed pattern if ``request`` matches it (one drop used), else None."""
         with self._lock:
@@ -138,6 +169,7 @@ class FaultProxy(ThreadedProxy):
         except OSError:
             client_w.close()
             return
+        self._open.update((client_w, up_w))
         doomed: list[tuple[bytes, bytes]] = []  # (pattern, request head) of a reply to drop
 
         async def requests() -> None:
@@ -155,6 +187,7 @@ class FaultProxy(ThreadedProxy):
                     pattern, head = doomed[0]
                     self.dropped.append(DroppedReply(pattern, head, len(data)))
                     break  # the server applied it; its client never hears
+                await self._held()
                 client_w.write(data)
                 await client_w.drain()
 
@@ -165,4 +198,5 @@ class FaultProxy(ThreadedProxy):
             request_task.cancel()
             await asyncio.gather(request_task, return_exceptions=True)
         for writer in (up_w, client_w):
+            self._open.discard(writer)
             writer.close()

@@ -1,16 +1,20 @@
 """``exactlyonce chaos`` as a user runs it: the real command, a subprocess, on a small
 PostgreSQL pipeline (files source, ``available_now``, a few hundred records with duplicates
-and null keys), under 4 seeded faults: 2 SIGKILLs of the driver at random moments, one at
-the named point ``mid_copy`` (small COPY chunks: data sent before and after it), and one hard
+and null keys), under 7 seeded faults: 2 SIGKILLs of the driver at random moments, one at
+the named point ``mid_copy`` (small COPY chunks: data sent before and after it), one hard
 restart (SIGKILL) of the catalog's Redis, a PRIVATE one started here (the shared services are
 never restarted; the shared PostgreSQL is the sink and is left alone, which the command must
-say).
+say), and three faults of the proxy chaos puts in front of the sink's PostgreSQL: the reply
+to a COMMIT the server applied is lost (F6), connections are cut and refused for a while, and
+replies are held for a while.
 
-Asserted: the printed seed, every fault printed and done (none missed), the verdict line and
-the JSON report (0 duplicates, 0 missing, the null keys as dead letters), and, counting
-WRITES with an audit trigger, every expected ID inserted once. That a failing audit (or a
-failed last run) makes the command say FAILED and exit 1 is tests/unit/test_chaos_report.py's
-(the audit's own tests mutate real sinks), which saves this test a fifth run of Spark.
+Asserted: the printed seed, every fault printed and done (none missed: a proxy fault is done
+only when the proxy saw it fire), the verdict line and the JSON report (0 duplicates, 0
+missing, the null keys as dead letters), no credential of the proxied address in the output,
+and, counting WRITES with an audit trigger, every expected ID inserted once. That a failing
+audit (or a failed last run) makes the command say FAILED and exit 1 is
+tests/unit/test_chaos_report.py's (the audit's own tests mutate real sinks), which saves this
+test another run of Spark.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -31,7 +36,14 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors.postgres.schema import TableName, create_table_ddl
 from exactlyonce.integration.chaos import plan
-from exactlyonce.integration.chaos.schedule import SERVER_HARD
+from exactlyonce.integration.chaos.schedule import (
+    LOST_REPLY,
+    REFUSE,
+    SERVER_HARD,
+    STALL,
+    Extras,
+)
+from exactlyonce.integration.config import load_config
 from exactlyonce.integration.services import redis as local_redis
 from exactlyonce.integration.services.env import PORT_ENV
 from tests.audit import install_audit, write_counts
@@ -40,8 +52,9 @@ from tests.private_kafka import free_port
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-FILES, ROWS = 20, 20
-KILLS, POINT = 4, "mid_copy"
+FILES, ROWS = 30, 12
+KILLS, POINT = 7, "mid_copy"
+PROXY_KINDS = (LOST_REPLY, REFUSE, STALL)
 SCHEMA = StructType(
     [
         StructField("event_id", StringType()),
@@ -101,7 +114,8 @@ def _hard_restart_seed() -> int:
     """The first seed from a fresh (or replayed) one whose schedule restarts Redis hard."""
     base = crash_seed("chaos schedule")
     for seed in itertools.count(base):
-        faults = plan(seed, KILLS, (POINT,), ("redis",), server_faults=1)
+        extras = Extras(proxy_kinds=PROXY_KINDS, proxy_faults=3)
+        faults = plan(seed, KILLS, (POINT,), ("redis",), server_faults=1, extras=extras)
         if any(f.kind == SERVER_HARD for f in faults):
             return seed
     raise AssertionError("unreachable")
@@ -110,6 +124,7 @@ def _hard_restart_seed() -> int:
 def test_chaos_kills_and_restarts_then_audits_exactly_once(
     tmp_path: Path,
     pg: psycopg.Connection[Any],
+    pg_dsn: str,
     unique_name: str,
     private_redis: dict[str, str],
 ) -> None:
@@ -125,6 +140,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
 
     began = time.monotonic()
     args = ["--kills", str(KILLS), "--seed", str(seed), "--points", POINT, "--server-faults", "1"]
+    args += ["--proxy-faults", "3", "--proxy-kinds", ",".join(PROXY_KINDS)]
     report_path = tmp_path / "report.json"
     done = _chaos(
         config,
@@ -141,6 +157,9 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     out = done.stdout
     assert f"CHAOS seed {seed} (replay with --seed {seed})" in out.splitlines()[0]
     assert "server faults SKIPPED for the sink at 127.0.0.1:" in out  # the shared PostgreSQL
+    assert "CHAOS proxy faults on the sink at 127.0.0.1:" in out
+    password = urlsplit(pg_dsn).password
+    assert not password or password not in out + done.stderr, "a credential was printed"
     for n in range(1, KILLS + 1):
         assert f"CHAOS fault {n}/{KILLS} done: " in out, f"fault {n} did not happen"
     assert "MISSED" not in out
@@ -153,11 +172,20 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
         "point_kills": 1,
         "server_hard": 1,
         "server_clean": 0,
+        "lost_replies": 1,
+        "refusals": 1,
+        "stalls": 1,
+        "worker_kills": 0,
+        "drainer_kills": 0,
     }
     by_kind = {f["kind"]: f for f in report["faults"]}
     assert by_kind["point_kill"]["note"].startswith("SIGKILLed run ")
     assert f"at {POINT}@" in by_kind["point_kill"]["note"]
     assert "SIGKILLed redis" in by_kind["server_hard"]["note"]
+    assert "lost the reply" in by_kind[LOST_REPLY]["note"]
+    assert "to a COMMIT the server applied" in by_kind[LOST_REPLY]["note"]
+    assert "the proxy cut" in by_kind[REFUSE]["note"]
+    assert by_kind[STALL]["note"].startswith("the proxy held ")
     assert [s["service"] for s in report["servers"]] == ["redis"]
     audit = report["audit"]
     assert audit["expected_ids"] == len(data.expected_ids)
@@ -165,9 +193,82 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     assert audit["dead_letters"] == audit["expected_dead_letters"] == data.null_keys
     verdict = [line for line in out.splitlines() if line.startswith("CHAOS: ")]
     assert verdict == [
-        f"CHAOS: EXACTLY ONCE (seed {seed}, 4 faults: 2 driver kills, 1 named-point kill, "
-        f"1 redis restart (1 hard, 0 clean); {len(data.expected_ids)} IDs, 0 duplicates, "
-        "0 missing)"
+        f"CHAOS: EXACTLY ONCE (seed {seed}, 7 faults: 2 driver kills, 1 named-point kill, "
+        f"1 redis restart (1 hard, 0 clean), 1 lost reply, 1 refusal, 1 stall; "
+        f"{len(data.expected_ids)} IDs, 0 duplicates, 0 missing)"
     ]
+    writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
+    assert set(writes) == data.expected_ids and set(writes.values()) == {1}
+
+
+BUFFERED_PIPELINE = """\
+query_name: {name}
+checkpoint: {work}/checkpoint
+trigger: {{available_now: true}}
+source:
+  type: files
+  format: json
+  path: {work}/input
+  schema: "event_id STRING, amount BIGINT, action STRING"
+  max_files_per_trigger: 1
+sink:
+  type: postgres
+  dsn: ${{EXACTLYONCE_PG_DSN}}
+  table: {name}
+  id_columns: [event_id]
+  redis_url: ${{EXACTLYONCE_REDIS_URL}}
+  buffer:
+    topic: {name}
+    bootstrap_servers: ${{KAFKA_BOOTSTRAP_SERVERS}}
+    partitions: 2
+    batch_size: 15
+spark:
+  master: local[2]
+  conf:
+    spark.sql.shuffle.partitions: "2"
+    spark.driver.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+    spark.executor.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+"""
+
+
+def test_chaos_kills_a_cluster_worker_and_the_drainer_then_audits_exactly_once(
+    tmp_path: Path, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """F9 and the drainer under ``exactlyonce chaos``: a buffered PostgreSQL pipeline run on
+    a standalone cluster chaos starts (``--cluster``), its drainer going alongside the runs;
+    one worker SIGKILLed with its executor (and started again), one SIGKILL of the drainer
+    (started again); the sink's own services are shared, so nothing is restarted and no proxy
+    is put in front of them (``--no-proxy``, a private empty services home)."""
+    seed = crash_seed("chaos worker and drainer")
+    data = make_input(tmp_path / "input", files=20, rows=10, seed=seed)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(BUFFERED_PIPELINE.format(name=unique_name, work=tmp_path))
+    load_config(config).build_sink().preflight(SCHEMA)  # the table, to put the audit on
+    install_audit(pg, unique_name)
+
+    began = time.monotonic()
+    report_path = tmp_path / "report.json"
+    args = ["--kills", "2", "--seed", str(seed), "--cluster", "--worker-kills", "1"]
+    args += ["--drainer-kills", "1", "--no-proxy", "--server-faults", "0", "--points", ""]
+    args += ["--json", str(report_path), "--log-dir", str(tmp_path / "logs")]
+    done = _chaos(config, {"EXACTLYONCE_HOME": str(tmp_path / "no-services")}, *args)
+    print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
+    print(f"chaos took {time.monotonic() - began:.0f} s")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "CHAOS the runs go to spark://127.0.0.1:" in out
+    assert "CHAOS fault 1/2 done: " in out and "CHAOS fault 2/2 done: " in out
+    report = json.loads(report_path.read_text())
+    counts = {k: v for k, v in report["counts"].items() if v}
+    assert counts == {"worker_kills": 1, "drainer_kills": 1}
+    by_kind = {f["kind"]: f for f in report["faults"]}
+    worker = by_kind["worker_kill"]
+    assert worker["note"].startswith(f"SIGKILLed {worker['target']} with its executor (pid ")
+    assert by_kind["drainer_kill"]["note"].startswith("SIGKILLed the drainer (pid ")
+    audit = report["audit"]
+    assert audit["expected_ids"] == len(data.expected_ids)
+    assert (audit["duplicates"], audit["missing"], audit["unexpected"]) == (0, 0, 0)
+    assert audit["dead_letters"] == audit["expected_dead_letters"] == data.null_keys
+    assert f"CHAOS: EXACTLY ONCE (seed {seed}, 2 faults: 1 worker kill, 1 drainer kill; " in out
     writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
     assert set(writes) == data.expected_ids and set(writes.values()) == {1}

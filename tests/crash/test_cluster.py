@@ -16,10 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from exactlyonce.integration.cluster import Cluster, ancestry, cmdline
 from tests.crash import test_elasticsearch_crash as es_crash
 from tests.crash import test_kafka_crash as kafka_crash
 from tests.crash import test_redis_crash as redis_crash
-from tests.crash.cluster import Cluster, ancestry, cmdline
 from tests.crash.harness import Job, make_input
 from tests.crash.test_postgres_crash import prepare, verify
 from tests.es_fixtures import es, es_backend  # noqa: F401

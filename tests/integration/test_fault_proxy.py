@@ -1,9 +1,12 @@
 """The fault proxy (exactlyonce/integration/fault_proxy.py) against a real Redis: a request
-armed for is applied by the server and its reply is lost; refused connections; the latency
-proxy of the benchmarks shares its thread and loop."""
+armed for is applied by the server and its reply is lost; refused connections; open
+connections cut; replies held; the latency proxy of the benchmarks shares its thread and
+loop."""
 
 from __future__ import annotations
 
+import socket
+import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -50,6 +53,25 @@ def test_refused_connections_and_back(upstream: tuple[str, int]) -> None:
         assert proxy.refused >= 1
         proxy.refuse(False)
         assert redis.Redis(host="127.0.0.1", port=proxy.port, retry=None).ping()
+    finally:
+        proxy.stop()
+
+
+def test_open_connections_cut_and_replies_held(upstream: tuple[str, int]) -> None:
+    proxy = FaultProxy(*upstream)
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as client:
+            client.sendall(b"PING\r\n")
+            assert client.recv(64) == b"+PONG\r\n"
+            assert proxy.cut_open() == 2 and proxy.cut == 1  # the client's end and the server's
+            assert client.recv(64) == b"", "the open connection was cut"
+        proxy.hold_replies(1.0)
+        began = time.monotonic()
+        assert redis.Redis(host="127.0.0.1", port=proxy.port, retry=None).ping()
+        assert time.monotonic() - began >= 0.9 and proxy.stalled == 1
+        began = time.monotonic()
+        assert redis.Redis(host="127.0.0.1", port=proxy.port, retry=None).ping()
+        assert time.monotonic() - began < 0.5 and proxy.stalled == 1, "held only while asked"
     finally:
         proxy.stop()
 

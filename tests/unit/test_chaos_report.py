@@ -14,10 +14,15 @@ from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.audit import SinkAudit
 from exactlyonce.integration.chaos import ChaosReport, Fault, Outcome, report_json, verdict
 from exactlyonce.integration.chaos.schedule import (
+    DRAINER_KILL,
     DRIVER_KILL,
+    LOST_REPLY,
     POINT_KILL,
+    REFUSE,
     SERVER_CLEAN,
     SERVER_HARD,
+    STALL,
+    WORKER_KILL,
 )
 from exactlyonce.integration.chaos.servers import host_port, pipeline_addresses, restartable
 from exactlyonce.integration.config import PipelineConfig
@@ -65,9 +70,43 @@ def test_the_verdict_says_exactly_once_and_counts_each_sort_of_fault() -> None:
         "point_kills": 1,
         "server_hard": 1,
         "server_clean": 1,
+        "lost_replies": 0,
+        "refusals": 0,
+        "stalls": 0,
+        "worker_kills": 0,
+        "drainer_kills": 0,
     }
     assert [f["happened"] for f in doc["faults"]] == [True, True, True, True, False]
     assert doc["audit"]["duplicates"] == 0 and doc["audit"]["missing"] == 0
+
+
+def test_proxy_worker_and_drainer_faults_are_counted_only_when_they_happened() -> None:
+    faults = [
+        Fault(1, LOST_REPLY),
+        Fault(2, REFUSE, down_s=2.0),
+        Fault(3, STALL, down_s=2.0),
+        Fault(4, WORKER_KILL, target="worker2"),
+        Fault(5, DRAINER_KILL),
+        Fault(6, LOST_REPLY),
+    ]
+    happened = [True, True, True, True, True, False]
+    outcomes = [Outcome(f, h, "n", 1, 1.0) for f, h in zip(faults, happened, strict=True)]
+    audit = _audit(Counter({record_id([f"e{n}"]): 1 for n in range(3)}))
+    report = ChaosReport("p.yaml", 3, 6, outcomes, audit)
+    assert verdict(report) == (
+        "CHAOS: EXACTLY ONCE (seed 3, 5 faults: 1 lost reply, 1 refusal, 1 stall, "
+        "1 worker kill, 1 drainer kill, 1 MISSED; 3 IDs, 0 duplicates, 0 missing)"
+    )
+    doc = report_json(report)
+    counts = {k: v for k, v in doc["counts"].items() if v}
+    assert counts == {
+        "lost_replies": 1,
+        "refusals": 1,
+        "stalls": 1,
+        "worker_kills": 1,
+        "drainer_kills": 1,
+    }
+    assert doc["faults"][3]["target"] == "worker2"
 
 
 def test_a_duplicate_or_a_missing_id_fails_the_verdict() -> None:

@@ -4,19 +4,35 @@ pipeline's addresses match, and the verdict line and JSON report."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from exactlyonce.errors import ConfigError
+from exactlyonce.integration.chaos.proxy import proxied_address
+from exactlyonce.integration.chaos.rewrite import ADDRESS_ENV, rewrite_pipeline
 from exactlyonce.integration.chaos.schedule import (
+    DRAINER_KILL,
     DRIVER_KILL,
+    LIVE_KINDS,
+    LOST_REPLY,
     POINT_KILL,
+    PROXY_KINDS,
+    REFUSE,
     SERVER_CLEAN,
     SERVER_HARD,
     SERVER_KINDS,
+    STALL,
+    WORKER_KILL,
+    Extras,
     check_points,
+    check_proxy_kinds,
     fault_mix,
     plan,
 )
+
+ALL_EXTRAS = Extras(proxy_kinds=PROXY_KINDS, workers=("worker1", "worker2"), drainer=True)
 
 PG_POINTS = ("before_write", "mid_copy", "after_shard_commit", "after_head")
 
@@ -101,3 +117,90 @@ def test_points_are_checked() -> None:
         check_points(["rewind_mid_delete"])
     with pytest.raises(ConfigError, match="--points.*unknown"):
         check_points(["nowhere"])
+
+
+def test_without_extras_a_seed_gives_the_schedule_it_gave_before_them() -> None:
+    faults = plan(42, 20, PG_POINTS, ("pg", "redis"))
+    assert faults == plan(42, 20, PG_POINTS, ("pg", "redis"), extras=Extras())
+    assert not {f.kind for f in faults} - {DRIVER_KILL, POINT_KILL, *SERVER_KINDS}
+
+
+def test_each_extra_sort_gets_a_fifth_by_default_and_can_be_set() -> None:
+    mix = fault_mix(20, 4, 1, extras=ALL_EXTRAS)
+    assert (mix.servers, mix.proxy, mix.workers, mix.drainer) == (4, 4, 4, 4)
+    assert (mix.points, mix.random_kills) == (1, 3)
+    small = fault_mix(2, 0, 0, extras=ALL_EXTRAS)
+    assert (small.proxy, small.workers, small.drainer, small.random_kills) == (1, 1, 0, 0)
+    given = Extras(proxy_kinds=(LOST_REPLY,), proxy_faults=3, workers=("w",), worker_kills=0)
+    assert (fault_mix(5, 0, 0, extras=given).proxy, fault_mix(5, 0, 0, extras=given).workers) == (
+        3,
+        0,
+    )
+    with pytest.raises(ConfigError, match="--proxy-faults.*no proxy"):
+        fault_mix(5, 0, 0, extras=Extras(proxy_faults=1))
+    with pytest.raises(ConfigError, match="--worker-kills.*--cluster"):
+        fault_mix(5, 0, 0, extras=Extras(worker_kills=1))
+    with pytest.raises(ConfigError, match="--drainer-kills.*buffer"):
+        fault_mix(5, 0, 0, extras=Extras(drainer_kills=1))
+    with pytest.raises(ConfigError, match="--proxy-faults.*from 0 to"):
+        fault_mix(3, 0, 1, server_faults=2, extras=Extras(PROXY_KINDS, proxy_faults=2))
+
+
+def test_extras_rotate_their_kinds_and_workers_and_never_precede_a_point_kill() -> None:
+    for seed in range(100):
+        extras = Extras(
+            proxy_kinds=(LOST_REPLY, REFUSE),
+            proxy_faults=4,
+            workers=("worker1", "worker2"),
+            worker_kills=2,
+            drainer=True,
+            drainer_kills=1,
+        )
+        faults = plan(seed, 12, PG_POINTS, ("pg",), server_faults=1, extras=extras)
+        kinds = [f.kind for f in faults]
+        assert kinds.count(LOST_REPLY) == kinds.count(REFUSE) == 2 and STALL not in kinds
+        assert sorted(f.target for f in faults if f.kind == WORKER_KILL) == ["worker1", "worker2"]
+        assert kinds.count(DRAINER_KILL) == 1
+        for before, after in zip(faults, faults[1:], strict=False):
+            assert not (before.kind in LIVE_KINDS and after.kind == POINT_KILL), (seed, faults)
+        for f in faults:
+            assert f.describe()
+            if f.kind in (REFUSE, STALL):
+                assert 1.0 <= f.down_s <= 4.0
+
+
+def test_proxy_kinds_are_checked() -> None:
+    assert check_proxy_kinds(["refuse", "lost_reply", "refuse"]) == ("refuse", "lost_reply")
+    with pytest.raises(ConfigError, match="--proxy-kinds.*pause"):
+        check_proxy_kinds(["pause"])
+
+
+def test_the_sink_address_through_the_proxy_keeps_all_but_host_and_port() -> None:
+    assert (
+        proxied_address("postgresql://u:p%40w@db.example:5433/app?sslmode=disable", 7000)
+        == "postgresql://u:p%40w@127.0.0.1:7000/app?sslmode=disable"
+    )
+    assert proxied_address("redis://127.0.0.1:6379/2", 7001) == "redis://127.0.0.1:7001/2"
+    assert proxied_address("dbname=app host=db port=5433 user=u password=s", 7002) == (
+        "dbname=app user=u password=s host=127.0.0.1 port=7002"
+    )
+    assert proxied_address("http://es:9200", 7003) == "http://127.0.0.1:7003"
+    assert proxied_address("es:9200", 7004) == "127.0.0.1:7004"
+
+
+def test_the_runs_pipeline_file_names_the_proxied_address_by_variable(tmp_path: Path) -> None:
+    original = tmp_path / "p.yaml"
+    original.write_text(
+        "query_name: q\nsink:\n  type: postgres\n  dsn: ${PG_DSN}\n  table: t\n"
+        "spark:\n  conf: {a: b}\n"
+    )
+    secret = "postgresql://u:s3cret@127.0.0.1:7000/db"
+    path, env = rewrite_pipeline(
+        str(original), tmp_path / "out.yaml", sink_address=secret, master="spark://127.0.0.1:1"
+    )
+    text = Path(path).read_text()
+    assert env == {ADDRESS_ENV: secret} and "s3cret" not in text
+    data = yaml.safe_load(text)
+    assert data["sink"]["dsn"] == "${" + ADDRESS_ENV + "}" and data["sink"]["table"] == "t"
+    assert data["spark"] == {"conf": {"a": "b"}, "master": "spark://127.0.0.1:1"}
+    assert rewrite_pipeline(str(original), tmp_path / "none.yaml") == (str(original), {})

@@ -2,11 +2,16 @@
 what was killed, and audit the sink at the end.
 
 - :mod:`.schedule`: the seeded, pure schedule (driver kills at random moments and at named
-  crash points, hard and clean restarts of local servers);
+  crash points, hard and clean restarts of local servers, lost replies, refused and stalled
+  connections, worker kills, drainer kills);
 - :mod:`.runs`: runs of ``exactlyonce run`` as process groups (shared with ``make demo``),
   their output echoed by :mod:`.echo`;
 - :mod:`.servers`: which of the pipeline's servers are local services that may be restarted
   (the others are named as skipped), and restarting one;
+- :mod:`.proxy`: the fault proxy in front of the sink's server, and its faults;
+- :mod:`.rewrite`: the pipeline file the runs get (the sink through the proxy, the master of
+  the standalone cluster of :mod:`exactlyonce.integration.cluster`);
+- :mod:`.drainer`: a buffered pipeline's drainer, going alongside the runs;
 - :mod:`.harness`: each fault carried out on a live run and checked to have happened, then
   the last run (and the drain of a buffered pipeline);
 - :mod:`.inputs`: the expected IDs (a file, a fresh seeded input, or the source's files);
@@ -18,6 +23,7 @@ The command line is :mod:`exactlyonce.integration.cli.chaos`; the audit is
 
 from __future__ import annotations
 
+from exactlyonce.integration.chaos.drainer import DrainerProcess
 from exactlyonce.integration.chaos.harness import Chaos, Outcome
 from exactlyonce.integration.chaos.inputs import (
     ExpectedInput,
@@ -27,6 +33,7 @@ from exactlyonce.integration.chaos.inputs import (
     needs_fresh_input,
     write_events,
 )
+from exactlyonce.integration.chaos.proxy import SinkProxy, sink_proxy
 from exactlyonce.integration.chaos.report import (
     ChaosReport,
     describe_faults,
@@ -34,26 +41,35 @@ from exactlyonce.integration.chaos.report import (
     report_json,
     verdict,
 )
+from exactlyonce.integration.chaos.rewrite import rewrite_pipeline
 from exactlyonce.integration.chaos.runs import kill_all
 from exactlyonce.integration.chaos.schedule import (
+    PROXY_KINDS,
     SINK_POINTS,
+    Extras,
     Fault,
     check_points,
+    check_proxy_kinds,
     fault_mix,
     plan,
 )
 from exactlyonce.integration.chaos.servers import Server, Skipped, restart, restartable
 
 __all__ = [
+    "PROXY_KINDS",
     "SINK_POINTS",
     "Chaos",
     "ChaosReport",
+    "DrainerProcess",
     "ExpectedInput",
+    "Extras",
     "Fault",
     "Outcome",
     "Server",
+    "SinkProxy",
     "Skipped",
     "check_points",
+    "check_proxy_kinds",
     "describe_faults",
     "fault_counts",
     "fault_mix",
@@ -66,6 +82,8 @@ __all__ = [
     "report_json",
     "restart",
     "restartable",
+    "rewrite_pipeline",
+    "sink_proxy",
     "verdict",
     "write_events",
 ]

@@ -10,7 +10,15 @@ starts and when it is done, and counted as happened only when it hit a live run:
   the point), waits for the point's marker file and SIGKILLs the group there; a run that
   ends without reaching it is a miss;
 - a server fault waits like a random kill, then restarts the server (:mod:`.servers`). A
-  run that died while it was down is restarted.
+  run that died while it was down is restarted;
+- a proxy fault (``lost_reply``, ``refuse``, ``stall``) waits the same way, then has the
+  sink's fault proxy (:mod:`.proxy`) carry it out; it happened only if the proxy saw it fire
+  (a reply dropped, a connection refused, a reply held);
+- a worker kill waits the same way, then SIGKILLs the cluster worker's session (worker,
+  executor, Python workers: :mod:`exactlyonce.integration.cluster`) while it runs an
+  executor, and starts the worker again;
+- a drainer kill waits for the drainer (:mod:`.drainer`, going alongside the runs) to
+  report ``epochs`` new transactions and ``delay_s`` more, SIGKILLs it and starts it again.
 
 Then :meth:`Chaos.finish` lets a run go on until its query ends or is idle (a run that dies
 is started again, up to ``FINAL_ATTEMPTS`` times); a buffered pipeline is then drained
@@ -19,6 +27,7 @@ is started again, up to ``FINAL_ATTEMPTS`` times); a buffered pipeline is then d
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -26,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exactlyonce.connectors.base import ExactlyOnceSink
+from exactlyonce.integration.chaos.drainer import DrainerProcess
+from exactlyonce.integration.chaos.proxy import SinkProxy
 from exactlyonce.integration.chaos.runs import (
     IDLE_SECONDS,
     RUN_TIMEOUT_SECONDS,
@@ -36,8 +47,17 @@ from exactlyonce.integration.chaos.runs import (
     start_run,
     wait_for_new_epoch,
 )
-from exactlyonce.integration.chaos.schedule import DRIVER_KILL, POINT_KILL, SERVER_HARD, Fault
+from exactlyonce.integration.chaos.schedule import (
+    DRAINER_KILL,
+    DRIVER_KILL,
+    POINT_KILL,
+    PROXY_KINDS,
+    SERVER_HARD,
+    WORKER_KILL,
+    Fault,
+)
 from exactlyonce.integration.chaos.servers import restart
+from exactlyonce.integration.cluster import Cluster
 from exactlyonce.integration.services.processes import START_POLL, poll_until
 
 FINAL_ATTEMPTS = 3  # runs the last phase may take (a run can die of a fault's aftermath)
@@ -70,6 +90,10 @@ class Chaos:
     outcomes: list[Outcome] = field(default_factory=list)
     proc: subprocess.Popen[str] | None = None
     began: float = field(default_factory=time.monotonic)
+    env: dict[str, str] = field(default_factory=dict)  # for every run and drain (the proxy)
+    proxy: SinkProxy | None = None
+    cluster: Cluster | None = None
+    drainer: DrainerProcess | None = None  # a buffered pipeline's, going alongside the runs
 
     def inject(self, fault: Fault, total: int) -> Outcome:
         """Carry out ``fault`` (the ``n``-th of ``total``) and print what happened."""
@@ -80,6 +104,12 @@ class Chaos:
             outcome = self._point_kill(fault)
         elif fault.kind == DRIVER_KILL:
             outcome = self._random_kill(fault)
+        elif fault.kind in PROXY_KINDS:
+            outcome = self._proxy_fault(fault)
+        elif fault.kind == WORKER_KILL:
+            outcome = self._worker_kill(fault)
+        elif fault.kind == DRAINER_KILL:
+            outcome = self._drainer_kill(fault)
         else:
             outcome = self._server_fault(fault)
         verdict = "done" if outcome.happened else "MISSED"
@@ -130,6 +160,72 @@ class Chaos:
             f"run {self.runs}, back as pid {done.new_pid} after {done.down_s:.1f} s"
         )
         return self._outcome(fault, True, f"{note}; {self._after_outage(proc)}")
+
+    def _proxy_fault(self, fault: Fault) -> Outcome:
+        assert self.proxy is not None
+        proc = self._running()
+        ended = self._wait_into_run(proc, fault)
+        if ended:
+            return self._outcome(fault, False, ended)
+
+        def alive() -> bool:  # a buffered pipeline's drainer writes the sink
+            return proc.poll() is None or (self.drainer is not None and self.drainer.alive())
+
+        happened, note = self.proxy.inject(fault, alive)
+        if not happened:
+            return self._outcome(fault, False, f"{note} (run {self.runs})")
+        return self._outcome(
+            fault, True, f"{note} under run {self.runs}; {self._after_outage(proc)}"
+        )
+
+    def _worker_kill(self, fault: Fault) -> Outcome:
+        assert self.cluster is not None and fault.target is not None
+        proc = self._running()
+        ended = self._wait_into_run(proc, fault)
+        if ended:
+            return self._outcome(fault, False, ended)
+        executors = self._executors(self.cluster, fault.target, proc)
+        if not executors or proc.poll() is not None:
+            return self._outcome(fault, False, self._ended(proc, f"{fault.target} ran an executor"))
+        self.cluster.kill_worker(fault.target)
+        self.cluster.restart_worker(fault.target)
+        note = (
+            f"SIGKILLed {fault.target} with its executor (pid {executors[0]}) under run "
+            f"{self.runs}, worker started again"
+        )
+        return self._outcome(fault, True, f"{note}; {self._after_outage(proc)}")
+
+    @staticmethod
+    def _executors(cluster: Cluster, worker: str, proc: subprocess.Popen[str]) -> list[int]:
+        """The executor pids under ``worker``, once it has one (none if the run ended or
+        ``RECOVERY_TIMEOUT_S`` passed first: a restarted worker gets its executor late)."""
+        found: list[int] = []
+
+        def seen() -> bool:
+            found[:] = cluster.executors_of(worker)
+            return bool(found) or proc.poll() is not None
+
+        poll_until(seen, START_POLL.replace(deadline_s=RECOVERY_TIMEOUT_S))
+        return found
+
+    def _drainer_kill(self, fault: Fault) -> Outcome:
+        assert self.drainer is not None
+        proc = self._running()
+        self.drainer.start()
+        before = self.drainer.transactions()
+        if not self.drainer.wait_for_transactions(before + fault.epochs, RUN_TIMEOUT_SECONDS):
+            note = "the drainer ended" if not self.drainer.alive() else "the drainer wrote nothing"
+            return self._outcome(fault, False, f"{note} ({fault.epochs} new transactions awaited)")
+        time.sleep(fault.delay_s)
+        done = self.drainer.transactions()
+        pid = self.drainer.kill()
+        self.drainer.start()
+        return self._outcome(
+            fault,
+            True,
+            f"SIGKILLed the drainer (pid {pid}) after {done} transactions, during run "
+            f"{self.runs}{'' if proc.poll() is None else ' (ended)'}; started again",
+        )
 
     def _after_outage(self, proc: subprocess.Popen[str]) -> str:
         """The run rode the outage out (committed again), or died and was started again."""
@@ -211,7 +307,9 @@ class Chaos:
     def _start(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         self.runs += 1
         log = self.log_dir / f"run-{self.runs}.log"
-        self.proc = start_run(self.config, log, f"run {self.runs}", env=env)
+        self.proc = start_run(self.config, log, f"run {self.runs}", env={**self.env, **(env or {})})
+        if self.drainer is not None:
+            self.drainer.start()
         return self.proc
 
     def finish(self) -> str:
@@ -234,11 +332,17 @@ class Chaos:
         return f"the last run {self.runs} failed {FINAL_ATTEMPTS} times:\n{log_tail(log)}"
 
     def _drain(self) -> str:
-        """``exactlyonce drain --until-idle``: the buffer into the sink."""
+        """``exactlyonce drain --until-idle``: the buffer into the sink (the drainer that
+        went alongside the runs stopped first)."""
+        if self.drainer is not None:
+            self.drainer.stop()
         log = self.log_dir / "drain.log"
         cmd = [sys.executable, "-m", "exactlyonce.integration.cli", "drain", self.config]
         cmd += ["--until-idle", str(IDLE_SECONDS)]
         print("CHAOS draining the buffer into the sink", flush=True)
         with open(log, "w", encoding="utf-8") as out:
-            code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+            env = {**os.environ, **self.env}
+            code = subprocess.run(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False
+            ).returncode
         return "" if code == 0 else f"the drain exited {code}:\n{log_tail(log)}"

@@ -14,10 +14,16 @@ from typing import Any
 from exactlyonce.integration.audit import SinkAudit, audit_json
 from exactlyonce.integration.chaos.harness import Outcome
 from exactlyonce.integration.chaos.schedule import (
+    DRAINER_KILL,
     DRIVER_KILL,
+    LOST_REPLY,
     POINT_KILL,
+    REFUSE,
     SERVER_CLEAN,
     SERVER_HARD,
+    SERVER_KINDS,
+    STALL,
+    WORKER_KILL,
 )
 from exactlyonce.integration.chaos.servers import Server, Skipped
 
@@ -47,19 +53,29 @@ class ChaosReport:
         return not self.failure and self.audit is not None and self.audit.ok
 
 
+# The other kinds in the verdict line, in this order: (kind, what one is called).
+OTHER_KINDS = (
+    (LOST_REPLY, "lost reply"),
+    (REFUSE, "refusal"),
+    (STALL, "stall"),
+    (WORKER_KILL, "worker kill"),
+    (DRAINER_KILL, "drainer kill"),
+)
+
+
 def fault_counts(outcomes: list[Outcome]) -> Counter[str]:
-    """Faults that happened, by ``driver_kill``, ``point_kill`` and ``<server>_restart``
-    (with ``<server>_hard``/``<server>_clean`` beside them)."""
+    """Faults that happened, by ``<server>_restart`` (with ``<server>_hard``/
+    ``<server>_clean`` beside them) and by kind for the others."""
     counts: Counter[str] = Counter()
     for o in outcomes:
         if not o.happened:
             continue
-        if o.fault.kind in (DRIVER_KILL, POINT_KILL):
-            counts[o.fault.kind] += 1
-        else:
+        if o.fault.kind in SERVER_KINDS:
             counts[f"{o.fault.server}_restart"] += 1
             how = "hard" if o.fault.kind == SERVER_HARD else "clean"
             counts[f"{o.fault.server}_{how}"] += 1
+        else:
+            counts[o.fault.kind] += 1
     return counts
 
 
@@ -75,6 +91,7 @@ def describe_faults(outcomes: list[Outcome]) -> str:
     for s in servers:
         n, hard, clean = counts[f"{s}_restart"], counts[f"{s}_hard"], counts[f"{s}_clean"]
         parts.append(f"{_many(n, s + ' restart')} ({hard} hard, {clean} clean)")
+    parts += [_many(counts[kind], what) for kind, what in OTHER_KINDS if counts[kind]]
     missed = sum(1 for o in outcomes if not o.happened)
     if missed:
         parts.append(f"{missed} MISSED")
@@ -128,6 +145,11 @@ def report_json(report: ChaosReport) -> dict[str, Any]:
             "server_clean": sum(
                 1 for o in report.outcomes if o.happened and o.fault.kind == SERVER_CLEAN
             ),
+            "lost_replies": counts[LOST_REPLY],
+            "refusals": counts[REFUSE],
+            "stalls": counts[STALL],
+            "worker_kills": counts[WORKER_KILL],
+            "drainer_kills": counts[DRAINER_KILL],
         },
         "faults": [_outcome_json(o) for o in report.outcomes],
         "servers": [
@@ -152,6 +174,7 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
         "kind": f.kind,
         "point": f.point,
         "server": f.server,
+        "target": f.target,
         "epochs": f.epochs,
         "delay_s": f.delay_s,
         "down_s": f.down_s,

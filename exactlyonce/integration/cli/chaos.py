@@ -1,6 +1,8 @@
 """``exactlyonce chaos pipeline.yaml [--kills N] [--seed S] [--duration T] [--expected-ids FILE
-| --events N] [--points P,Q] [--server-faults M] [--json REPORT]``: run a pipeline under a
-seeded schedule of faults, then audit its sink (:mod:`exactlyonce.integration.chaos`).
+| --events N] [--points P,Q] [--server-faults M] [--proxy-faults M] [--proxy-kinds K,L]
+[--no-proxy] [--cluster] [--worker-kills M] [--drainer-kills M] [--json REPORT]``: run a
+pipeline under a seeded schedule of faults, then audit its sink
+(:mod:`exactlyonce.integration.chaos`).
 
 Prints the seed first and each fault as it starts and ends, then the sink's audit (the same
 as ``exactlyonce audit``) and one verdict line. Exit 0 when the sink holds every expected
@@ -24,15 +26,26 @@ from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
     from exactlyonce.integration.audit import SinkAudit
-    from exactlyonce.integration.chaos import Chaos, ExpectedInput, Fault, Server, Skipped
+    from exactlyonce.integration.chaos import (
+        Chaos,
+        ExpectedInput,
+        Extras,
+        Fault,
+        Server,
+        SinkProxy,
+        Skipped,
+    )
 
 DEFAULT_KILLS = 10
 DEFAULT_EVENTS = 2000  # when the source directory has no input of the user's
+CLUSTER_WORKERS = ("worker1", "worker2")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chaos = sub.add_parser(
-        "chaos", help="run a pipeline under seeded kills and server restarts, then audit it"
+        "chaos",
+        help="run a pipeline under seeded kills, server restarts, lost replies, refused and "
+        "stalled connections, worker and drainer kills, then audit it",
     )
     chaos.add_argument("config", help="pipeline YAML file")
     chaos.add_argument(
@@ -73,11 +86,47 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="server restarts among the faults (default: a fifth, when local servers "
         "can be restarted)",
     )
+    _add_extra_arguments(chaos)
     chaos.add_argument(
         "--log-dir", metavar="DIR", help="runs' logs (default: next to the checkpoint)"
     )
     chaos.add_argument("--json", metavar="REPORT", help="also write the report as JSON to REPORT")
     chaos.set_defaults(func=cmd_chaos)
+
+
+def _add_extra_arguments(chaos: argparse.ArgumentParser) -> None:
+    chaos.add_argument(
+        "--proxy-faults",
+        type=int,
+        metavar="M",
+        help="faults through the TCP proxy chaos puts in front of the sink's server "
+        "(PostgreSQL, Redis, Elasticsearch): lost_reply (the reply to a COMMIT, EVALSHA or "
+        "_bulk the server applied is lost), refuse (connections refused and cut a few "
+        "seconds), stall (replies held a few seconds) (default: a fifth)",
+    )
+    chaos.add_argument(
+        "--proxy-kinds",
+        metavar="K,L",
+        help="the proxy faults to use, in turn (default lost_reply,refuse,stall)",
+    )
+    chaos.add_argument("--no-proxy", action="store_true", help="talk to the sink's server directly")
+    chaos.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run on a local Spark standalone cluster (a master, 2 workers of 1 core) "
+        "whose workers are SIGKILLed (worker_kill: worker, executor, Python workers) "
+        "and started again",
+    )
+    chaos.add_argument(
+        "--worker-kills", type=int, metavar="M", help="worker kills (default: a fifth)"
+    )
+    chaos.add_argument(
+        "--drainer-kills",
+        type=int,
+        metavar="M",
+        help="SIGKILLs of a buffered pipeline's drainer, which runs alongside the runs "
+        "(default: a fifth)",
+    )
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -91,10 +140,22 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     servers, skipped = restartable(cfg)
     services = [s.service for s in servers]
-    faults = plan(seed, args.kills, _points(args, cfg), services, server_faults=args.server_faults)
-    expected = _expected(args, cfg, seed, log_dir)
-    _print_plan(args.config, cfg, servers, skipped, faults, expected.origin)
-    chaos, failure = _run(args, cfg, faults, log_dir)
+    proxy = _proxy(args, cfg)
+    try:
+        faults = plan(
+            seed,
+            args.kills,
+            _points(args, cfg),
+            services,
+            server_faults=args.server_faults,
+            extras=_extras(args, cfg, proxy),
+        )
+        expected = _expected(args, cfg, seed, log_dir)
+        _print_plan(args.config, cfg, servers, skipped, faults, expected.origin)
+        chaos, failure = _run(args, cfg, faults, log_dir, proxy)
+    finally:
+        if proxy is not None:
+            proxy.stop()
     audit = _audit(cfg, expected, _dead_letters(args, expected), failure)
     report = ChaosReport(
         pipeline=args.config, seed=seed, kills=args.kills, outcomes=chaos.outcomes, audit=audit,
@@ -106,6 +167,43 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     print(verdict(report), flush=True)
     print(f"CHAOS logs in {log_dir}; replay with --seed {seed}", flush=True)
     return EXIT_OK if report.exactly_once else EXIT_FAILED
+
+
+def _proxy(args: argparse.Namespace, cfg: PipelineConfig) -> SinkProxy | None:
+    """The fault proxy in front of the sink's server, unless ``--no-proxy`` or it cannot
+    have one (said, with the reason)."""
+    from exactlyonce.integration.chaos import sink_proxy
+
+    if args.no_proxy:
+        if args.proxy_faults:
+            raise ConfigError("--proxy-faults", "--no-proxy leaves no proxy for them")
+        return None
+    proxy, why = sink_proxy(cfg)
+    if proxy is None:
+        print(f"CHAOS proxy faults SKIPPED for the sink: {why}", flush=True)
+    else:
+        print(
+            f"CHAOS proxy faults on the sink at {proxy.upstream}, which the runs reach "
+            f"through 127.0.0.1:{proxy.proxy.port}",
+            flush=True,
+        )
+    return proxy
+
+
+def _extras(args: argparse.Namespace, cfg: PipelineConfig, proxy: SinkProxy | None) -> Extras:
+    from exactlyonce.integration.chaos import PROXY_KINDS, Extras, check_proxy_kinds
+
+    kinds: tuple[str, ...] = PROXY_KINDS
+    if args.proxy_kinds is not None:
+        kinds = check_proxy_kinds([k.strip() for k in args.proxy_kinds.split(",") if k.strip()])
+    return Extras(
+        proxy_kinds=kinds if proxy is not None else (),
+        proxy_faults=args.proxy_faults,
+        workers=CLUSTER_WORKERS if args.cluster else (),
+        worker_kills=args.worker_kills,
+        drainer=getattr(cfg.sink, "buffer", None) is not None,
+        drainer_kills=args.drainer_kills,
+    )
 
 
 def _points(args: argparse.Namespace, cfg: PipelineConfig) -> tuple[str, ...]:
@@ -167,20 +265,27 @@ def _dead_letters(args: argparse.Namespace, expected: ExpectedInput) -> int | No
 
 
 def _run(
-    args: argparse.Namespace, cfg: PipelineConfig, faults: list[Fault], log_dir: Path
+    args: argparse.Namespace,
+    cfg: PipelineConfig,
+    faults: list[Fault],
+    log_dir: Path,
+    proxy: SinkProxy | None,
 ) -> tuple[Chaos, str]:
     """Every fault, then the last run (and drain); the runs, and what failed at the end."""
     from exactlyonce.integration.chaos import Chaos, kill_all
 
     deadline = None if args.duration is None else time.monotonic() + args.duration
+    buffered = getattr(cfg.sink, "buffer", None) is not None
     chaos = Chaos(
         config=args.config,
         sink=cfg.build_sink(check=False),
         log_dir=log_dir,
-        buffered=getattr(cfg.sink, "buffer", None) is not None,
+        buffered=buffered,
         deadline=deadline,
+        proxy=proxy,
     )
     try:
+        _rig(args, chaos, buffered)
         for fault in faults:
             chaos.inject(fault, len(faults))
         print("CHAOS faults done; the last run goes on until the input is read", flush=True)
@@ -190,6 +295,31 @@ def _run(
         return chaos, f"chaos stopped: {str(exc).splitlines()[0]}"
     finally:
         kill_all()
+        if chaos.drainer is not None:
+            chaos.drainer.stop()
+        if chaos.cluster is not None:
+            chaos.cluster.stop()
+
+
+def _rig(args: argparse.Namespace, chaos: Chaos, buffered: bool) -> None:
+    """The standalone cluster (``--cluster``), the pipeline file the runs get (through the
+    proxy, on the cluster) and the drainer of a buffered pipeline, set on ``chaos``."""
+    from exactlyonce.integration.chaos import DrainerProcess, rewrite_pipeline
+    from exactlyonce.integration.cluster import Cluster
+
+    if args.cluster:
+        chaos.cluster = Cluster(chaos.log_dir / "cluster")
+        print("CHAOS starting a Spark standalone cluster (a master, 2 workers)", flush=True)
+        chaos.cluster.start(workers=len(CLUSTER_WORKERS))
+        print(f"CHAOS the runs go to {chaos.cluster.master_url}", flush=True)
+    chaos.config, chaos.env = rewrite_pipeline(
+        args.config,
+        chaos.log_dir / "pipeline.chaos.yaml",
+        sink_address=chaos.proxy.address if chaos.proxy is not None else None,
+        master=chaos.cluster.master_url if chaos.cluster is not None else None,
+    )
+    if buffered:
+        chaos.drainer = DrainerProcess(chaos.config, chaos.log_dir, chaos.env)
 
 
 def _print_plan(
