@@ -229,8 +229,13 @@ def _run_cells(
             env[SINK_SERVER_ENV[sink]] = stack.enter_context(SINK_SERVERS[sink](home / "soak"))
         for n, (sink, seed, mode) in enumerate(cells_todo, 1):
             left = estimate_left([m for _, _, m in cells_todo[n - 1 :]], ledger)
-            print(f"SOAK [{n}/{total}] {sink} {mode} {seed}: {_elapsed(started)} in, "
-                  f"about {hours(left)} left", flush=True)  # fmt: skip
+            guess = (
+                "time left unknown until a run ends"
+                if left is None
+                else f"about {hours(left)} left"
+            )
+            print(f"SOAK [{n}/{total}] {sink} {mode} {seed}: {_elapsed(started)} in, {guess}",
+                  flush=True)  # fmt: skip
             cell = run_cell(sink, seed, mode, args, env, root)
             date = datetime.now(timezone.utc).isoformat(timespec="seconds")
             cell.update(reduced=reduced, parameters=params, params=wanted[mode],

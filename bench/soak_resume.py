@@ -134,9 +134,7 @@ def estimate_left(remaining: Sequence[str], ledger: Ledger) -> float | None:
     return total
 
 
-def hours(seconds: float | None) -> str:
-    """``1 h 05 min`` (``unknown`` for None)."""
-    if seconds is None:
-        return "unknown until a cell ends"
+def hours(seconds: float) -> str:
+    """``1 h 05 min``."""
     minutes = round(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min"
