@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.soak_input import write_input
 from bench.soak_report import cell_entry, markdown, matrix
 from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, key_of
@@ -127,3 +129,35 @@ def test_plan_goes_seed_by_seed_and_skips_cells_this_code_ran(tmp_path: Path) ->
     assert len(todo) == 4 and len(soak._to_run(soak.plan(args), ledger, redo=True)) == 6
     one_seed = soak.build_parser().parse_args(["--seeds", "1", "--duration", "0"])
     assert soak.wanted_parameters(one_seed) == soak.wanted_parameters(args)  # same cells count
+
+
+def test_each_cell_is_written_with_its_code_and_a_change_mid_cell_makes_it_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import soak
+
+    out = tmp_path / "chaos.json"
+    args = soak.build_parser().parse_args(
+        ["--only", "pg", "--seeds", "2", "--duration", "0", "--out", str(out)]
+    )
+    fingerprints = iter(["abc", "abc", "changed"])  # after cell 1, after cell 2
+    monkeypatch.setattr(soak, "code_fingerprint", lambda root: next(fingerprints))
+    monkeypatch.setattr(
+        soak,
+        "run_cell",
+        lambda sink, seed, mode, *rest: cell_entry(
+            sink, mode, _report(seed, 0), {"wall_seconds": 120.0}
+        ),
+    )
+    ledger = Ledger(soak.code_fingerprint(Path(".")))
+    with pytest.raises(SystemExit, match="the code changed during pg seed 2"):
+        soak._run_cells(soak.plan(args), args, {}, tmp_path, ledger, reduced=False)
+    doc = json.loads(out.read_text())
+    (done,) = doc["cells"]
+    assert (done["seed"], done["fingerprint"]) == (1, "abc") and done["date"]
+    assert done["params"] == soak.wanted_parameters(args)["seed"]
+    (stale,) = doc["stale_cells"]
+    assert (stale["seed"], stale["stale"]) == (2, "the code changed while it ran")
+    assert [r["chaos_runs"] for r in doc["matrix"]] == [1]
+    lines = capsys.readouterr().out
+    assert "time left unknown until a run ends" in lines and "about 0 h 02 min left" in lines
