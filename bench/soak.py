@@ -23,11 +23,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from bench.soak_input import write_input
-from bench.soak_report import cell_entry, earlier_cells, markdown, matrix, write_results
+from bench.soak_report import (
+    cell_entry,
+    earlier_cells,
+    markdown,
+    matrix,
+    stale_summary,
+    write_results,
+)
+from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, hours
 from bench.soak_servers import SINK_SERVER_ENV, SINK_SERVERS
 
 SINKS = {
@@ -42,6 +51,7 @@ NOTES = {
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}
+FULL_SEEDS = int(FULL["seeds"])
 EXAMPLES = Path("examples/soak")
 RESULTS = Path("bench/results/chaos.json")
 
@@ -60,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replay-fraction", type=float, default=0.25, help="re-sent records/events")
     p.add_argument("--home", default=".exactlyonce", help="the services' home (services.env)")
     p.add_argument("--out", default=str(RESULTS), help="the aggregated JSON")
+    p.add_argument(
+        "--redo", action="store_true",
+        help="run the selected cells again even when this code already ran them",
+    )  # fmt: skip
     return p
 
 
@@ -117,23 +131,26 @@ def _follow(cmd: list[str], env: dict[str, str], log: Path) -> None:
         ) as proc,
     ):
         assert proc.stdout is not None
+        began = time.monotonic()
         for line in proc.stdout:
-            out.write(line)
+            out.write(f"{time.monotonic() - began:8.1f} {line}")
             out.flush()
             if line.startswith(shown):
                 print(f"SOAK   {line.rstrip()}", flush=True)
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, int, str]]:
+    """The cells asked for, seed by seed across the sinks (a soak cut short still covers
+    every sink), then each sink's duration run."""
     sinks = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in sinks if s not in SINKS]
     if unknown:
         raise SystemExit(f"soak: unknown sink {unknown[0]!r}; known: {', '.join(SINKS)}")
-    cells = []
-    for sink in sinks:
-        cells += [(sink, args.first_seed + i, "seed") for i in range(args.seeds)]
-        if args.duration > 0:
-            cells.append((sink, args.first_seed + args.seeds, "duration"))
+    seeds = [args.first_seed + i for i in range(args.seeds)]
+    cells = [(sink, seed, "seed") for seed in seeds for sink in sinks]
+    if args.duration > 0:
+        # its seed does not move with --seeds, so a later sitting finds it done
+        cells += [(sink, args.first_seed + FULL_SEEDS, "duration") for sink in sinks]
     return cells
 
 
@@ -141,42 +158,123 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     home = Path(args.home).absolute()
     env = services_env(home)
-    root = home / "soak" / "runs"
     params = {k: getattr(args, k) for k in ("events", "kills", "seeds", "duration")}
-    reduced = any(params[k] < FULL[k] for k in FULL)
-    cells_todo = plan(args)
-    print(f"SOAK {len(cells_todo)} chaos runs ({'REDUCED ' if reduced else ''}{params}) against "
-          f"the services of {home}", flush=True)  # fmt: skip
+    reduced = is_reduced(args)
+    out = Path(args.out)
+    ledger = Ledger(code_fingerprint(Path.cwd()))
+    ledger.sort_in(earlier_cells(out), wanted_parameters(args))
+    cells_todo = _to_run(plan(args), ledger, args.redo)
+    print(f"SOAK code {ledger.fingerprint}: {len(cells_todo)} chaos runs to do "
+          f"({'REDUCED ' if reduced else ''}{params}) against the services of {home}; "
+          f"{len(ledger.current)} done earlier by this code, {len(ledger.stale)} stale",
+          flush=True)  # fmt: skip
     print(f"SOAK   PostgreSQL {_masked(env.get('EXACTLYONCE_PG_DSN', ''))}, "
           f"Redis {env.get('EXACTLYONCE_REDIS_URL')}, Kafka {env.get('KAFKA_BOOTSTRAP_SERVERS')}",
           flush=True)  # fmt: skip
-    out = Path(args.out)
-    sinks_now = {s for s, _, _ in cells_todo}
-    cells = earlier_cells(out, set(cells_todo))
+    _run_cells(cells_todo, args, env, home, ledger, reduced)
+    rows = _write(out, ledger, reduced, params)
+    print(("REDUCED soak " if reduced else "Soak ") + f"{params}, code {ledger.fingerprint}:\n"
+          f"{markdown(rows, NOTES)}\n{stale_summary(ledger.stale)}")  # fmt: skip
+    print(f"SOAK results in {out} and {out.with_suffix('.md')}")
+    return 0 if all(c["exactly_once"] for c in ledger.current) else 1
+
+
+def is_reduced(args: argparse.Namespace) -> bool:
+    """Cells smaller than the full soak's (fewer seeds or sinks is coverage, not size)."""
+    smaller = args.events < FULL["events"] or args.kills < FULL["kills"]
+    return bool(smaller or 0 < args.duration < FULL["duration"] or args.replay_fraction < 0.2)
+
+
+def wanted_parameters(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per mode, the parameters a cell of this code must have been run with to count."""
+    duration = args.duration or FULL["duration"]  # --duration 0 runs none; earlier ones count
+    return {
+        mode: cell_parameters(mode, args.events, args.kills, args.replay_fraction, duration)
+        for mode in ("seed", "duration")
+    }
+
+
+def _to_run(
+    cells: list[tuple[str, int, str]], ledger: Ledger, redo: bool
+) -> list[tuple[str, int, str]]:
+    """The planned cells this code has not run yet (all of them with ``redo``)."""
+    todo = []
+    for key in cells:
+        done = ledger.done(key)
+        if done is not None and not redo:
+            print(f"SOAK   skip {' '.join(map(str, key))}: done {done.get('date')}, "
+                  f"{done['verdict'].split('(')[0].strip()}", flush=True)  # fmt: skip
+        else:
+            todo.append(key)
+    return todo
+
+
+def _run_cells(
+    cells_todo: list[tuple[str, int, str]],
+    args: argparse.Namespace,
+    env: dict[str, str],
+    home: Path,
+    ledger: Ledger,
+    reduced: bool,
+) -> None:
+    """Run each cell, writing the results file after each; a line per run with the time
+    spent and an estimate of what is left."""
+    root = home / "soak" / "runs"
+    params = {k: getattr(args, k) for k in ("events", "kills", "seeds", "duration")}
+    wanted = wanted_parameters(args)
     started = time.monotonic()
+    total = len(cells_todo)
     with contextlib.ExitStack() as stack:
-        for sink in sorted(sinks_now & set(SINK_SERVERS)):
+        for sink in sorted({s for s, _, _ in cells_todo} & set(SINK_SERVERS)):
             env[SINK_SERVER_ENV[sink]] = stack.enter_context(SINK_SERVERS[sink](home / "soak"))
         for n, (sink, seed, mode) in enumerate(cells_todo, 1):
-            print(f"SOAK [{n}/{len(cells_todo)}] {sink} {mode} {seed} "
-                  f"({time.monotonic() - started:.0f} s in)", flush=True)  # fmt: skip
+            left = estimate_left([m for _, _, m in cells_todo[n - 1 :]], ledger)
+            guess = (
+                "time left unknown until a run ends"
+                if left is None
+                else f"about {hours(left)} left"
+            )
+            print(f"SOAK [{n}/{total}] {sink} {mode} {seed}: {_elapsed(started)} in, {guess}",
+                  flush=True)  # fmt: skip
             cell = run_cell(sink, seed, mode, args, env, root)
-            cell.update(reduced=reduced, parameters=params)
-            cells.append(cell)
-            print(f"SOAK [{n}/{len(cells_todo)}] {cell['verdict']}", flush=True)
-            _write(out, cells, reduced, params)
-    rows = _write(out, cells, reduced, params)
-    print(("REDUCED soak " if reduced else "Soak ") + f"{params}:\n{markdown(rows, NOTES)}")
-    print(f"SOAK results in {out}")
-    return 0 if all(c["exactly_once"] for c in cells) else 1
+            date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            cell.update(reduced=reduced, parameters=params, params=wanted[mode],
+                        fingerprint=ledger.fingerprint, date=date)  # fmt: skip
+            changed = code_fingerprint(Path.cwd()) != ledger.fingerprint
+            if changed:  # the run may have mixed two versions of the code
+                ledger.stale.append({**cell, "stale": "the code changed while it ran"})
+            else:
+                if args.redo:
+                    ledger.supersede((sink, seed, mode), date)
+                ledger.add(cell)
+            _write(Path(args.out), ledger, reduced, params)
+            if changed:
+                raise SystemExit(f"soak: the code changed during {sink} {mode} {seed}; "
+                                 "that cell is kept as stale; run make soak again")  # fmt: skip
+            print(f"SOAK [{n}/{total}] {cell['verdict']} ({cell['wall_seconds']:.0f} s; "
+                  f"{_elapsed(started)} in)", flush=True)  # fmt: skip
 
 
-def _write(out: Path, cells: list[dict[str, Any]], reduced: bool, params: dict[str, Any]) -> Any:
-    rows = matrix(cells)
-    reduced = reduced or any(c.get("reduced") for c in cells)  # each cell has its parameters
-    doc = {"reduced": reduced, "parameters": params, "full_parameters": FULL,
-           "matrix": rows, "cells": cells, "notes": NOTES}  # fmt: skip
+def _elapsed(since: float) -> str:
+    return hours(time.monotonic() - since)
+
+
+def _write(out: Path, ledger: Ledger, reduced: bool, params: dict[str, Any]) -> Any:
+    """The results file (and its matrix as Markdown beside it): the matrix sums this code's
+    cells only; the others are kept under ``stale_cells``."""
+    rows = matrix(ledger.current)
+    dates = sorted(str(c.get("date")) for c in ledger.current)
+    span = " to ".join(dict.fromkeys(dates[:1] + dates[-1:]))
+    doc = {"fingerprint": ledger.fingerprint, "reduced": reduced, "parameters": params,
+           "full_parameters": FULL, "dates": dates[:1] + dates[-1:], "matrix": rows,
+           "cells": ledger.current, "stale_cells": ledger.stale, "notes": NOTES}  # fmt: skip
     write_results(out, doc)
+    full = len(SINKS) * (FULL["seeds"] + 1)
+    head = (f"{'REDUCED ' if reduced else ''}soak, code {ledger.fingerprint}: "
+            f"{len(ledger.current)} of the full soak's {full} cells, {span}")  # fmt: skip
+    out.with_suffix(".md").write_text(
+        f"{head}\n\n{markdown(rows, NOTES)}\n\n{stale_summary(ledger.stale)}\n"
+    )
     return rows
 
 

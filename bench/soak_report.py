@@ -88,13 +88,28 @@ def write_results(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
-def earlier_cells(path: Path, now: set[tuple[str, int, str]]) -> list[dict[str, Any]]:
-    """The cells of an earlier soak that are not run again now ((sink, seed, mode) not in
-    ``now``), kept in the file with their own parameters."""
+def earlier_cells(path: Path) -> list[dict[str, Any]]:
+    """Every cell of the results file, current and stale (the caller sorts them again)."""
     if not path.exists():
         return []
     try:
-        cells = json.loads(path.read_text()).get("cells", [])
-    except (json.JSONDecodeError, AttributeError):
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError:
         return []
-    return [c for c in cells if (c.get("sink"), c.get("seed"), c.get("mode")) not in now]
+    if not isinstance(doc, dict):
+        return []
+    return [c for c in [*doc.get("cells", []), *doc.get("stale_cells", [])] if isinstance(c, dict)]
+
+
+def stale_summary(stale: list[dict[str, Any]]) -> str:
+    """One line per reason: the cells kept in the file but not in the matrix."""
+    if not stale:
+        return "No stale cells."
+    reasons: dict[str, list[str]] = {}
+    for c in stale:
+        reasons.setdefault(str(c.get("stale")), []).append(
+            f"{c.get('sink')} {c.get('mode')} {c.get('seed')}"
+        )
+    lines = [f"Stale cells, not in the matrix ({len(stale)}):"]
+    lines += [f"- {why}: {', '.join(cells)}" for why, cells in reasons.items()]
+    return "\n".join(lines)

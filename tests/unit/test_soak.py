@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.soak_input import write_input
 from bench.soak_report import cell_entry, markdown, matrix
+from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, key_of
 
 
 def _rows(directory: Path) -> list[dict[str, object]]:
@@ -50,3 +53,111 @@ def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
     assert (row["duplicates"], row["failed_seeds"], row["verdict"]) == (3, [2], "FAILED")
     table = markdown([row], {"pg": "note"})
     assert "| pg (note) | 2 | 10 | 8: 4 / 2 / 2 / 0 | 200 | 3 | 0 | 20 s | FAILED |" in table
+
+
+def _tree(root: Path) -> Path:
+    for rel, text in {
+        "exactlyonce/__init__.py": "",
+        "exactlyonce/connectors/sink.py": "x = 1\n",
+        "bench/soak.py": "",
+        "examples/soak/postgres.yaml": "a: 1\n",
+        "bench/other.py": "",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_fingerprint_covers_the_package_and_the_soaks_files_only(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    first = code_fingerprint(root)
+    (root / "bench/other.py").write_text("changed = True\n")  # not the soak's
+    (root / "exactlyonce/__pycache__").mkdir()
+    (root / "exactlyonce/__pycache__/sink.cpython-311.pyc").write_bytes(b"\0")
+    assert code_fingerprint(root) == first
+    (root / "exactlyonce/connectors/sink.py").write_text("x = 2\n")
+    second = code_fingerprint(root)
+    assert second != first
+    (root / "examples/soak/postgres.yaml").write_text("a: 2\n")
+    assert code_fingerprint(root) not in (first, second)
+
+
+def _cell(sink: str, seed: int, mode: str = "seed", **extra: object) -> dict[str, object]:
+    params = cell_parameters(mode, 100_000, 20, 0.25, 300.0)
+    entry = {"sink": sink, "seed": seed, "mode": mode, "params": params, "fingerprint": "abc"}
+    return {**entry, "verdict": "CHAOS: EXACTLY ONCE (...)", "wall_seconds": 100.0, **extra}
+
+
+def test_ledger_keeps_only_this_codes_cells_of_these_parameters_in_the_matrix() -> None:
+    wanted = {m: cell_parameters(m, 100_000, 20, 0.25, 300.0) for m in ("seed", "duration")}
+    ledger = Ledger("abc")
+    other_params = {**_cell("pg", 3), "params": cell_parameters("seed", 20_000, 4, 0.25, 0)}
+    earlier = [
+        _cell("pg", 1),
+        _cell("pg", 6, "duration"),
+        _cell("kafka", 1, fingerprint="old"),
+        {k: v for k, v in _cell("es", 1).items() if k != "fingerprint"},
+        other_params,
+    ]
+    ledger.sort_in(earlier, wanted)
+    assert [key_of(c) for c in ledger.current] == [("pg", 1, "seed"), ("pg", 6, "duration")]
+    reasons = [c["stale"] for c in ledger.stale]
+    assert reasons[0] == "code fingerprint old, not abc"
+    assert reasons[1].startswith("run before cells recorded")
+    assert reasons[2].startswith("other parameters")
+    assert ledger.done(("pg", 1, "seed")) is not None and ledger.done(("pg", 2, "seed")) is None
+    ledger.supersede(("pg", 1, "seed"), "today")
+    assert ledger.done(("pg", 1, "seed")) is None
+    assert ledger.stale[-1]["stale"] == "superseded by --redo on today"
+    left = estimate_left(["seed", "seed", "duration"], ledger)
+    assert left == 300.0  # no seed cell of this code is left: the duration cell stands in
+    assert estimate_left(["seed"], Ledger("abc")) is None
+
+
+def test_plan_goes_seed_by_seed_and_skips_cells_this_code_ran(tmp_path: Path) -> None:
+    from bench import soak
+
+    args = soak.build_parser().parse_args(["--only", "pg,kafka", "--seeds", "2"])
+    assert soak.plan(args) == [
+        ("pg", 1, "seed"), ("kafka", 1, "seed"), ("pg", 2, "seed"), ("kafka", 2, "seed"),
+        ("pg", 6, "duration"), ("kafka", 6, "duration"),
+    ]  # fmt: skip
+    ledger = Ledger("abc")
+    ledger.sort_in([_cell("kafka", 1), _cell("pg", 6, "duration")], soak.wanted_parameters(args))
+    todo = soak._to_run(soak.plan(args), ledger, redo=False)
+    assert ("kafka", 1, "seed") not in todo and ("pg", 6, "duration") not in todo
+    assert len(todo) == 4 and len(soak._to_run(soak.plan(args), ledger, redo=True)) == 6
+    one_seed = soak.build_parser().parse_args(["--seeds", "1", "--duration", "0"])
+    assert soak.wanted_parameters(one_seed) == soak.wanted_parameters(args)  # same cells count
+
+
+def test_each_cell_is_written_with_its_code_and_a_change_mid_cell_makes_it_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import soak
+
+    out = tmp_path / "chaos.json"
+    args = soak.build_parser().parse_args(
+        ["--only", "pg", "--seeds", "2", "--duration", "0", "--out", str(out)]
+    )
+    fingerprints = iter(["abc", "abc", "changed"])  # after cell 1, after cell 2
+    monkeypatch.setattr(soak, "code_fingerprint", lambda root: next(fingerprints))
+    monkeypatch.setattr(
+        soak,
+        "run_cell",
+        lambda sink, seed, mode, *rest: cell_entry(
+            sink, mode, _report(seed, 0), {"wall_seconds": 120.0}
+        ),
+    )
+    ledger = Ledger(soak.code_fingerprint(Path(".")))
+    with pytest.raises(SystemExit, match="the code changed during pg seed 2"):
+        soak._run_cells(soak.plan(args), args, {}, tmp_path, ledger, reduced=False)
+    doc = json.loads(out.read_text())
+    (done,) = doc["cells"]
+    assert (done["seed"], done["fingerprint"]) == (1, "abc") and done["date"]
+    assert done["params"] == soak.wanted_parameters(args)["seed"]
+    (stale,) = doc["stale_cells"]
+    assert (stale["seed"], stale["stale"]) == (2, "the code changed while it ran")
+    assert [r["chaos_runs"] for r in doc["matrix"]] == [1]
+    lines = capsys.readouterr().out
+    assert "time left unknown until a run ends" in lines and "about 0 h 02 min left" in lines
