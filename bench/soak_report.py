@@ -7,7 +7,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-COUNT_KEYS = ("driver_kills", "point_kills", "server_hard", "server_clean")
+COUNT_KEYS = (
+    "driver_kills",
+    "point_kills",
+    "server_hard",
+    "server_clean",
+    "lost_replies",
+    "refusals",
+    "stalls",
+    "worker_kills",
+    "drainer_kills",
+)
 
 
 def cell_entry(
@@ -20,7 +30,7 @@ def cell_entry(
         "sink": sink,
         "mode": mode,  # "seed" (a --kills run) or "duration" (a --duration run)
         "seed": report["seed"],
-        "fault_kinds": {k: report["counts"][k] for k in COUNT_KEYS},
+        "fault_kinds": {k: report["counts"].get(k, 0) for k in COUNT_KEYS},
         "servers_restarted": servers,
         "server_faults_skipped": report.get("skipped_servers", []),
         "faults": report["faults_happened"],
@@ -52,7 +62,7 @@ def matrix(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )  # fmt: skip
         row["chaos_runs"] += 1
         for k in ("runs", "faults", "faults_missed", "seconds", *COUNT_KEYS):
-            row[k] += c["fault_kinds"][k] if k in COUNT_KEYS else c[k]
+            row[k] += c["fault_kinds"].get(k, 0) if k in COUNT_KEYS else c[k]
         for k in ("ids", "duplicates", "missing"):
             row[k] += c[k] or 0
         if not c["exactly_once"]:
@@ -66,7 +76,8 @@ def matrix(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def markdown(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
     """The matrix as a Markdown table (paste into the README)."""
     lines = [
-        "| sink | chaos runs | runs | faults (driver / point / server hard / clean) | IDs "
+        "| sink | chaos runs | runs | faults (driver / point / server hard / clean / lost reply "
+        "/ refusal / stall / worker / drainer) | IDs "
         "| duplicates | missing | time | verdict |",
         "|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]

@@ -52,7 +52,8 @@ def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
     assert (row["chaos_runs"], row["runs"], row["faults"], row["ids"]) == (2, 10, 8, 200)
     assert (row["duplicates"], row["failed_seeds"], row["verdict"]) == (3, [2], "FAILED")
     table = markdown([row], {"pg": "note"})
-    assert "| pg (note) | 2 | 10 | 8: 4 / 2 / 2 / 0 | 200 | 3 | 0 | 20 s | FAILED |" in table
+    kinds = "4 / 2 / 2 / 0 / 0 / 0 / 0 / 0 / 0"  # driver, point, hard, clean, then the rest none
+    assert f"| pg (note) | 2 | 10 | 8: {kinds} | 200 | 3 | 0 | 20 s | FAILED |" in table
 
 
 def _tree(root: Path) -> Path:
