@@ -51,12 +51,24 @@ class ExecutorWatcher(threading.Thread):
             time.sleep(0.2)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Any:
-    c = Cluster(tmp_path / "cluster")
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One cluster for this module's tests (per xdist worker): a JVM master and two worker
+    starts saved per test."""
+    c = Cluster(tmp_path_factory.mktemp("cluster"))
     c.start(workers=2)
     yield c
     c.stop()
+
+
+@pytest.fixture
+def cluster(module_cluster: Cluster) -> Cluster:
+    """The module's cluster with both workers alive: the one an earlier test killed is
+    started again (and registered) first."""
+    for name in module_cluster.workers:
+        if module_cluster.procs[name].poll() is not None:
+            module_cluster.restart_worker(name)
+    return module_cluster
 
 
 def test_writes_run_on_executors_and_survive_a_worker_kill(
