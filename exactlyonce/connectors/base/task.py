@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from exactlyonce.connectors.base.arrays import bools, int_values, ints_like
 from exactlyonce.connectors.base.columns import (
     DELETE_COLUMN,
     ERROR_COLUMN,
@@ -240,7 +241,7 @@ class ShardTask(ABC):
         if not self.committed_before:
             return batch
         shard = batch.column(SHARD_COLUMN)
-        done = pc.is_in(shard, value_set=pa.array(sorted(self.committed_before), shard.type))
+        done = pc.is_in(shard, value_set=ints_like(sorted(self.committed_before), shard.type))
         for s in pc.unique(pc.filter(shard, done)).to_pylist():
             if int(s) not in self.result.skipped_shards:
                 self.result.skipped_shards.append(int(s))
@@ -256,7 +257,7 @@ class ShardTask(ABC):
         keep = self.dedup.keep(shards_of(batch), ids_from_hex(batch.column(self.id_column)))
         dropped = int(len(keep) - keep.sum())
         self.result.duplicates += dropped
-        return batch.filter(pa.array(keep)) if dropped else batch  # no copy when all are new
+        return batch.filter(bools(keep)) if dropped else batch  # no copy when all are new
 
     def _dead_letter_null_keys(self, bad: pa.RecordBatch) -> None:
         letters = [
@@ -288,7 +289,7 @@ class ShardTask(ABC):
 
 
 def shards_of(batch: pa.RecordBatch) -> Any:
-    return batch.column(SHARD_COLUMN).to_numpy(zero_copy_only=False).astype("int64")
+    return int_values(batch.column(SHARD_COLUMN)).astype("int64")
 
 
 TargetT = TypeVar("TargetT")
