@@ -77,4 +77,6 @@ def int_values(column: pa.Array | pa.ChunkedArray) -> Any:
     data = column.buffers()[1]
     if data is None:
         return np.zeros(0, dtype=dtype)
-    return np.frombuffer(data, dtype=dtype, count=len(column), offset=column.offset * dtype().itemsize)
+    return np.frombuffer(
+        data, dtype=dtype, count=len(column), offset=column.offset * dtype().itemsize
+    )
