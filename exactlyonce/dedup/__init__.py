@@ -14,12 +14,43 @@ The sinks use it through two small objects, one per side of Spark:
 
 Everything else here (:mod:`.ids`, :mod:`.bloom`, :mod:`.catalog`, :mod:`.murmur3`) sits
 behind those two.
+
+Names are imported on first use (PEP 562): a Spark task that unpickles its dedup plan
+imports this package on its way, and must not pay for the driver's keeper.
 """
 
 from __future__ import annotations
 
-from exactlyonce.dedup.config import DedupConfig
-from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
-from exactlyonce.dedup.shard import DedupPlan, DedupStats, TaskDedup
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from exactlyonce.dedup.config import DedupConfig
+    from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
+    from exactlyonce.dedup.shard import DedupPlan, DedupStats, TaskDedup
+
+# Public name -> the module that defines it, imported when the name is first asked for.
+_LAZY = {
+    "DedupConfig": "exactlyonce.dedup.config",
+    "CatalogKeeper": "exactlyonce.dedup.keeper",
+    "RebuildSource": "exactlyonce.dedup.keeper",
+    "DedupPlan": "exactlyonce.dedup.shard",
+    "DedupStats": "exactlyonce.dedup.shard",
+    "TaskDedup": "exactlyonce.dedup.shard",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = ["CatalogKeeper", "DedupConfig", "DedupPlan", "DedupStats", "RebuildSource", "TaskDedup"]

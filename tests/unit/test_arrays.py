@@ -41,6 +41,23 @@ print("pandas" in sys.modules)
 """
 
 
+WRITER = """
+import sys
+import exactlyonce.connectors.postgres.writer
+print(sorted(m for m in ("pydantic", "exactlyonce.connectors.base.sink", "exactlyonce.dedup.keeper")
+             if m in sys.modules))
+"""
+
+
+def test_a_task_imports_no_driver_side_module() -> None:
+    """Unpickling a PostgreSQL task writer imports its package on the way: the sink, the
+    config models (pydantic) and the catalog keeper stay out (~1 s per cold worker)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WRITER)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 def test_task_results_and_the_worker_probe_do_not_import_pandas() -> None:
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(PROBE)], capture_output=True, text=True, check=True

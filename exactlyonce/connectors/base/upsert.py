@@ -34,8 +34,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exactlyonce.connectors.base.columns import DELETE_COLUMN, ORDER_COLUMN
-from exactlyonce.connectors.base.config import field_error
 from exactlyonce.errors import ConfigError, TaskStateError
+
+
+def field_error(field: str, reason: str) -> ValueError:
+    """:func:`exactlyonce.connectors.base.config.field_error`, imported when a rule fails:
+    the task side imports this module and must not build the sinks' config models."""
+    from exactlyonce.connectors.base.config import field_error as build
+
+    return build(field, reason)
+
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

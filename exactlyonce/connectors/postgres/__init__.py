@@ -9,13 +9,46 @@
 - :mod:`.schema`: table names, the control tables' DDL and catalog queries.
 
 Crash tests: ``tests/crash/test_postgres_crash.py``.
+
+Names are imported on first use (PEP 562): a Spark task that unpickles a task writer
+imports this package on its way, and must not pay for the driver's side (the sink, its
+pydantic config): about a second per cold Python worker, after every restart.
 """
 
 from __future__ import annotations
 
-from exactlyonce.connectors.postgres.config import MODES, Mode, PostgresSinkConfig
-from exactlyonce.connectors.postgres.sink import PostgresSink
-from exactlyonce.connectors.postgres.writer import PgTarget, PostgresShardWriter, to_csv
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.postgres.config import MODES, Mode, PostgresSinkConfig
+    from exactlyonce.connectors.postgres.sink import PostgresSink
+    from exactlyonce.connectors.postgres.writer import PgTarget, PostgresShardWriter, to_csv
+
+# Public name -> the module that defines it, imported when the name is first asked for.
+_LAZY = {
+    "MODES": "exactlyonce.connectors.postgres.config",
+    "Mode": "exactlyonce.connectors.postgres.config",
+    "PostgresSinkConfig": "exactlyonce.connectors.postgres.config",
+    "PostgresSink": "exactlyonce.connectors.postgres.sink",
+    "PgTarget": "exactlyonce.connectors.postgres.writer",
+    "PostgresShardWriter": "exactlyonce.connectors.postgres.writer",
+    "to_csv": "exactlyonce.connectors.postgres.writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "MODES",
