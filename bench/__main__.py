@@ -4,6 +4,7 @@ python -m bench postgres --rows 1000000   # PostgresSink vs Spark JDBC vs raw CO
 python -m bench redis                     # RedisSink vs plain pipelined writes
 python -m bench kafka                     # KafkaSink vs a plain idempotent producer
 python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs Spark's
+python -m bench dedup_stages              # where the dedup e2e time goes, stage by stage
 python -m bench cluster_catalog           # the catalog on 1 Redis vs a 3-master Redis Cluster
 python -m bench elasticsearch             # ElasticsearchSink vs plain streaming_bulk
 python -m bench session_start             # Spark session start with/without the JVM archive
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 STANDALONE = {
     "kafka": "bench.kafka",
     "dedup": "bench.dedup",
+    "dedup_stages": "bench.dedup_stages",
     "cluster_catalog": "bench.cluster_catalog",
     "elasticsearch": "bench.elasticsearch",
     "session_start": "bench.session_start",

@@ -96,7 +96,7 @@ def postgres_rows(d: dict[str, Any]) -> Iterator[Row]:
 def dedup_rows(d: dict[str, Any]) -> Iterator[Row]:
     yield Row("dedup", "ours / Spark dropDuplicates", _get(d, "ours_vs_spark_dedup"), 2.0)
     cost = _get(d, "dedup_cost")
-    yield Row("dedup", "dedup cost (1 - on/off)", cost, 0.15, "<=", "")
+    yield Row("dedup", "dedup cost, unique input (1 - on/off)", cost, 0.15, "<=", "")
     yield Row("dedup", "Bloom IDs/s (millions)", _scaled(_get(d, "bloom_ids_per_s")), 1.0, ">=", "")
     yield Row("dedup", "Bloom bytes/ID", _get(d, "bloom_bytes_per_id"), 2.0, "<=", "")
     yield Row("dedup", "Redis bytes/ID", _get(d, "redis_bytes_per_id"), 64.0, "<=", "")
