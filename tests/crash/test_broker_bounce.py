@@ -31,15 +31,15 @@ pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 # (point the job is held at, bounce kind, what the client does then). Points: a task with a
 # chunk produced inside its open transaction; a task whose transaction committed and is not
-# confirmed yet; the driver after the head advanced (Spark's commit not written); the driver
-# before any task wrote.
+# confirmed yet; the driver after the head advanced (Spark's commit not written). Three rounds,
+# hard and soft, as Kafka's own transactions_test.py (a round held before any task wrote added
+# a JVM start and a broker restart to the suite and nothing the others do not cover).
 ROUNDS = [
     ("mid_produce", "hard", "release"),
     ("before_confirm", "soft", "release"),
     ("after_head", "hard", "kill"),
-    ("before_write", "soft", "kill"),
 ]
-FILES = 14
+FILES = 10
 ROWS = 60
 
 

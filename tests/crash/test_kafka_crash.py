@@ -96,8 +96,9 @@ def verify(job: KafkaJob, data: Input, sink: KafkaSink) -> KafkaAudit:
     return result
 
 
-# One run per named point, each killed at its own epoch, then a kill after Spark's commit:
-# seven JVM starts in one schedule instead of two per point (the machine is small and shared).
+# One run per named point, each killed at its own epoch: six JVM starts in one schedule instead
+# of two per point (the machine is small and shared). A kill after Spark's commit (a plain
+# restart at the head) is PostgreSQL's test's; here it would be one more JVM start.
 SCHEDULE = [
     ("before_write", 1),  # driver, head checked, nothing written
     ("mid_produce", 2),  # a task, first chunk on the broker inside the open transaction
@@ -105,8 +106,7 @@ SCHEDULE = [
     ("after_shard_commit", 4),  # a task, committed and confirmed, catalog not yet marked
     ("after_head", 5),  # driver, head advanced, Spark's commit log not yet written
 ]
-AFTER_SPARK_COMMIT = 6
-FILES = 9
+FILES = 8
 
 
 def test_kill_at_every_named_point(
@@ -114,9 +114,8 @@ def test_kill_at_every_named_point(
 ) -> None:
     job, data, sink = prepare(tmp_path, services, unique_name, files=FILES)
     job.kill_at_points(SCHEDULE)
-    job.kill_after_commit(AFTER_SPARK_COMMIT)
     job.run_to_end()
-    assert len(job.kills) == len(SCHEDULE) + 1
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in SCHEDULE]
     verify(job, data, sink)
 
 
