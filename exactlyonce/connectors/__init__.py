@@ -9,8 +9,7 @@ Elasticsearch and Redis clients too (seconds per cold Python worker, after every
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from exactlyonce.errors import (
     AmbiguousCommitError,
@@ -20,6 +19,7 @@ from exactlyonce.errors import (
     ExactlyOnceError,
     SinkUnavailableError,
 )
+from exactlyonce.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink, Head
@@ -40,19 +40,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = [
     "AmbiguousCommitError",
     "BadRecordError",
@@ -68,3 +55,5 @@ __all__ = [
     "RedisSink",
     "SinkUnavailableError",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -21,8 +21,9 @@ imports this package on its way, and must not pay for the driver's keeper.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from exactlyonce.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from exactlyonce.dedup.config import DedupConfig
@@ -40,17 +41,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = ["CatalogKeeper", "DedupConfig", "DedupPlan", "DedupStats", "RebuildSource", "TaskDedup"]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -22,8 +22,9 @@ pydantic config): about a second per cold Python worker, after every restart.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from exactlyonce.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.base.columns import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN
@@ -77,19 +78,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = [
     "DEDUP_COUNTERS",
     "ERROR_COLUMN",
@@ -117,3 +105,5 @@ __all__ = [
     "spark_query_id",
     "writer_name",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -17,8 +17,9 @@ pydantic config): about a second per cold Python worker, after every restart.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from exactlyonce.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.postgres.config import MODES, Mode, PostgresSinkConfig
@@ -37,19 +38,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = [
     "MODES",
     "Mode",
@@ -59,3 +47,5 @@ __all__ = [
     "PostgresSinkConfig",
     "to_csv",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
