@@ -7,8 +7,10 @@ once: it runs a small batch and streaming job in a JVM started with
 ``-XX:ArchiveClassesAtExit``. From then on :func:`exactlyonce.integration.spark.session`
 starts the driver JVM with ``-XX:SharedArchiveFile`` pointing at it (:func:`java_options`).
 
-The archive is named by what it depends on (the ``java`` that runs, pyspark's version and its
-jar folder), so an upgrade of either simply finds no archive and starts as before. A JVM that
+The archive is named by what it depends on (the ``java`` that runs, pyspark's version, its
+jar folder and that folder's time: the JVM refuses an archive whose jar files changed, as in a
+virtualenv made again at the same path), so an upgrade or a reinstall simply finds no archive
+and starts as before. A JVM that
 cannot use an archive (a different class path, say) ignores it (``-Xshare:auto``, Java's
 default). It lives in ``$XDG_CACHE_HOME/exactlyonce/cds`` (else ``~/.cache/exactlyonce/cds``),
 beside a note of the pyspark it belongs to: writing one removes those of pyspark installs that
@@ -48,7 +50,14 @@ def archive_path() -> Path:
     java = Path(require_java()).resolve()
     jars = _pyspark_jars()
     digest = hashlib.sha256()
-    for part in (str(java), str(java.stat().st_mtime_ns), pyspark.__version__, str(jars)):
+    installed = str(jars.stat().st_mtime_ns)
+    for part in (
+        str(java),
+        str(java.stat().st_mtime_ns),
+        pyspark.__version__,
+        str(jars),
+        installed,
+    ):
         digest.update(part.encode() + b"\0")
     return cache_folder() / f"spark-driver-{pyspark.__version__}-{digest.hexdigest()[:12]}.jsa"
 
@@ -107,11 +116,17 @@ def _pyspark_jars() -> Path:
 
 
 def _prune() -> None:
-    """Remove the archives of pyspark installs that are gone (a deleted virtualenv)."""
+    """Remove the archives of pyspark installs that are gone (a deleted virtualenv) or were
+    made again since (their jar folder is newer than the archive)."""
     for source in cache_folder().glob("spark-driver-*.jars"):
-        if not Path(source.read_text()).is_dir():
-            source.with_suffix(".jsa").unlink(missing_ok=True)
+        jars, archive = Path(source.read_text()), source.with_suffix(".jsa")
+        if not jars.is_dir() or not archive.is_file() or _newer(jars, archive):
+            archive.unlink(missing_ok=True)
             source.unlink(missing_ok=True)
+
+
+def _newer(first: Path, than: Path) -> bool:
+    return first.stat().st_mtime_ns > than.stat().st_mtime_ns
 
 
 def train(partial: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,33 @@ def test_archives_of_pyspark_installs_that_are_gone_are_pruned(
         (folder / f"{name}.jars").write_text(str(jars))
     jvm_archive._prune()
     assert sorted(p.name for p in folder.iterdir()) == ["spark-driver-a.jars", "spark-driver-a.jsa"]
+
+
+def test_a_pyspark_reinstalled_in_the_same_place_gets_a_new_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtualenv made again at the same path has new jar files: the JVM refuses an archive
+    written against the old ones ("The top archive failed to load") and starts without it."""
+    jars = tmp_path / "venv" / "jars"
+    jars.mkdir(parents=True)
+    monkeypatch.setattr(jvm_archive, "_pyspark_jars", lambda: jars)
+    first = jvm_archive.archive_path()
+    jars.rmdir()
+    jars.mkdir()
+    os.utime(jars, ns=(1, 1))  # another install time, whatever the clock's resolution
+    assert jvm_archive.archive_path() != first
+
+
+def test_archives_of_an_install_made_again_are_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = jvm_archive.cache_folder()
+    folder.mkdir(parents=True)
+    jars = tmp_path / "venv" / "jars"
+    jars.mkdir(parents=True)
+    (folder / "spark-driver-old.jsa").write_bytes(b"x")
+    (folder / "spark-driver-old.jars").write_text(str(jars))
+    os.utime(folder / "spark-driver-old.jsa", ns=(1, 1))  # written before the install
+    jvm_archive._prune()
+    assert list(folder.iterdir()) == []
