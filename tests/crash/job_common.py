@@ -36,10 +36,11 @@ def job_arguments() -> argparse.ArgumentParser:
 
 
 def crash_session(
-    app_name: str, master: str, extra: dict[str, str] | None = None, *, connectors: bool = True
+    app_name: str, master: str, extra: dict[str, str] | None = None, *, connectors: bool = False
 ) -> SparkSession:
-    """Logging set up, and a Spark session whose executors see the crash-point environment
-    (``connectors=False``: without Spark's Kafka and Avro jars, for jobs that need neither)."""
+    """Logging set up, and a Spark session whose executors see the crash-point environment.
+    Every crash job reads JSON files, so Spark's Kafka and Avro jars stay off its class path
+    unless ``connectors`` (the sinks' own clients write Kafka)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # Small COPY chunks: a shard of a few hundred bytes goes in several, so mid_copy fires
     # between two chunks of one COPY (exactlyonce/connectors/postgres/writer.py).
