@@ -68,7 +68,9 @@ RESULTS = Path("bench/results/chaos.json")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=FULL["events"], help="distinct events per run")
-    p.add_argument("--kills", type=int, default=FULL["kills"], help="SIGKILLs per seeded run, at least")
+    p.add_argument(
+        "--kills", type=int, default=FULL["kills"], help="SIGKILLs per seeded run, at least"
+    )
     p.add_argument("--seeds", type=int, default=FULL["seeds"], help="seeded runs per sink")
     p.add_argument("--first-seed", type=int, default=1, help="seeds are FIRST, FIRST+1, ...")
     p.add_argument(
