@@ -3,9 +3,10 @@
 For each sink (PostgreSQL, Kafka, Elasticsearch, Redis, the buffer: ``examples/soak/*.yaml``),
 ``--seeds`` chaos runs of ``exactlyonce chaos examples/soak/SINK.yaml --seed S`` of at least
 ``--kills`` SIGKILLs each (driver kills, hard server restarts, drainer kills; clean restarts
-and proxy faults come on top: :func:`fault_arguments`) on a fresh input of ``--events`` distinct events with at least ``--replay-fraction`` of them
-re-sent (:mod:`bench.soak_input`), then one ``--duration T`` run. Every report is kept, the
-figures go to ``bench/results/chaos.json`` and the matrix is printed as Markdown.
+and proxy faults come on top: :func:`fault_arguments`) on a fresh input of ``--events``
+distinct events with at least ``--replay-fraction`` of them re-sent (:mod:`bench.soak_input`),
+then one ``--duration T`` run. Every report is kept, the figures go to
+``bench/results/chaos.json`` and the matrix is printed as Markdown.
 
 Chaos restarts local servers: it runs against the services under ``--home`` (default
 ``./.exactlyonce``, as ``make services`` starts them), whose ``services.env`` is loaded over
