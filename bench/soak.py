@@ -1,10 +1,12 @@
 """``python -m bench soak`` (``make soak``): the fault matrix at scale.
 
 For each sink (PostgreSQL, Kafka, Elasticsearch, Redis, the buffer: ``examples/soak/*.yaml``),
-``--seeds`` chaos runs of ``exactlyonce chaos examples/soak/SINK.yaml --kills K --seed S``
-on a fresh input of ``--events`` distinct events with at least ``--replay-fraction`` of them
-re-sent (:mod:`bench.soak_input`), then one ``--duration T`` run. Every report is kept, the
-figures go to ``bench/results/chaos.json`` and the matrix is printed as Markdown.
+``--seeds`` chaos runs of ``exactlyonce chaos examples/soak/SINK.yaml --seed S`` of at least
+``--kills`` SIGKILLs each (driver kills, hard server restarts, drainer kills; clean restarts
+and proxy faults come on top: :func:`fault_arguments`) on a fresh input of ``--events``
+distinct events with at least ``--replay-fraction`` of them re-sent (:mod:`bench.soak_input`),
+then one ``--duration T`` run. Every report is kept, the figures go to
+``bench/results/chaos.json`` and the matrix is printed as Markdown.
 
 Chaos restarts local servers: it runs against the services under ``--home`` (default
 ``./.exactlyonce``, as ``make services`` starts them), whose ``services.env`` is loaded over
@@ -51,6 +53,14 @@ NOTES = {
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}
+# Faults that are not SIGKILLs ride on top of a cell's --kills SIGKILLs: server restarts (half
+# of them hard, i.e. SIGKILLs of the server), lost replies / refusals / stalls through the proxy
+# in front of the sink (none for Kafka, whose clients follow the brokers' addresses), and the
+# buffer's drainer SIGKILLs, which count among the kills.
+SERVER_RESTARTS = 4
+PROXY_FAULTS = 3
+DRAINER_KILLS = 3
+NO_PROXY = {"kafka"}
 FULL_SEEDS = int(FULL["seeds"])
 EXAMPLES = Path("examples/soak")
 RESULTS = Path("bench/results/chaos.json")
@@ -59,7 +69,9 @@ RESULTS = Path("bench/results/chaos.json")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=FULL["events"], help="distinct events per run")
-    p.add_argument("--kills", type=int, default=FULL["kills"], help="faults per seeded run")
+    p.add_argument(
+        "--kills", type=int, default=FULL["kills"], help="SIGKILLs per seeded run, at least"
+    )
     p.add_argument("--seeds", type=int, default=FULL["seeds"], help="seeded runs per sink")
     p.add_argument("--first-seed", type=int, default=1, help="seeds are FIRST, FIRST+1, ...")
     p.add_argument(
@@ -98,13 +110,14 @@ def run_cell(
     run = f"{sink}_{mode[0]}{seed}_{int(time.time())}"
     run_dir = root / run
     kills = args.kills
-    files = 3 * kills + 10
+    faults = fault_arguments(sink, kills)
+    files = 3 * int(faults[1]) + 10
     made = write_input(Path(".exactlyonce/soak") / run / "input", args.events, seed, files,
                        args.replay_fraction)  # fmt: skip
     print(f"SOAK   input: {made.describe()}", flush=True)
     report_path = run_dir / "chaos.json"
     cmd = [sys.executable, "-m", "exactlyonce.integration.cli", "chaos",
-           str(EXAMPLES / SINKS[sink]), "--kills", str(kills), "--seed", str(seed),
+           str(EXAMPLES / SINKS[sink]), *faults, "--seed", str(seed),
            "--json", str(report_path), "--log-dir", str(run_dir / "logs")]  # fmt: skip
     if mode == "duration":
         cmd += ["--duration", str(args.duration)]
@@ -118,6 +131,20 @@ def run_cell(
              "replay_fraction": round(made.replay_fraction, 3), "kills_requested": kills,
              "duration": args.duration if mode == "duration" else None}  # fmt: skip
     return cell_entry(sink, mode, report, extra)
+
+
+def fault_arguments(sink: str, kills: int) -> list[str]:
+    """chaos's fault counts for a cell of at least ``kills`` SIGKILLs: driver kills (random and
+    at named points) make up what the hard server restarts and drainer kills leave, and the
+    faults that kill nothing come on top."""
+    restarts = min(SERVER_RESTARTS, kills)
+    hard = restarts // 2  # chaos alternates hard and clean restarts
+    drainer = min(DRAINER_KILLS, kills - hard) if sink == "buffer" else 0
+    proxy = 0 if sink in NO_PROXY else PROXY_FAULTS
+    drivers = kills - hard - drainer
+    args = ["--kills", str(drivers + restarts + proxy + drainer), "--server-faults", str(restarts)]
+    args += ["--proxy-faults", str(proxy)] if sink not in NO_PROXY else []
+    return args + (["--drainer-kills", str(drainer)] if sink == "buffer" else [])
 
 
 def _follow(cmd: list[str], env: dict[str, str], log: Path) -> None:

@@ -18,6 +18,8 @@ COUNT_KEYS = (
     "worker_kills",
     "drainer_kills",
 )
+# The faults that SIGKILL a process: the driver, a server, a worker, the drainer.
+SIGKILL_KEYS = ("driver_kills", "point_kills", "server_hard", "worker_kills", "drainer_kills")
 
 
 def cell_entry(
@@ -26,11 +28,13 @@ def cell_entry(
     """One chaos run's figures from its ``--json`` report."""
     audit = report.get("audit") or {}
     servers = sorted({s["service"] for s in report.get("servers", [])})
+    kinds = {k: report["counts"].get(k, 0) for k in COUNT_KEYS}
     return {
         "sink": sink,
         "mode": mode,  # "seed" (a --kills run) or "duration" (a --duration run)
         "seed": report["seed"],
-        "fault_kinds": {k: report["counts"].get(k, 0) for k in COUNT_KEYS},
+        "fault_kinds": kinds,
+        "sigkills": sum(kinds[k] for k in SIGKILL_KEYS),
         "servers_restarted": servers,
         "server_faults_skipped": report.get("skipped_servers", []),
         "faults": report["faults_happened"],
@@ -51,13 +55,15 @@ def cell_entry(
 
 
 def matrix(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per sink: chaos runs, faults by kind, IDs, duplicates, missing, seconds, verdict."""
+    """Per sink: chaos runs, faults by kind, SIGKILLs (and the fewest in one seeded run: a run
+    with fewer than it asked for fails the row), IDs, duplicates, missing, seconds, verdict."""
     rows: dict[str, dict[str, Any]] = {}
     for c in cells:
         row = rows.setdefault(
             c["sink"],
             {"sink": c["sink"], "chaos_runs": 0, "runs": 0, "faults": 0, "faults_missed": 0,
              "ids": 0, "duplicates": 0, "missing": 0, "seconds": 0.0, "failed_seeds": [],
+             "sigkills": 0, "fewest_sigkills": None, "short_seeds": [],
              **{k: 0 for k in COUNT_KEYS}},
         )  # fmt: skip
         row["chaos_runs"] += 1
@@ -67,19 +73,39 @@ def matrix(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[k] += c[k] or 0
         if not c["exactly_once"]:
             row["failed_seeds"].append(c["seed"])
+        _count_sigkills(row, c)
     for row in rows.values():
         row["seconds"] = round(row["seconds"], 1)
-        row["verdict"] = "FAILED" if row["failed_seeds"] else "EXACTLY ONCE"
+        row["verdict"] = (
+            "FAILED" if row["failed_seeds"]
+            else "TOO FEW KILLS" if row["short_seeds"]
+            else "EXACTLY ONCE"
+        )  # fmt: skip
     return list(rows.values())
+
+
+def _count_sigkills(row: dict[str, Any], cell: dict[str, Any]) -> None:
+    """Add a cell's SIGKILLs to its row; a seeded run below its ``kills_requested`` is short."""
+    sigkills = cell.get("sigkills")
+    if sigkills is None:  # a cell from before SIGKILLs were counted
+        sigkills = sum(cell["fault_kinds"].get(k, 0) for k in SIGKILL_KEYS)
+    row["sigkills"] += sigkills
+    if cell.get("mode") != "seed":
+        return
+    fewest = row["fewest_sigkills"]
+    row["fewest_sigkills"] = sigkills if fewest is None else min(fewest, sigkills)
+    if sigkills < int(cell.get("kills_requested") or 0):
+        row["short_seeds"].append(cell["seed"])
 
 
 def markdown(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
     """The matrix as a Markdown table (paste into the README)."""
     lines = [
-        "| sink | chaos runs | runs | faults (driver / point / server hard / clean / lost reply "
+        "| sink | chaos runs | runs | SIGKILLs (fewest in a seeded run) "
+        "| faults (driver / point / server hard / clean / lost reply "
         "/ refusal / stall / worker / drainer) | IDs "
         "| duplicates | missing | time | verdict |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         kinds = " / ".join(str(r[k]) for k in COUNT_KEYS)
@@ -87,6 +113,7 @@ def markdown(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
         note = f" ({notes[r['sink']]})" if r["sink"] in notes else ""
         lines.append(
             f"| {r['sink']}{note} | {r['chaos_runs']} | {r['runs']} "
+            f"| {r['sigkills']} ({r['fewest_sigkills']}) "
             f"| {r['faults']}: {kinds}{missed} "
             f"| {r['ids']:,} | {r['duplicates']} | {r['missing']} | {r['seconds']:.0f} s "
             f"| {r['verdict']} |"

@@ -18,6 +18,7 @@ import importlib.util
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -74,6 +75,45 @@ class BloomSpec:
     def load(self, data: bytes) -> BloomFilter:
         return _BACKEND_CLASSES[self.backend].from_bytes(self, data)
 
+    def positions(self, ids: Ids) -> Positions | None:
+        """Where ``ids``' bits are in every filter of this spec, computed once (the numpy
+        backend; None for the others, which hash inside their own library)."""
+        if self.backend != "numpy":
+            return None
+        return Positions(self, _bit_indexes(ids, self.bits, self.hashes))
+
+
+def _bit_indexes(ids: Ids, bits: int, hashes: int) -> npt.NDArray[np.uint64]:
+    """(n, hashes) bit numbers: double hashing on the ID's two 64-bit halves (IDs are MD5)."""
+    halves = np.ascontiguousarray(ids).view(np.uint64)
+    h1, h2 = halves[:, 0], halves[:, 1] | np.uint64(1)
+    k = np.arange(hashes, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        idx: npt.NDArray[np.uint64] = (h1[:, None] + k[None, :] * h2[:, None]) % np.uint64(bits)
+    return idx
+
+
+@dataclass
+class Positions:
+    """The bit numbers of a batch of IDs in any numpy filter of ``spec``. A task computes them
+    once and uses them for every live generation of a shard's filter and again for the delta
+    it adds after the commit (computing them was ~14% of a PostgreSQL task's CPU, twice)."""
+
+    spec: BloomSpec
+    indexes: npt.NDArray[np.uint64]  # (n, hashes)
+
+    def take(self, rows: Any) -> Positions:
+        return Positions(self.spec, self.indexes[rows])
+
+    @staticmethod
+    def join(parts: list[Positions]) -> Positions:
+        return Positions(parts[0].spec, np.concatenate([p.indexes for p in parts]))
+
+    @cached_property
+    def byte_and_bit(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+        idx = self.indexes
+        return (idx >> np.uint64(3)).astype(np.int64), (idx & np.uint64(7)).astype(np.uint8)
+
 
 class BloomFilter(ABC):
     spec: BloomSpec
@@ -90,10 +130,11 @@ class BloomFilter(ABC):
     def to_bytes(self) -> bytes: ...
 
     @abstractmethod
-    def add(self, ids: Ids) -> None: ...
+    def add(self, ids: Ids, positions: Positions | None = None) -> None:
+        """Add ``ids``; ``positions``: theirs from ``spec.positions(ids)``, if computed."""
 
     @abstractmethod
-    def contains(self, ids: Ids) -> npt.NDArray[np.bool_]:
+    def contains(self, ids: Ids, positions: Positions | None = None) -> npt.NDArray[np.bool_]:
         """True where the ID may be present, False where it certainly is not."""
 
     def nbytes(self) -> int:
@@ -104,8 +145,6 @@ class NumpyBloom(BloomFilter):
     def __init__(self, spec: BloomSpec, bits: npt.NDArray[np.uint8]) -> None:
         self.spec = spec
         self.bits = bits
-        self._m = np.uint64(spec.bits)
-        self._k = np.arange(spec.hashes, dtype=np.uint64)
 
     @classmethod
     def empty(cls, spec: BloomSpec) -> NumpyBloom:
@@ -121,35 +160,29 @@ class NumpyBloom(BloomFilter):
     def to_bytes(self) -> bytes:
         return self.bits.tobytes()
 
-    def _bit_indexes(self, ids: Ids) -> npt.NDArray[np.uint64]:
-        """(n, hashes) bit numbers: double hashing on the ID's two 64-bit halves."""
-        halves = np.ascontiguousarray(ids).view(np.uint64)
-        h1, h2 = halves[:, 0], halves[:, 1] | np.uint64(1)
-        with np.errstate(over="ignore"):
-            idx: npt.NDArray[np.uint64] = (h1[:, None] + self._k[None, :] * h2[:, None]) % self._m
-        return idx
+    def _positions(self, ids: Ids, given: Positions | None) -> Positions:
+        if given is not None and given.spec == self.spec:
+            return given
+        return Positions(self.spec, _bit_indexes(ids, self.spec.bits, self.spec.hashes))
 
-    def _positions(self, ids: Ids) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-        idx = self._bit_indexes(ids)
-        return (idx >> np.uint64(3)).astype(np.int64), (idx & np.uint64(7)).astype(np.uint8)
-
-    def add(self, ids: Ids) -> None:
+    def add(self, ids: Ids, positions: Positions | None = None) -> None:
         if not len(ids):
             return
+        at = self._positions(ids, positions)
         if self.spec.bits <= _UNPACKED_ADD_MAX_BITS:
             # Scatter into one bool per bit and pack: 2x faster than ``bitwise_or.at``
             # (150k IDs, 7.2M bits: 0.33 s instead of 0.70 s on a loaded 2-core machine).
             flat = np.zeros(self.spec.bits, dtype=bool)
-            flat[self._bit_indexes(ids).ravel()] = True
+            flat[at.indexes.ravel()] = True
             self.bits |= np.packbits(flat, bitorder="little")
             return
-        byte, bit = self._positions(ids)
+        byte, bit = at.byte_and_bit
         np.bitwise_or.at(self.bits, byte, np.left_shift(np.uint8(1), bit))
 
-    def contains(self, ids: Ids) -> npt.NDArray[np.bool_]:
+    def contains(self, ids: Ids, positions: Positions | None = None) -> npt.NDArray[np.bool_]:
         if not len(ids):
             return np.zeros(0, dtype=bool)
-        byte, bit = self._positions(ids)
+        byte, bit = self._positions(ids, positions).byte_and_bit
         result = np.asarray(((self.bits[byte] >> bit) & 1).all(axis=1), dtype=bool)
         return result
 
@@ -181,10 +214,10 @@ class RBloom(BloomFilter):
     def to_bytes(self) -> bytes:
         return bytes(self.inner.save_bytes())
 
-    def add(self, ids: Ids) -> None:
+    def add(self, ids: Ids, positions: Positions | None = None) -> None:
         self.inner.update([row.tobytes() for row in ids])
 
-    def contains(self, ids: Ids) -> npt.NDArray[np.bool_]:
+    def contains(self, ids: Ids, positions: Positions | None = None) -> npt.NDArray[np.bool_]:
         inner = self.inner
         return np.fromiter((row.tobytes() in inner for row in ids), dtype=bool, count=len(ids))
 
@@ -217,12 +250,12 @@ class PyBloomLive(BloomFilter):
     def to_bytes(self) -> bytes:
         return bytes(self.inner.bitarray.tobytes())
 
-    def add(self, ids: Ids) -> None:
+    def add(self, ids: Ids, positions: Positions | None = None) -> None:
         add = self.inner.add
         for row in ids:
             add(row.tobytes())
 
-    def contains(self, ids: Ids) -> npt.NDArray[np.bool_]:
+    def contains(self, ids: Ids, positions: Positions | None = None) -> npt.NDArray[np.bool_]:
         inner = self.inner
         return np.fromiter((row.tobytes() in inner for row in ids), dtype=bool, count=len(ids))
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from exactlyonce.dedup.bloom import BloomFilter, Ids
+from exactlyonce.dedup.bloom import BloomFilter, Ids, Positions
 from exactlyonce.dedup.catalog import RedisCatalog
 from exactlyonce.dedup.claims import PartitionClaims
 from exactlyonce.dedup.config import DedupConfig
@@ -62,7 +62,7 @@ class TaskDedup:
     stats: DedupStats = field(default_factory=DedupStats)
     _catalog: RedisCatalog | None = None
     _seen: npt.NDArray[np.bytes_] = field(default_factory=lambda: np.empty(0, dtype="S16"))
-    _new: dict[int, list[Ids]] = field(default_factory=dict)
+    _new: dict[int, list[tuple[Ids, Positions | None]]] = field(default_factory=dict)
     _recommitted: dict[int, list[Ids]] = field(default_factory=dict)
     _filters: dict[int, dict[int, tuple[int, BloomFilter]]] = field(default_factory=dict)
     claims: PartitionClaims | None = None
@@ -96,14 +96,17 @@ class TaskDedup:
         """True for each record to write; False for a repeat or an ID the catalog holds."""
         self.stats.ids_checked += len(ids)
         keep = self._first_in_task(ids)
+        # The Bloom bits of every ID, once: for each live filter now, for the delta later.
+        at = self.plan.layout.bloom.positions(ids)
         for shard in np.unique(shards[keep]):
             rows = np.flatnonzero(keep & (shards == shard))
-            seen = self._in_catalog(int(shard), ids[rows])
+            seen = self._in_catalog(int(shard), ids[rows], _take(at, rows))
             keep[rows[seen]] = False
         if self.claims is not None:
             self._claim(shards, ids, keep)
         for shard in np.unique(shards[keep]):
-            self._new.setdefault(int(shard), []).append(ids[keep & (shards == shard)])
+            rows = np.flatnonzero(keep & (shards == shard))
+            self._new.setdefault(int(shard), []).append((ids[rows], _take(at, rows)))
         return keep
 
     def _claim(self, shards: npt.NDArray[np.int64], ids: Ids, keep: npt.NDArray[np.bool_]) -> None:
@@ -137,10 +140,12 @@ class TaskDedup:
         self.stats.task_repeats += len(ids) - int(keep.sum())
         return keep
 
-    def _in_catalog(self, shard: int, ids: Ids) -> npt.NDArray[np.bool_]:
+    def _in_catalog(
+        self, shard: int, ids: Ids, at: Positions | None = None
+    ) -> npt.NDArray[np.bool_]:
         maybe = np.zeros(len(ids), dtype=bool)
         for _, bloom in self._blooms(shard).values():
-            maybe |= bloom.contains(ids)
+            maybe |= bloom.contains(ids, at)
         self.stats.bloom_negatives += len(ids) - int(maybe.sum())
         found = np.zeros(len(ids), dtype=bool)
         if maybe.any():
@@ -179,19 +184,20 @@ class TaskDedup:
     def after_commit(self) -> None:
         # Re-marks hold only IDs the catalog lacks: the journal of an epoch lists the IDs
         # first marked in it, so rolling the epoch back never removes older, true entries.
-        for shard, parts in sorted(self._recommitted.items()):
-            ids = np.unique(np.concatenate(parts).view("S16").ravel()).view(np.uint8)
+        for shard, again in sorted(self._recommitted.items()):
+            ids = np.unique(np.concatenate(again).view("S16").ravel()).view(np.uint8)
             ids = ids.reshape(-1, 16)
-            self._new.setdefault(shard, []).append(ids[~self._in_catalog(shard, ids)])
+            lacking = ids[~self._in_catalog(shard, ids)]
+            self._new.setdefault(shard, []).append((lacking, None))
         self._recommitted.clear()
         p = self.plan
         gen = p.layout.gen(self.epoch)
         for shard, parts in sorted(self._new.items()):
-            ids = np.concatenate(parts) if parts else np.zeros((0, 16), dtype=np.uint8)
+            ids, at = _joined(parts)
             if not len(ids):
                 continue
             delta = p.layout.bloom.empty()
-            delta.add(ids)
+            delta.add(ids, at)
             version = self.catalog.merge_bloom(p.instance, shard, gen, delta, p.layout.tracked)
             self._update_cache(shard, gen, version, delta)
             self.catalog.mark(p.instance, p.layout, shard, self.epoch, ids)
@@ -211,3 +217,17 @@ class TaskDedup:
             ).tobytes()
         )
         gens[gen] = (version, merged)
+
+
+def _take(at: Positions | None, rows: npt.NDArray[np.intp]) -> Positions | None:
+    return None if at is None else at.take(rows)
+
+
+def _joined(parts: list[tuple[Ids, Positions | None]]) -> tuple[Ids, Positions | None]:
+    """A shard's new IDs and their Bloom positions in one piece (None if any part lacks them:
+    the filter then computes them)."""
+    if not parts:
+        return np.zeros((0, 16), dtype=np.uint8), None
+    ids = np.concatenate([p[0] for p in parts])
+    known = [p[1] for p in parts if p[1] is not None]
+    return ids, Positions.join(known) if len(known) == len(parts) else None

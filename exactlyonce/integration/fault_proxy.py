@@ -179,7 +179,6 @@ class FaultProxy(ThreadedProxy):
                     doomed.append((pattern, data[:80]))
                 up_w.write(data)
                 await up_w.drain()
-            up_w.close()
 
         async def replies() -> None:
             while data := await up_r.read(READ_BYTES):
@@ -191,12 +190,14 @@ class FaultProxy(ThreadedProxy):
                 client_w.write(data)
                 await client_w.drain()
 
-        with contextlib.suppress(OSError):
-            reply_task = asyncio.ensure_future(replies())
-            request_task = asyncio.ensure_future(requests())
-            await reply_task  # ends at EOF from the server, or at a dropped reply
-            request_task.cancel()
-            await asyncio.gather(request_task, return_exceptions=True)
+        # Whichever side ends first (EOF, a reset, a dropped reply) ends the connection on
+        # both: a client SIGKILLed mid-transaction resets its socket, and its server session,
+        # left open, would hold that transaction's locks for good.
+        pumps = [asyncio.ensure_future(replies()), asyncio.ensure_future(requests())]
+        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        for pump in pumps:
+            pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
         for writer in (up_w, client_w):
             self._open.discard(writer)
             writer.close()

@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--es-url", required=True)
     parser.add_argument("--mode", default="create", choices=["create", "index", "insert"])
     args = parser.parse_args()
-    spark = job_common.crash_session("es-crash-job", args.master)
+    spark = job_common.crash_session("es-crash-job", args.master, api=args.api)
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
     if args.api == "format":
         options = {

@@ -23,7 +23,7 @@ def main() -> None:
     # content: keyless rows, IDs from the whole row and its occurrence number in the epoch
     parser.add_argument("--id-from", default="columns", choices=["columns", "content"])
     args = parser.parse_args()
-    spark = job_common.crash_session("crash-job", args.master)
+    spark = job_common.crash_session("crash-job", args.master, api=args.api)
     if args.api == "format":
         options = {
             "sink": "postgres",

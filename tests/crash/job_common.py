@@ -36,10 +36,17 @@ def job_arguments() -> argparse.ArgumentParser:
 
 
 def crash_session(
-    app_name: str, master: str, extra: dict[str, str] | None = None, *, connectors: bool = True
+    app_name: str,
+    master: str,
+    extra: dict[str, str] | None = None,
+    *,
+    connectors: bool = False,
+    api: str = "foreachBatch",
 ) -> SparkSession:
-    """Logging set up, and a Spark session whose executors see the crash-point environment
-    (``connectors=False``: without Spark's Kafka and Avro jars, for jobs that need neither)."""
+    """Logging set up, and a Spark session whose executors see the crash-point environment.
+    Every crash job reads JSON files, so Spark's Kafka and Avro jars stay off its class path
+    unless ``connectors`` (the sinks' own clients write Kafka); ``format("exactlyonce")`` is
+    registered only for ``api="format"`` (registering costs a Python process per start)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # Small COPY chunks: a shard of a few hundred bytes goes in several, so mid_copy fires
     # between two chunks of one COPY (exactlyonce/connectors/postgres/writer.py).
@@ -55,6 +62,7 @@ def crash_session(
         master=master,
         extra={**crash_env, **TEST_JVM, **(extra or {})},
         connectors=connectors,
+        data_source=api == "format",
     )
 
 

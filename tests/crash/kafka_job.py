@@ -29,6 +29,7 @@ def main() -> None:
         "kafka-crash-job",
         args.master,
         {"spark.sql.execution.arrow.maxRecordsPerBatch": str(args.arrow_batch)},
+        api=args.api,
     )
     if args.api == "format":
         options = {

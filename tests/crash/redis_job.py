@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--write", default="hash", choices=["hash", "string", "stream"])
     parser.add_argument("--pipeline-size", type=int, default=16)
     args = parser.parse_args()
-    spark = job_common.crash_session("redis-crash-job", args.master)
+    spark = job_common.crash_session("redis-crash-job", args.master, api=args.api)
     if args.api == "format":
         options = {
             "sink": "redis",

@@ -132,9 +132,7 @@ def main() -> None:
     parser.add_argument("--es-url")
     parser.add_argument("--expected-out")
     args = parser.parse_args()
-    spark = job_common.crash_session(
-        "upsert-crash-job", args.master, LEAN_SESSION, connectors=False
-    )
+    spark = job_common.crash_session("upsert-crash-job", args.master, LEAN_SESSION)
     kinds = SINKS if args.sink == "all" else (args.sink,)
     sinks = [build_sink(args, kind) for kind in kinds]
     events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)

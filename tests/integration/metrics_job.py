@@ -22,7 +22,7 @@ def main() -> None:
     for name in ("--input", "--checkpoint", "--query-name", "--table", "--port-file"):
         parser.add_argument(name, required=True)
     args = parser.parse_args()
-    spark = session("metrics-job", master="local[2]", connectors=False)
+    spark = session("metrics-job", master="local[2]", connectors=False, data_source=False)
     port = metrics.serve(0, "127.0.0.1")
     metrics.watch(spark)
     sink = PostgresSink(

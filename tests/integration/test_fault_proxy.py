@@ -83,3 +83,31 @@ def test_the_latency_proxy_delays_replies(upstream: tuple[str, int]) -> None:
         assert proxy.replies >= 1
     finally:
         proxy.stop()
+
+
+def _server_sees_client(upstream: tuple[str, int], name: str) -> bool:
+    direct = redis.Redis(host=upstream[0], port=upstream[1])
+    return any(c.get("name") == name for c in direct.client_list())
+
+
+def test_a_client_that_dies_with_a_reset_frees_its_server_connection(
+    upstream: tuple[str, int], unique_name: str
+) -> None:
+    """A SIGKILLed client's socket closes with a reset when it dies holding unread bytes; its
+    server-side connection must close too (a PostgreSQL session left open would hold its
+    transaction's locks, and every later writer would wait on them forever)."""
+    proxy = FaultProxy(*upstream)
+    try:
+        sock = socket.create_connection(("127.0.0.1", proxy.port))
+        name = unique_name.replace("-", "_")
+        sock.sendall(f"CLIENT SETNAME {name}\r\nPING\r\n".encode())
+        time.sleep(0.5)  # the replies wait unread in the socket: its close sends a reset
+        assert _server_sees_client(upstream, name)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()
+        deadline = time.monotonic() + 5
+        while _server_sees_client(upstream, name) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _server_sees_client(upstream, name), "the proxy kept the server side open"
+    finally:
+        proxy.stop()

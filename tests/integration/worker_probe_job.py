@@ -20,7 +20,11 @@ from exactlyonce.integration.spark import session
 def write_one_batch(worker_python: str, dsn: str, table: str) -> None:
     os.environ["PYSPARK_PYTHON"] = worker_python  # what a SparkContext started here uses
     spark = session(
-        "worker-probe-test", "local[1]", {"spark.pyspark.python": worker_python}, connectors=False
+        "worker-probe-test",
+        "local[1]",
+        {"spark.pyspark.python": worker_python},
+        connectors=False,
+        data_source=False,
     )
     try:
         sink = PostgresSink(dsn, table, ["event_id"], f"probe-{table}", dedup=False)

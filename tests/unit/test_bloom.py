@@ -101,3 +101,24 @@ def test_unpacked_add_sets_the_same_bits_as_the_scatter_add(
     slow = spec.empty()
     slow.add(ids(0, 5_000))
     assert fast.to_bytes() == slow.to_bytes()
+
+
+def test_positions_computed_once_give_the_same_answers_and_bits() -> None:
+    """A task computes the Bloom positions of its IDs once and reuses them for every live
+    filter and the delta; the filters must answer and grow exactly as without them, and
+    ignore positions of another spec."""
+    rng = np.random.default_rng(3)
+    spec, other = BloomSpec(5_000, 0.01), BloomSpec(9_000, 0.01)
+    ids = rng.integers(0, 256, (4_000, 16), dtype=np.uint8)
+    probe = rng.integers(0, 256, (4_000, 16), dtype=np.uint8)
+    plain, reused = spec.empty(), spec.empty()
+    plain.add(ids[:2_000])
+    reused.add(ids[:2_000], spec.positions(ids[:2_000]))
+    assert plain.to_bytes() == reused.to_bytes()
+    at = spec.positions(np.concatenate([ids, probe]))
+    assert at is not None
+    assert (plain.contains(ids) == reused.contains(ids, at.take(np.arange(4_000)))).all()
+    assert (plain.contains(probe) == reused.contains(probe, at.take(np.arange(4_000, 8_000)))).all()
+    wrong = other.positions(probe)
+    assert (plain.contains(probe, wrong) == plain.contains(probe)).all()
+    assert spec.positions(ids) is not None and BloomSpec(10, 0.01, "rbloom").positions(ids) is None

@@ -51,9 +51,36 @@ def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
     (row,) = matrix(cells)
     assert (row["chaos_runs"], row["runs"], row["faults"], row["ids"]) == (2, 10, 8, 200)
     assert (row["duplicates"], row["failed_seeds"], row["verdict"]) == (3, [2], "FAILED")
+    assert (row["sigkills"], row["fewest_sigkills"]) == (8, 4)  # driver + point + hard
     table = markdown([row], {"pg": "note"})
     kinds = "4 / 2 / 2 / 0 / 0 / 0 / 0 / 0 / 0"  # driver, point, hard, clean, then the rest none
-    assert f"| pg (note) | 2 | 10 | 8: {kinds} | 200 | 3 | 0 | 20 s | FAILED |" in table
+    assert f"| pg (note) | 2 | 10 | 8 (4) | 8: {kinds} | 200 | 3 | 0 | 20 s | FAILED |" in table
+
+
+def test_a_seeded_run_with_fewer_sigkills_than_asked_fails_its_row() -> None:
+    report = {**_report(1, 0), "counts": {"driver_kills": 3, "server_clean": 5}}
+    short = cell_entry("pg", "seed", report, {"kills_requested": 4})
+    assert short["sigkills"] == 3  # clean restarts kill nothing
+    (row,) = matrix([short, cell_entry("pg", "seed", _report(2, 0), {"kills_requested": 4})])
+    assert (row["short_seeds"], row["verdict"]) == ([1], "TOO FEW KILLS")
+    (row,) = matrix([cell_entry("pg", "seed", _report(2, 0), {"kills_requested": 4})])
+    assert row["verdict"] == "EXACTLY ONCE"
+
+
+@pytest.mark.parametrize(
+    ("sink", "total", "extra"),
+    [
+        ("pg", 25, ["--proxy-faults", "3"]),  # 18 driver + 2 hard restarts = 20 SIGKILLs
+        ("kafka", 22, []),  # no proxy in front of a broker
+        ("buffer", 25, ["--proxy-faults", "3", "--drainer-kills", "3"]),  # 15 + 2 + 3
+    ],
+)
+def test_a_cell_asks_chaos_for_its_sigkills_and_puts_the_other_faults_on_top(
+    sink: str, total: int, extra: list[str]
+) -> None:
+    from bench.soak import fault_arguments
+
+    assert fault_arguments(sink, 20) == ["--kills", str(total), "--server-faults", "4", *extra]
 
 
 def _tree(root: Path) -> Path:

@@ -56,3 +56,41 @@ def test_refused_workers_are_probed_again_at_the_next_start(
         with pytest.raises(ConfigError):
             workers.check_workers(fake_session("local-1", "/py"))
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("master", "python", "root", "path", "shared", "skip"),
+    [
+        # local, this interpreter, the package in site-packages: every worker imports it
+        ("local[2]", "/venv/bin/python", "/venv/site", ["/venv/site"], ["/venv/site"], True),
+        # an editable install's finder: the package root is on no sys.path entry at all
+        ("local[*]", "/venv/bin/python", "/repo", ["/venv/site"], ["/venv/site"], True),
+        # $PYTHONPATH or the working folder (a worker's sys.path[0]) hold it
+        ("local[1]", "/venv/bin/python", "/repo", ["/repo"], ["/repo"], True),
+        # only this script's folder (or a sys.path entry added at run time) holds it
+        ("local[2]", "/venv/bin/python", "/scripts", ["/scripts", "/venv/site"], [], False),
+        ("local[2]", "/other/python", "/venv/site", ["/venv/site"], ["/venv/site"], False),
+        ("spark://m:7077", "/venv/bin/python", "/venv/site", ["/venv/site"], ["/venv/site"], False),
+        (None, "/venv/bin/python", "/venv/site", ["/venv/site"], ["/venv/site"], False),
+    ],
+)
+def test_the_probe_is_skipped_only_where_the_workers_are_this_interpreter_on_this_machine(
+    master: str | None, python: str, root: str, path: list[str], shared: list[str], skip: bool
+) -> None:
+    assert workers.workers_are_this_interpreter(
+        master, python, "/venv/bin/python", root, path, shared
+    ) is skip
+
+
+def test_a_local_session_of_this_interpreter_is_not_probed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(workers, "_PASSED", {})
+    monkeypatch.setattr(workers, "probe_workers", lambda spark: pytest.fail("probed"))
+    session = SimpleNamespace(
+        sparkContext=SimpleNamespace(
+            applicationId="local-9", pythonExec=sys.executable, master="local[2]"
+        )
+    )
+    got = workers.check_workers(session)  # type: ignore[arg-type]
+    assert (got.executable, got.error, got.ms) == (sys.executable, None, 0.0)

@@ -9,6 +9,10 @@ exactlyonce`` works, and refuses (ConfigError, one sentence with the fix) a work
 cannot import the package or runs another Python or pyspark (major.minor) than the driver.
 Workers that passed are remembered per (Spark application, worker Python): a later start
 in the same session asks no more (a new session, or another worker Python, is probed).
+A local session whose workers are this very interpreter, with exactlyonce importable from
+a path each of its processes sees (site-packages, an installed finder, ``$PYTHONPATH``, the
+working folder), is not probed at all: its workers are this process's twins
+(:func:`workers_are_this_interpreter`; ~1 s of every start's first batch).
 
 The probe function is compiled here from source in a namespace no module is registered
 under, so cloudpickle ships it BY VALUE: the worker runs it without importing exactlyonce,
@@ -171,6 +175,61 @@ def _session_key(spark: SparkSession) -> tuple[str, str | None] | None:
     return (str(app), configured_python(spark)) if app else None
 
 
+def workers_are_this_interpreter(
+    master: str | None,
+    worker_python: str | None,
+    executable: str,
+    package_root: str,
+    path: list[str],
+    shared: list[str],
+) -> bool:
+    """True when a probe could learn nothing: a ``local`` master whose Python workers run
+    ``executable`` (this interpreter), and the package's root either on a ``shared`` path
+    (site-packages, ``$PYTHONPATH``, the working folder: every process of this interpreter
+    here has it) or on no ``path`` entry at all (an installed finder put it there, as for
+    an editable install). A root only this script's folder or a run-time ``sys.path`` entry
+    provides, another Python, or any cluster master: probe."""
+    if not (master or "").startswith("local") or worker_python != executable:
+        return False
+    return package_root in shared or package_root not in path
+
+
+def _this_interpreter(spark: SparkSession) -> bool:
+    import site
+
+    import exactlyonce
+
+    try:
+        master = str(spark.sparkContext.master)
+    except Exception:  # Spark Connect, or a session without a master: probe
+        return False
+    real = os.path.realpath
+    root = real(os.path.dirname(os.path.dirname(os.path.abspath(exactlyonce.__file__))))
+    env_path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    shared = [*site.getsitepackages(), site.getusersitepackages(), *env_path, os.getcwd()]
+    return workers_are_this_interpreter(
+        master,
+        configured_python(spark),
+        sys.executable,
+        root,
+        [real(p or os.getcwd()) for p in sys.path],
+        [real(p) for p in shared if p],
+    )
+
+
+def _twin_report() -> WorkerReport:
+    import importlib.metadata
+
+    import pyspark
+
+    python = ".".join(map(str, sys.version_info[:3]))
+    try:
+        version = importlib.metadata.version("exactlyonce")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        version = "unknown"
+    return WorkerReport(sys.executable, python, pyspark.__version__, version, None, 0.0)
+
+
 def check_workers(spark: SparkSession) -> WorkerReport:
     """Probe the workers; ConfigError (field ``spark.pyspark.python``) with one sentence
     when they cannot run the sink's tasks. A session whose workers passed is not probed
@@ -178,7 +237,11 @@ def check_workers(spark: SparkSession) -> WorkerReport:
     key = _session_key(spark)
     if key is not None and key in _PASSED:
         return _PASSED[key]
-    worker = _probe_or_refuse(spark)
+    if _this_interpreter(spark):
+        log.info("Spark's Python workers are this interpreter on this machine: not probed")
+        worker = _twin_report()
+    else:
+        worker = _probe_or_refuse(spark)
     if key is not None:
         _PASSED[key] = worker
     return worker

@@ -63,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         app_name=cfg.spark.app_name or cfg.query_name,
         master=cfg.spark.master,
         extra={"spark.ui.showConsoleProgress": "false", **cfg.spark.conf},
+        data_source=False,  # a pipeline writes through foreachBatch(sink): a faster start
     )
     try:
         if port is not None:
