@@ -61,6 +61,7 @@ SERVER_RESTARTS = 4
 PROXY_FAULTS = 3
 DRAINER_KILLS = 3
 NO_PROXY = {"kafka"}
+FILES_PER_FAULT = 5
 FULL_SEEDS = int(FULL["seeds"])
 EXAMPLES = Path("examples/soak")
 RESULTS = Path("bench/results/chaos.json")
@@ -111,7 +112,10 @@ def run_cell(
     run_dir = root / run
     kills = args.kills
     faults = fault_arguments(sink, kills)
-    files = 3 * int(faults[1]) + 10
+    # A run that rides out a fault (a clean restart, a proxy fault) goes on reading while
+    # the next fault waits for its epochs: at 3 files per fault the redis cell of seed 1 ran
+    # out of input with 4 faults to go (MISSED, 17 SIGKILLs). 5 per fault: 135 for pg.
+    files = FILES_PER_FAULT * int(faults[1]) + 10
     made = write_input(Path(".exactlyonce/soak") / run / "input", args.events, seed, files,
                        args.replay_fraction)  # fmt: skip
     print(f"SOAK   input: {made.describe()}", flush=True)
