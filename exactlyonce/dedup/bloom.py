@@ -78,9 +78,11 @@ class BloomSpec:
     def positions(self, ids: Ids) -> Positions | None:
         """Where ``ids``' bits are in every filter of this spec, computed once (the numpy
         backend; None for the others, which hash inside their own library)."""
-        if self.backend != "numpy":
-            return None
-        return Positions(self, _bit_indexes(ids, self.bits, self.hashes))
+        return _numpy_positions(self, ids) if self.backend == "numpy" else None
+
+
+def _numpy_positions(spec: BloomSpec, ids: Ids) -> Positions:
+    return Positions(spec, _bit_indexes(ids, spec.bits, spec.hashes))
 
 
 def _bit_indexes(ids: Ids, bits: int, hashes: int) -> npt.NDArray[np.uint64]:
@@ -163,7 +165,7 @@ class NumpyBloom(BloomFilter):
     def _positions(self, ids: Ids, given: Positions | None) -> Positions:
         if given is not None and given.spec == self.spec:
             return given
-        return Positions(self.spec, _bit_indexes(ids, self.spec.bits, self.spec.hashes))
+        return _numpy_positions(self.spec, ids)
 
     def add(self, ids: Ids, positions: Positions | None = None) -> None:
         if not len(ids):
