@@ -113,8 +113,9 @@ def run_cell(
     kills = args.kills
     faults = fault_arguments(sink, kills)
     # A run that rides out a fault (a clean restart, a proxy fault) goes on reading while
-    # the next fault waits for its epochs: at 3 files per fault the redis cell of seed 1 ran
-    # out of input with 4 faults to go (MISSED, 17 SIGKILLs). 5 per fault: 135 for pg.
+    # the next fault waits for its epochs, so each fault gets room: 5 files, 135 for pg.
+    # (The redis cell of seed 1 once read all its input in a run whose mid_write point never
+    # fired, a task under pipeline_size records never staged; fixed in the Redis task.)
     files = FILES_PER_FAULT * int(faults[1]) + 10
     made = write_input(Path(".exactlyonce/soak") / run / "input", args.events, seed, files,
                        args.replay_fraction)  # fmt: skip

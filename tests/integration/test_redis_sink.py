@@ -20,6 +20,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from exactlyonce.connectors import ConfigError, ExactlyOnceError, SinkUnavailableError
 from exactlyonce.connectors.base import ERROR_COLUMN, PAYLOAD_COLUMN, SHARD_COLUMN, TaskResult
 from exactlyonce.connectors.redis import RedisShardTask, RedisSink
+from exactlyonce.connectors.redis import task as task_module
 from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.spark import start_stream
@@ -221,26 +222,31 @@ def test_template_and_url_errors_name_the_problem_and_never_the_password(
     assert "wrong-secret" not in caplog.text and ":secret@" not in caplog.text
 
 
+TASK_COLUMNS = ["event_id", "record_id", "epoch"]
+
+
+def batch(names: list[str], epoch: int) -> pa.RecordBatch:
+    """One task's input: records of shard 0 of ``epoch``, no dead letters."""
+    n = len(names)
+    return pa.RecordBatch.from_pydict(
+        {
+            "event_id": names,
+            "record_id": [record_id([x]) for x in names],
+            "epoch": pa.array([epoch] * n, pa.int64()),
+            SHARD_COLUMN: pa.array([0] * n, pa.int32()),
+            ERROR_COLUMN: pa.array([None] * n, pa.string()),
+            PAYLOAD_COLUMN: pa.array([None] * n, pa.string()),
+        }
+    )
+
+
 def test_a_lost_reply_is_verified_and_lost_staging_writes_nothing(
     sink_redis: SinkRedis, unique_name: str
 ) -> None:
     """The executor side alone: re-sending the apply script, and staging that vanished."""
     sink = new_sink(sink_redis, unique_name, dedup=False, pipeline_size=2, shards=1)
     schema = StructType([StructField("event_id", StringType())])
-    columns = ["event_id", "record_id", "epoch"]
-
-    def batch(names: list[str], epoch: int) -> pa.RecordBatch:
-        n = len(names)
-        return pa.RecordBatch.from_pydict(
-            {
-                "event_id": names,
-                "record_id": [record_id([x]) for x in names],
-                "epoch": pa.array([epoch] * n, pa.int64()),
-                SHARD_COLUMN: pa.array([0] * n, pa.int32()),
-                ERROR_COLUMN: pa.array([None] * n, pa.string()),
-                PAYLOAD_COLUMN: pa.array([None] * n, pa.string()),
-            }
-        )
+    columns = TASK_COLUMNS
 
     def write_epoch_0(epoch: int, shards: int) -> list[TaskResult]:
         task = RedisShardTask(sink._task_writer(epoch, columns).target, epoch)  # type: ignore[attr-defined]
@@ -294,3 +300,33 @@ def test_the_write_counter_sees_a_second_write(sink_redis: SinkRedis, unique_nam
         f"{unique_name}:k": 2,
         f"{unique_name}:j": 1,
     }
+
+
+def test_an_armed_mid_write_stages_part_of_a_small_task_before_the_point(
+    sink_redis: SinkRedis, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mid_write`` is reached by a task of any size, with records sent before it and more
+    after it. It used to need more than ``pipeline_size`` (10,000) records in one task, so a
+    chaos point kill on a stream of small epochs never fired (the soak's Redis cell)."""
+    sink = new_sink(sink_redis, unique_name, dedup=False, shards=1)  # default pipeline_size
+    schema = StructType([StructField("event_id", StringType())])
+    steps: list[str] = []
+    monkeypatch.setattr(task_module, "crash_point", lambda name, epoch: steps.append(name))
+    monkeypatch.setenv("EXACTLYONCE_CRASH_AT", "mid_write")
+
+    def write(epoch: int, shards: int) -> list[TaskResult]:
+        task = RedisShardTask(sink._task_writer(epoch, TASK_COLUMNS).target, epoch)  # type: ignore[attr-defined]
+        add = task._add
+        monkeypatch.setattr(task, "_add", lambda chunk, n: (steps.append("add"), add(chunk, n)))
+        task.write(batch([f"e{i}" for i in range(6)], epoch))
+        assert steps.count("mid_write") == 1, steps
+        point = steps.index("mid_write")
+        assert "add" in steps[:point] and "add" in steps[point:], f"before and after: {steps}"
+        assert sink_redis.client().hlen(task.stage_key) >= 1, "the first records reached Redis"
+        task.commit()
+        assert task.status == 1 and task.result.written == 6
+        task.close()
+        return [task.result]
+
+    sink.run_epoch(0, None, schema, lambda: 1, write)
+    assert len(sink_redis.write_counts("HSET", f"{unique_name}:e")) == 6
