@@ -246,11 +246,10 @@ def test_a_lost_reply_is_verified_and_lost_staging_writes_nothing(
     """The executor side alone: re-sending the apply script, and staging that vanished."""
     sink = new_sink(sink_redis, unique_name, dedup=False, pipeline_size=2, shards=1)
     schema = StructType([StructField("event_id", StringType())])
-    columns = TASK_COLUMNS
 
     def write_epoch_0(epoch: int, shards: int) -> list[TaskResult]:
-        task = RedisShardTask(sink._task_writer(epoch, columns).target, epoch)  # type: ignore[attr-defined]
-        late = RedisShardTask(sink._task_writer(epoch, columns).target, epoch)  # type: ignore[attr-defined]
+        task = RedisShardTask(sink._task_writer(epoch, TASK_COLUMNS).target, epoch)  # type: ignore[attr-defined]
+        late = RedisShardTask(sink._task_writer(epoch, TASK_COLUMNS).target, epoch)  # type: ignore[attr-defined]
         task.write(batch(["a", "b", "c"], epoch))  # two chunks: one staged, one inline
         late.write(batch(["a", "b", "c"], epoch))  # a concurrent attempt of the same shard
         task.commit()
@@ -268,14 +267,14 @@ def test_a_lost_reply_is_verified_and_lost_staging_writes_nothing(
     assert sink_redis.write_counts("HSET", f"{unique_name}:") == Counter(
         {f"{unique_name}:{x}": 1 for x in "abc"}
     )
-    zombie = RedisShardTask(sink._task_writer(0, columns).target, 0)  # type: ignore[attr-defined]
+    zombie = RedisShardTask(sink._task_writer(0, TASK_COLUMNS).target, 0)  # type: ignore[attr-defined]
     zombie.write(batch(["a"], 0))  # the head passed epoch 0: the whole epoch is committed
     zombie.commit()
     assert zombie.result.skipped_shards == [0] and zombie.result.written == 0
     zombie.close()
 
     def write_epoch_1(epoch: int, shards: int) -> list[TaskResult]:
-        task = RedisShardTask(sink._task_writer(epoch, columns).target, epoch)  # type: ignore[attr-defined]
+        task = RedisShardTask(sink._task_writer(epoch, TASK_COLUMNS).target, epoch)  # type: ignore[attr-defined]
         task.write(batch(["d", "e", "f"], epoch))
         sink_redis.client().delete(task.stage_key)  # e.g. expired, or a Redis without AOF
         with pytest.raises(ExactlyOnceError, match="EO_STAGING_LOST"):
