@@ -6,6 +6,7 @@ into the destination itself and the audit fails (exit 1), naming both."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,18 @@ def test_kafka_audit_reads_as_a_plain_read_committed_consumer_and_fails_on_unatt
     assert doc["unattributable"] == 1 and doc["read"] == len(EVENTS) + 2, doc
 
 
+def plain_copies(bootstrap: str, topic: str, rid: str, wait_s: float = 30.0) -> int:
+    """How many records with ID ``rid`` a plain read_committed consumer counts, read again
+    until it sees two or ``wait_s`` passes: under load, a read right after the abort once
+    stopped short of the aborted record (CI, stop 26: 1 copy), though Tansu shows it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        copies = sum(h.get("eo-record-id") == rid.encode() for h in read_headers(bootstrap, topic))
+        if copies >= 2 or time.monotonic() > deadline:
+            return copies
+        time.sleep(0.5)
+
+
 def test_kafka_audit_on_a_broker_that_shows_aborted_records_follows_the_recipe(
     tmp_path: Path,
     spark: Any,
@@ -140,10 +153,9 @@ def test_kafka_audit_on_a_broker_that_shows_aborted_records_follows_the_recipe(
     producer.begin_transaction()
     headers = [("eo-query", unique_name.encode()), ("eo-record-id", record_id(["e3"]).encode())]
     producer.produce(unique_name, b"{}", headers=headers)
-    producer.flush(30)  # on the broker, then aborted: it stays in the log
+    assert producer.flush(30) == 0  # on the broker, then aborted: it stays in the log
     producer.abort_transaction(30)
-    plain = read_headers(tansu_bootstrap, unique_name)  # what a plain consumer would count
-    assert sum(h.get("eo-record-id") == record_id(["e3"]).encode() for h in plain) == 2
+    assert plain_copies(tansu_bootstrap, unique_name, record_id(["e3"])) == 2
     doc = assert_passes(config, ids, capsys)
     code, doc, _ = audit(config, expected_file(tmp_path, "e99"), capsys)
     assert code == 1 and doc["missing_ids"] == ["e99"] and doc["duplicates"] == 0, doc
