@@ -6,7 +6,6 @@ into the destination itself and the audit fails (exit 1), naming both."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration import cli
 from exactlyonce.integration.config import load_config
 from exactlyonce.integration.demo import print_audit, read_audit, read_expected_ids, read_headers
-from tests.crash.harness import service_passwords
+from tests.crash.harness import service_passwords, wait_until
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.integration.test_rewind import EPOCHS, postgres_pipeline, run_query, write_pipeline
 from tests.pipelines import buffered_pipeline, fill_buffer
@@ -118,18 +117,6 @@ def test_kafka_audit_reads_as_a_plain_read_committed_consumer_and_fails_on_unatt
     assert doc["unattributable"] == 1 and doc["read"] == len(EVENTS) + 2, doc
 
 
-def plain_copies(bootstrap: str, topic: str, rid: str, wait_s: float = 30.0) -> int:
-    """How many records with ID ``rid`` a plain read_committed consumer counts, read again
-    until it sees two or ``wait_s`` passes: under load, a read right after the abort once
-    stopped short of the aborted record (CI, stop 26: 1 copy), though Tansu shows it."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        copies = sum(h.get("eo-record-id") == rid.encode() for h in read_headers(bootstrap, topic))
-        if copies >= 2 or time.monotonic() > deadline:
-            return copies
-        time.sleep(0.5)
-
-
 def test_kafka_audit_on_a_broker_that_shows_aborted_records_follows_the_recipe(
     tmp_path: Path,
     spark: Any,
@@ -155,7 +142,15 @@ def test_kafka_audit_on_a_broker_that_shows_aborted_records_follows_the_recipe(
     producer.produce(unique_name, b"{}", headers=headers)
     assert producer.flush(30) == 0  # on the broker, then aborted: it stays in the log
     producer.abort_transaction(30)
-    assert plain_copies(tansu_bootstrap, unique_name, record_id(["e3"])) == 2
+
+    def plain_copies() -> int:  # what a plain consumer would count
+        plain = read_headers(tansu_bootstrap, unique_name)
+        return sum(h.get("eo-record-id") == record_id(["e3"]).encode() for h in plain)
+
+    # Under load a read right after the abort once stopped short of the aborted copy (CI,
+    # stop 26: 1 copy), though Tansu shows it: read again until it is there.
+    wait_until(lambda: plain_copies() >= 2, "Tansu to show the aborted copy", timeout=30)
+    assert plain_copies() == 2
     doc = assert_passes(config, ids, capsys)
     code, doc, _ = audit(config, expected_file(tmp_path, "e99"), capsys)
     assert code == 1 and doc["missing_ids"] == ["e99"] and doc["duplicates"] == 0, doc
