@@ -43,6 +43,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append(("crash seeds", "\n".join(seeds)))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest tests first (their seconds from tests/slow_tests.py; a crash test not listed
+    counts a minute, any other nothing): xdist hands each worker a block of the list and a
+    worker that runs out takes the tail of the other's, so a run ends on short tests instead
+    of one worker finishing a long crash test while the other idles. The sort is stable and
+    the same in every worker, as xdist requires."""
+    from tests.slow_tests import SECONDS
+
+    def seconds(item: pytest.Item) -> int:
+        default = 60 if item.get_closest_marker("crash") else 0
+        return SECONDS.get(item.nodeid, default)
+
+    items.sort(key=seconds, reverse=True)
+
+
 @pytest.fixture(scope="session")
 def services() -> dict[str, str]:
     from exactlyonce.integration.services import service_env
