@@ -13,8 +13,10 @@ not), which counts the same thing for documents that were never deleted.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,6 +81,28 @@ class _Summary:
             terminalreporter.write_line(f"Elasticsearch tests ran against {line}")
 
 
+def ephemeral_ports_start() -> int:
+    """The first port the kernel hands out as the local end of an outgoing connection."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def stand_in_server() -> EsTestServer:
+    """The test server, started on a free port below the ephemeral range. A refusal
+    (``refuse_connections_for``) stops listening and binds the same port again later; a port
+    of the ephemeral range may meanwhile be some outgoing connection's own, and the server
+    could not come back ("Address already in use", once in a whole run)."""
+    top = ephemeral_ports_start()
+    for port in random.sample(range(max(1024, top - 10_000), top), 50):
+        try:
+            return EsTestServer(port=port).start()
+        except OSError:
+            continue  # taken: try another
+    raise RuntimeError(f"no free port below {top} for the Elasticsearch test server")
+
+
 @pytest.fixture(scope="session")
 def es_backend(request: pytest.FixtureRequest) -> Iterator[EsHandle]:
     url = os.environ.get("ELASTICSEARCH_URL")
@@ -91,7 +115,7 @@ def es_backend(request: pytest.FixtureRequest) -> Iterator[EsHandle]:
             pytest.fail(f"ELASTICSEARCH_URL={url} does not answer: {exc}")
         server = None
     else:
-        server = EsTestServer().start()
+        server = stand_in_server()
         handle = EsHandle(server.url, server)
     _RAN_AGAINST.add(handle.describe())
     if not request.config.pluginmanager.has_plugin("exactlyonce-es-summary"):
