@@ -70,12 +70,14 @@ def index(unique_name: str) -> str:
 def test_kill_at_every_named_point(
     tmp_path: Path, services: dict[str, str], es: EsHandle, index: str
 ) -> None:
-    """One job, killed in turn at each point of the write path (one epoch each)."""
+    """One job, killed in turn at each point of the write path (one epoch each). A kill
+    after Spark's commit (a plain restart at the head, no sink code in between) is
+    PostgreSQL's test's: here it would be one more JVM start."""
     job, data = prepare(tmp_path, es, index)
     schedule = [("before_write", 1), ("mid_bulk", 2), ("after_shard_commit", 3), ("after_head", 4)]
     job.kill_at_points(schedule, timeout=240)
-    job.kill_after_commit(5, timeout=240)
     job.run_to_end(timeout=300)
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in schedule]
     verify(job, data, es)
 
 
