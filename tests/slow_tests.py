@@ -19,7 +19,7 @@ SECONDS: dict[str, int] = {
     "tests/crash/test_redis_crash.py::test_kills_and_sink_restart_end_exactly_once[stream]": 110,
     "tests/crash/test_postgres_crash.py::test_kill_at_each_named_point_then_after_a_spark_commit": 109,
     "tests/crash/test_elasticsearch_crash.py::test_seeded_random_kills_with_429s_and_a_lost_bulk_reply": 103,
-    "tests/crash/test_elasticsearch_crash.py::test_kill_at_every_named_point": 85,
+    "tests/crash/test_elasticsearch_crash.py::test_kill_at_every_named_point": 106,
     "tests/crash/test_redis_crash.py::test_kills_and_sink_restart_end_exactly_once[hash]": 94,
     "tests/crash/test_postgres_crash.py::test_seeded_random_kills": 94,
     "tests/crash/test_elasticsearch_crash.py::test_format_api_kill_at_each_named_point": 89,
