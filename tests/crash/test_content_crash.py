@@ -31,7 +31,7 @@ from tests.crash.harness import Job, crash_seed
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-FILES, ROWS = 10, 40
+FILES, ROWS = 7, 40
 Line = tuple[Any, ...]
 # job_common.SCHEMA's columns: here a host, a number and a message, none of them a key
 COLUMNS = ("event_id", "amount", "action")

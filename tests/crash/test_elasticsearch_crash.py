@@ -70,11 +70,12 @@ def index(unique_name: str) -> str:
 def test_kill_at_every_named_point(
     tmp_path: Path, services: dict[str, str], es: EsHandle, index: str
 ) -> None:
-    """One job, killed in turn at each point of the write path (one epoch each). A kill
-    after Spark's commit (a plain restart at the head, no sink code in between) is
-    PostgreSQL's test's: here it would be one more JVM start."""
-    job, data = prepare(tmp_path, es, index)
-    schedule = [("before_write", 1), ("mid_bulk", 2), ("after_shard_commit", 3), ("after_head", 4)]
+    """One job, killed in turn at each point of the write path (one epoch each). Not here,
+    each one more JVM start: before_write (the driver's shared protocol before any write,
+    the same for every sink) and a kill after Spark's commit (a plain restart at the head);
+    PostgreSQL's named-point test has both, and make soak kills every sink at every point."""
+    job, data = prepare(tmp_path, es, index, files=6)
+    schedule = [("mid_bulk", 1), ("after_shard_commit", 2), ("after_head", 3)]
     job.kill_at_points(schedule, timeout=240)
     job.run_to_end(timeout=300)
     assert job.kills == [f"{point}@{epoch}" for point, epoch in schedule]

@@ -40,8 +40,10 @@ from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-FILES = 10
-POINTS = ["before_write", "mid_write", "after_shard_commit", "after_head"]
+FILES = 9
+# No before_write kill: the driver's shared protocol before any write of the epoch, the same
+# for every sink (PostgreSQL's test and make soak kill there); it stays a hold point below.
+POINTS = ["mid_write", "after_shard_commit", "after_head"]
 # Where a run is held while the sink's Redis restarts: the driver before its tasks; a task with
 # an open connection between two staged chunks; a task after its commit (the driver's
 # connection must then ride it out when it advances the head).

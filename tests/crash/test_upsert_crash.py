@@ -207,9 +207,10 @@ def es_state(
 
 
 def schedule(rng: random.Random) -> list[tuple[str, int]]:
-    """The named kills, each at its own seeded epoch among 1..6, in epoch order: before any
-    write of the epoch, inside each sink's write, after the first sink's head."""
-    points = ["before_write", *MID_WRITE.values(), "after_head"]
+    """The named kills, each at its own seeded epoch among 1..6, in epoch order: inside each
+    sink's write, after the first sink's head (before_write, the shared driver protocol before
+    any write, is PostgreSQL's named-point test's and make soak's)."""
+    points = [*MID_WRITE.values(), "after_head"]
     epochs = sorted(rng.sample(range(1, 7), len(points)))
     rng.shuffle(points)
     return list(zip(points, epochs, strict=True))
