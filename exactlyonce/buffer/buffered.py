@@ -40,15 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, Field, StrictInt, field_validator
 
+from exactlyonce.connectors import registry
 from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.connectors.base.config import Settings
 from exactlyonce.connectors.base.guarantee import Guarantee, GuaranteeReport
-from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
 from exactlyonce.connectors.kafka.reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
-from exactlyonce.connectors.postgres import PostgresSink
-from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 
@@ -121,12 +119,6 @@ class KafkaBuffer(Settings):
         return Buffered(sink, self, **kwargs)
 
 
-DRAINABLE = (
-    "a PostgresSink (mode='insert' or 'append'), a RedisSink or an ElasticsearchSink "
-    "(op_type='create')"
-)
-
-
 def check_target(sink: object) -> ExactlyOnceSink:
     """The sinks a drainer can write to, in the modes it keeps exactly-once: ConfigError
     (field ``buffer``) for any other."""
@@ -137,23 +129,16 @@ def check_target(sink: object) -> ExactlyOnceSink:
             "a buffer cannot sit in front of a sink in mode='upsert' yet (the drainer does not "
             "apply the epoch guard); write upserts directly",
         )
-    if isinstance(sink, PostgresSink):
-        # insert: the unique record-ID index; append: the buffer holds each record once (the
-        # catalog, which append requires) and the offsets commit with the rows (PgDrainTarget).
-        return sink
-    if isinstance(sink, RedisSink):
-        return sink  # hash, string and stream: one atomic script per share
-    if isinstance(sink, ElasticsearchSink):
-        if sink.op_type != "create":
-            raise ConfigError(
-                "buffer",
-                "the drainer writes Elasticsearch with op_type='create' (a re-read record is a "
-                "409, never a second version); op_type='index' is not drained",
-            )
-        return sink
-    raise ConfigError(
-        "buffer", f"a buffer drains into {DRAINABLE}; {type(sink).__name__} has no drainer"
-    )
+    kind = registry.kind_of(sink) if isinstance(sink, ExactlyOnceSink) else None
+    target = None if kind is None else kind.drain_target()
+    if target is None:
+        drained = ", ".join(k.name for k in registry.kinds() if k.drain is not None)
+        raise ConfigError(
+            "buffer", f"a buffer drains into a {drained} sink; {type(sink).__name__} has no drainer"
+        )
+    target.check(sink)
+    assert isinstance(sink, ExactlyOnceSink)
+    return sink
 
 
 class Buffered(KafkaSink):

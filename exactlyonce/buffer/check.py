@@ -7,8 +7,9 @@ creates at its start."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.guarantee import (
     OK,
     Check,
@@ -17,37 +18,24 @@ from exactlyonce.connectors.base.guarantee import (
     absent,
     checked,
 )
-from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.kafka import preflight
-from exactlyonce.connectors.postgres import PostgresSink
-from exactlyonce.connectors.redis import RedisSink
 
 if TYPE_CHECKING:
     from exactlyonce.buffer.buffered import Buffered
     from exactlyonce.connectors.base import ExactlyOnceSink
 
 
+def drain_target_class(sink: ExactlyOnceSink) -> Any:
+    """The drain target class of ``sink`` (its registry entry's ``drain``)."""
+    target = registry.kind_of(sink).drain_target()
+    assert target is not None, "a Buffered sink's target is drained (check_target)"
+    return target
+
+
 def drain_guarantee(sink: ExactlyOnceSink) -> Guarantee:
-    """How the drainer keeps records and offsets together, per target (README's table)."""
-    if isinstance(sink, PostgresSink):
-        single = "the unique record-ID index" if sink.mode != "append" else "the dedup catalog"
-        return Guarantee(
-            "EXACTLY ONCE, ATOMIC",
-            "one transaction writes a share's rows and its offsets in exactlyonce_drain_offsets "
-            f"(rows locked and compared first); {single} keeps a re-read record single.",
-        )
-    if isinstance(sink, RedisSink):
-        return Guarantee(
-            "EXACTLY ONCE, ATOMIC",
-            "one Lua script per share compares the stored offsets, stores the new ones and "
-            "applies the records as the sink's own tasks do.",
-        )
-    assert isinstance(sink, ElasticsearchSink)
-    return Guarantee(
-        "EXACTLY ONCE, IDEMPOTENT then offsets",
-        "bulk create with _id = record ID (a re-sent record is a 409), then the offsets "
-        "document written with if_seq_no/if_primary_term and read back by realtime GET.",
-    )
+    """How the drainer keeps records and offsets together, per target."""
+    guarantee: Guarantee = drain_target_class(sink).guarantee(sink)
+    return guarantee
 
 
 def drain_parts(buffered: Buffered) -> list[GuaranteeReport]:
@@ -75,10 +63,8 @@ def _offsets(buffered: Buffered) -> Check:
 
     name = "drain offsets"
     target = buffered.target
-    if isinstance(target, PostgresSink) and not _pg_offsets_table(target):
-        return absent(
-            name, "the drainer creates exactlyonce_drain_offsets at its start", create_now=False
-        )
+    if not drain_target_class(target).offsets_stored(target):
+        return absent(name, "the drainer creates its offsets at its start", create_now=False)
     drain_target = target_for(target, buffered.topic, "exactlyonce-check")
     try:
         stored = drain_target.read_offsets()
@@ -88,14 +74,6 @@ def _offsets(buffered: Buffered) -> Check:
         return Check(name, OK, "none stored yet: the drainer starts at offset 0")
     shown = ", ".join(f"{p}:{o}" for p, o in sorted(stored.items()))
     return Check(name, OK, f"stored in {drain_target.where}: partition:next offset {shown}")
-
-
-def _pg_offsets_table(sink: PostgresSink) -> bool:
-    from exactlyonce.buffer.drain.postgres_target import OFFSETS
-    from exactlyonce.connectors.postgres.schema import TableName, regclass
-
-    with sink._connect() as conn:
-        return regclass(conn, TableName(sink.table.schema, OFFSETS)) is not None
 
 
 def _dead_letter_topic(buffered: Buffered, topic: str) -> Check:

@@ -7,9 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 from exactlyonce.connectors.redis import KeyTemplate
+from exactlyonce.connectors.redis.audit import key_pattern
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.audit import SinkAudit, audit_json, read_expected
-from exactlyonce.integration.audit.redis import key_pattern
 
 
 def audit(counts: dict[str, int], **more: object) -> SinkAudit:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from exactlyonce.connectors.postgres.config import PostgresSinkConfig
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import (
     FilesSourceConfig,
     PipelineConfig,
-    PostgresSinkConfig,
     ddl_column_names,
     load_config,
 )

@@ -39,6 +39,7 @@ from elasticsearch import BadRequestError, ConflictError, Elasticsearch, NotFoun
 from exactlyonce.buffer.drain.dead_letters import Letter
 from exactlyonce.buffer.drain.target import Counts, Ownership, Share, owned
 from exactlyonce.buffer.frames import value_problem
+from exactlyonce.connectors.base.guarantee import Guarantee
 from exactlyonce.connectors.elasticsearch import (
     Action,
     BulkSender,
@@ -105,6 +106,27 @@ class EsDrainTarget:
     of the share was acknowledged, compared-and-set with ``if_seq_no``/``if_primary_term``.
     See :mod:`exactlyonce.buffer.drain.es_target`.
     """
+
+    @staticmethod
+    def check(sink: ElasticsearchSink) -> None:
+        if sink.op_type != "create":
+            raise ConfigError(
+                "buffer",
+                "the drainer writes Elasticsearch with op_type='create' (a re-read record is a "
+                "409, never a second version); op_type='index' is not drained",
+            )
+
+    @staticmethod
+    def guarantee(sink: ElasticsearchSink) -> Guarantee:
+        return Guarantee(
+            "EXACTLY ONCE, IDEMPOTENT then offsets",
+            "bulk create with _id = record ID (a re-sent record is a 409), then the offsets "
+            "document written with if_seq_no/if_primary_term and read back by realtime GET.",
+        )
+
+    @staticmethod
+    def offsets_stored(sink: ElasticsearchSink) -> bool:
+        return True
 
     def __init__(
         self,

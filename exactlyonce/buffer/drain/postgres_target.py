@@ -49,8 +49,9 @@ from exactlyonce.buffer.drain.exact_path import (
 )
 from exactlyonce.buffer.drain.fast_path import copy_csv, json_options
 from exactlyonce.buffer.drain.target import Counts, Ownership, Share
+from exactlyonce.connectors.base.guarantee import Guarantee
 from exactlyonce.connectors.postgres import PostgresSink
-from exactlyonce.connectors.postgres.schema import has_unique_index_on, regclass
+from exactlyonce.connectors.postgres.schema import TableName, has_unique_index_on, regclass
 from exactlyonce.errors import ConfigError, OffsetsMovedError, SinkUnavailableError
 from exactlyonce.faults import crash_point
 from exactlyonce.secrets import dsn_password, scrub
@@ -95,6 +96,26 @@ class PgDrainTarget:
     member``): their rows and their offsets, so several targets, and several drainer
     processes, write in parallel, each atomically for its own partitions.
     """
+
+    @staticmethod
+    def check(sink: PostgresSink) -> None:
+        """insert: the unique record-ID index; append: the buffer holds each record once (the
+        catalog, which append requires) and the offsets commit with the rows."""
+
+    @staticmethod
+    def guarantee(sink: PostgresSink) -> Guarantee:
+        single = "the unique record-ID index" if sink.mode != "append" else "the dedup catalog"
+        return Guarantee(
+            "EXACTLY ONCE, ATOMIC",
+            "one transaction writes a share's rows and its offsets in exactlyonce_drain_offsets "
+            f"(rows locked and compared first); {single} keeps a re-read record single.",
+        )
+
+    @staticmethod
+    def offsets_stored(sink: PostgresSink) -> bool:
+        """Whether the offsets table exists (the drainer creates it at its start)."""
+        with sink._connect() as conn:
+            return regclass(conn, TableName(sink.table.schema, OFFSETS)) is not None
 
     def __init__(
         self,

@@ -33,6 +33,7 @@ import redis
 from exactlyonce.buffer.drain.redis_fast import fast_share
 from exactlyonce.buffer.drain.redis_records import exact_share
 from exactlyonce.buffer.drain.target import Counts, Ownership, Share, owned
+from exactlyonce.connectors.base.guarantee import Guarantee
 from exactlyonce.connectors.redis import RedisSink, connect, patient
 from exactlyonce.connectors.redis.connection import reaching, require_standalone
 from exactlyonce.connectors.redis.lua import with_records
@@ -59,6 +60,22 @@ class RedisDrainTarget:
     are applied by one Lua script, after a compare-and-set of the stored offsets; a crash (or a
     lost reply) leaves both or neither. See :mod:`exactlyonce.buffer.drain.redis_target`.
     """
+
+    @staticmethod
+    def check(sink: RedisSink) -> None:
+        """hash, string and stream: one atomic script per share."""
+
+    @staticmethod
+    def guarantee(sink: RedisSink) -> Guarantee:
+        return Guarantee(
+            "EXACTLY ONCE, ATOMIC",
+            "one Lua script per share compares the stored offsets, stores the new ones and "
+            "applies the records as the sink's own tasks do.",
+        )
+
+    @staticmethod
+    def offsets_stored(sink: RedisSink) -> bool:
+        return True
 
     def __init__(
         self,

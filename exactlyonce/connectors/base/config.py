@@ -116,8 +116,11 @@ class SinkConfig(Settings):
     ``id_from="content"`` (records without a key: log lines, metrics) hashes the whole row
     with its occurrence number among identical rows of the epoch, and takes no
     ``id_columns`` (see :mod:`exactlyonce.dedup.content` for when that is safe).
+
+    ``type``: the sink's name in the registry (each sink's model fixes it).
     """
 
+    type: str
     query_name: str
     id_columns: Names | None = None
     id_from: IdFrom = "columns"
@@ -163,6 +166,11 @@ class SinkConfig(Settings):
                 "'content' for records without a key",
             )
         return self
+
+    def columns_named(self) -> dict[str, tuple[str, ...]]:
+        """Setting -> the stream columns it names (a pipeline file checks them against the
+        source's schema before the stream starts)."""
+        return {"id_columns": tuple(self.id_columns or ())}
 
     def record_ids(self) -> RecordIdSpec:
         """Where the sink's record IDs come from."""

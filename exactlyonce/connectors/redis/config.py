@@ -71,6 +71,9 @@ class RedisSinkConfig(SinkConfig):
     def template(self) -> KeyTemplate:
         return KeyTemplate.parse(self.key_template)
 
+    def columns_named(self) -> dict[str, tuple[str, ...]]:
+        return {**super().columns_named(), "key_template": tuple(self.template.fields)}
+
     @model_validator(mode="before")
     @classmethod
     def _upsert_defaults(cls, data: Any) -> Any:

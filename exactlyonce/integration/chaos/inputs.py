@@ -2,7 +2,7 @@
 
 Three ways, in this order:
 
-- ``--expected-ids FILE``: the audit's own file (:mod:`exactlyonce.integration.audit.expected`);
+- ``--expected-ids FILE``: the audit's own file (:mod:`exactlyonce.connectors.base.expected`);
 - ``--events N`` (a ``files`` source of JSON lines keyed by one string column): a fresh,
   seeded input written into the source directory, with the at-least-once duplicates of the
   demo's input (retries, replayed blocks, null keys: :mod:`exactlyonce.integration.demo.inputs`),

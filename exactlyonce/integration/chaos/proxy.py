@@ -19,18 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from exactlyonce.connectors import registry
 from exactlyonce.integration.chaos.schedule import LOST_REPLY, REFUSE, Fault
 from exactlyonce.integration.config import PipelineConfig
-from exactlyonce.integration.config.sinks import (
-    ElasticsearchSinkConfig,
-    PostgresSinkConfig,
-    RedisSinkConfig,
-)
 from exactlyonce.integration.fault_proxy import FaultProxy
 
 # The request after which a sink's write is applied: its reply is the one to lose.
 COMMIT_PATTERN = {"postgres": b"COMMIT", "redis": b"EVALSHA", "elasticsearch": b"_bulk"}
-DEFAULT_PORTS = {"postgres": 5432, "redis": 6379, "elasticsearch": 9200}
 FIRE_TIMEOUT_S = 60.0  # for a fault to fire while the run goes on
 POLL_S = 0.1
 
@@ -117,17 +112,12 @@ def _until(done: Callable[[], bool], alive: Callable[[], bool], timeout: float) 
 def sink_proxy(cfg: PipelineConfig) -> tuple[SinkProxy | None, str]:
     """A proxy to ``cfg``'s sink server, or None and why it has none."""
     sink = cfg.sink
-    if isinstance(sink, PostgresSinkConfig):
-        address = sink.dsn.get_secret_value()
-    elif isinstance(sink, RedisSinkConfig):
-        address = sink.url.get_secret_value()
-    elif isinstance(sink, ElasticsearchSinkConfig):
-        if len(sink.hosts) != 1:
-            return None, "the sink has several hosts (the proxy stands in front of one)"
-        address = sink.hosts[0]
-    else:
-        return None, "a Kafka sink's clients reach the brokers the cluster advertises"
-    host, port = _host_port(address, DEFAULT_PORTS[sink.type])
+    chaos = registry.kind_of(sink).chaos
+    refusal = chaos.proxy_refusal(sink)
+    if refusal is not None:
+        return None, refusal
+    address = chaos.addresses(sink)[0]
+    host, port = _host_port(address, chaos.default_port)
     if host is None:
         return None, "the sink's address uses TLS or cannot be parsed"
     proxy = FaultProxy(host, port)

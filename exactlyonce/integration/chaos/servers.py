@@ -22,14 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from exactlyonce.connectors import registry
+from exactlyonce.connectors.base.config import SinkConfig
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import PipelineConfig
-from exactlyonce.integration.config.sinks import (
-    KafkaSinkConfig,
-    PostgresSinkConfig,
-    RedisSinkConfig,
-    SinkEntry,
-)
 from exactlyonce.integration.config.sources import KafkaSourceConfig
 from exactlyonce.integration.services import (
     SERVICES,
@@ -115,14 +111,9 @@ def pipeline_addresses(cfg: PipelineConfig) -> list[tuple[str, str]]:
     return found
 
 
-def _sink_addresses(sink: SinkEntry) -> list[str]:
-    if isinstance(sink, PostgresSinkConfig):
-        return [host_port(sink.dsn.get_secret_value(), DEFAULT_PORTS["postgres"])]
-    if isinstance(sink, RedisSinkConfig):
-        return [host_port(sink.url.get_secret_value(), DEFAULT_PORTS["redis"])]
-    if isinstance(sink, KafkaSinkConfig):
-        return _brokers(sink.bootstrap_servers)
-    return [host_port(h, DEFAULT_PORTS["elasticsearch"]) for h in sink.hosts]
+def _sink_addresses(sink: SinkConfig) -> list[str]:
+    chaos = registry.kind_of(sink).chaos
+    return [host_port(address, chaos.default_port) for address in chaos.addresses(sink)]
 
 
 def _brokers(bootstrap_servers: str) -> list[str]:

@@ -31,11 +31,7 @@ from exactlyonce.integration.config.loading import load_config, parse_config
 from exactlyonce.integration.config.pipeline import PipelineConfig, SparkConfig, TriggerConfig
 from exactlyonce.integration.config.sinks import (
     BufferedSink,
-    ElasticsearchSinkConfig,
     KafkaBufferSettings,
-    KafkaSinkConfig,
-    PostgresSinkConfig,
-    RedisSinkConfig,
     SinkEntry,
     build_sink,
     sink_field_errors,
@@ -50,15 +46,11 @@ from exactlyonce.integration.config.sources import (
 
 __all__ = [
     "BufferedSink",
-    "ElasticsearchSinkConfig",
     "FilesSourceConfig",
     "KafkaSourceConfig",
     "KafkaBufferSettings",
-    "KafkaSinkConfig",
     "PipelineConfig",
-    "PostgresSinkConfig",
     "RateSourceConfig",
-    "RedisSinkConfig",
     "SinkEntry",
     "SourceConfig",
     "SparkConfig",

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from exactlyonce.connectors.base.config import config_error, dotted, problems_error
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.config.pipeline import PipelineConfig
+from exactlyonce.integration.config.pipeline import PipelineConfig, pipeline_model
 
 _VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -47,7 +47,7 @@ def parse_config(
     if problems:
         raise problems_error(problems)
     try:
-        return PipelineConfig.model_validate(substituted)
+        return pipeline_model().model_validate(substituted)
     except ValidationError as exc:
         # The sink's query_name comes from the top level, which reports its own problems.
         raise config_error(exc, data=substituted, skip=("sink.query_name",)) from None

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictInt, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.config import Settings
+from exactlyonce.connectors.base.kind import SinkKind
 from exactlyonce.dedup.ids import ID_FROM, RecordIdSpec
 from exactlyonce.integration.config.common import as_text_mapping
 from exactlyonce.integration.config.sinks import (
-    RedisSinkConfig,
     SinkEntry,
     build_sink,
+    sink_entry_type,
     sink_field_errors,
 )
 from exactlyonce.integration.config.sources import SourceConfig
@@ -89,28 +92,22 @@ class PipelineConfig(Settings):
         return value
 
     @model_validator(mode="after")
-    def _id_columns_in_schema(self) -> PipelineConfig:
+    def _columns_in_schema(self) -> PipelineConfig:
         available = self.source.columns()
-        missing = [c for c in self.sink.id_columns or () if c not in available]
-        if missing:
+        for setting, named in self.sink.columns_named().items():
+            missing = [c for c in named if c not in available]
+            if not missing:
+                continue
+            if setting == "id_columns":
+                message = "column(s) {missing} not in the source schema's columns {available}"
+            else:
+                message = f"{setting} names column(s) {{missing}} not in the source's columns "
+                message += "{available}"
             raise PydanticCustomError(
-                "id_columns_not_in_schema",
-                "column(s) {missing} not in the source schema's columns {available}",
-                {"missing": missing, "available": available, "field": "sink.id_columns"},
+                f"{setting}_not_in_schema",
+                message,
+                {"missing": missing, "available": available, "field": f"sink.{setting}"},
             )
-        if isinstance(self.sink, RedisSinkConfig):
-            from exactlyonce.connectors.redis import KeyTemplate
-
-            with sink_field_errors():
-                fields = KeyTemplate.parse(self.sink.key_template).fields
-            missing = [c for c in fields if c not in available]
-            if missing:
-                raise PydanticCustomError(
-                    "template_columns_not_in_schema",
-                    "key_template names column(s) {missing} not in the source's columns "
-                    "{available}",
-                    {"missing": missing, "available": available, "field": "sink.key_template"},
-                )
         return self
 
     @model_validator(mode="before")
@@ -130,16 +127,22 @@ class PipelineConfig(Settings):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_buffer_on_kafka(cls, data: Any) -> Any:
-        """A Kafka sink writes a Kafka topic already: a buffer in front of it would be a
-        second topic for nothing, and no drainer writes Kafka."""
+    def _buffer_only_where_drained(cls, data: Any) -> Any:
+        """A buffer goes only in front of a sink a drainer writes (a Kafka sink writes a Kafka
+        topic already: a buffer in front of it would be a second topic for nothing)."""
         sink = data.get("sink") if isinstance(data, Mapping) else None
-        if isinstance(sink, Mapping) and sink.get("type") == "kafka" and "buffer" in sink:
+        if not isinstance(sink, Mapping) or "buffer" not in sink:
+            return data
+        name = sink.get("type")
+        if isinstance(name, str) and name in registry.names() and not registry.kind_named(
+            name
+        ).drain:
+            drained = [k.name for k in registry.kinds() if k.drain is not None]
             raise PydanticCustomError(
-                "buffer_on_kafka",
-                "a kafka sink takes no buffer (it writes a Kafka topic already); a buffer goes "
-                "in front of a postgres, redis or elasticsearch sink",
-                {"field": "sink.buffer"},
+                "buffer_not_drained",
+                "a {name} sink takes no buffer (no drainer writes it); a buffer goes in "
+                "front of a {drained} sink",
+                {"name": name, "drained": ", ".join(drained), "field": "sink.buffer"},
             )
         return data
 
@@ -194,3 +197,21 @@ class PipelineConfig(Settings):
         if self.trigger.available_now:
             return {"available_now": True}
         return {"processing_time": self.trigger.processing_time}
+
+
+_BUILT_WITH = tuple(registry.kinds())
+
+
+@functools.cache
+def _with_sinks(kinds: tuple[SinkKind, ...]) -> type[PipelineConfig]:
+    model: type[PipelineConfig] = create_model(
+        "PipelineConfig", __base__=PipelineConfig, sink=(sink_entry_type(list(kinds)), ...)
+    )
+    return model
+
+
+def pipeline_model() -> type[PipelineConfig]:
+    """:class:`PipelineConfig`, its ``sink:`` taking every sink registered now (a sink
+    registered after this module was imported included)."""
+    kinds = tuple(registry.kinds())
+    return PipelineConfig if kinds == _BUILT_WITH else _with_sinks(kinds)

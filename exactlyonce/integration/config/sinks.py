@@ -1,24 +1,21 @@
 """A pipeline's ``sink:``: each sink's own config model (the one its Python constructor
-builds), and for the sinks a drainer writes (PostgreSQL, Redis, Elasticsearch) a Kafka
-``buffer:`` in front of it, one field shared by the three (:class:`BufferedSink`). A Kafka sink
+builds, found in the sink registry by ``type:``), and for the sinks a drainer writes a Kafka
+``buffer:`` in front of it, one field shared by them all (:class:`BufferedSink`). A Kafka sink
 takes no buffer: it is a Kafka topic already."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, Union
 
 from pydantic import BaseModel, Field
 
 from exactlyonce.buffer.buffered import KafkaBuffer
+from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.config import SinkConfig
-from exactlyonce.connectors.elasticsearch.config import (
-    ElasticsearchSinkConfig as ElasticsearchSettings,
-)
-from exactlyonce.connectors.kafka.config import KafkaSinkConfig
-from exactlyonce.connectors.postgres.config import PostgresSinkConfig as PostgresSettings
-from exactlyonce.connectors.redis.config import RedisSinkConfig as RedisSettings
+from exactlyonce.connectors.base.kind import SinkKind
 from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -48,26 +45,29 @@ class BufferedSink(BaseModel):
         return own_part(self, self.own_model)
 
 
-class PostgresSinkConfig(BufferedSink, PostgresSettings):
-    """A pipeline file's postgres ``sink:``: the sink's own config
-    (:class:`exactlyonce.connectors.postgres.PostgresSinkConfig`), plus its buffer."""
+@functools.cache
+def pipeline_sink_model(kind: SinkKind) -> type[SinkConfig]:
+    """A pipeline file's ``sink:`` of ``kind``: the sink's own config model, with
+    :class:`BufferedSink`'s ``buffer:`` when a drainer can write the sink."""
+    if kind.drain is None:
+        return kind.config
+    own = kind.config
+    doc = f"A pipeline file's {kind.name} ``sink:``: {own.__qualname__}, plus its buffer."
+    namespace = {"own_model": own, "__doc__": doc, "__module__": __name__}
+    model: type[SinkConfig] = type(own.__name__, (BufferedSink, own), namespace)
+    return model
 
-    own_model = PostgresSettings
+
+def sink_entry_type(kinds: list[SinkKind]) -> Any:
+    """The ``sink:`` field's type: one of the sinks' models, picked by ``type:``."""
+    models = tuple(pipeline_sink_model(kind) for kind in kinds)
+    return Annotated[Union[models], Field(discriminator="type")]  # noqa: UP007
 
 
-class RedisSinkConfig(BufferedSink, RedisSettings):
-    """A pipeline file's redis ``sink:``: the sink's own config
-    (:class:`exactlyonce.connectors.redis.RedisSinkConfig`), plus its buffer."""
-
-    own_model = RedisSettings
-
-
-class ElasticsearchSinkConfig(BufferedSink, ElasticsearchSettings):
-    """A pipeline file's elasticsearch ``sink:``: the sink's own config
-    (:class:`exactlyonce.connectors.elasticsearch.ElasticsearchSinkConfig`), plus its
-    buffer."""
-
-    own_model = ElasticsearchSettings
+if TYPE_CHECKING:
+    SinkEntry = SinkConfig
+else:
+    SinkEntry = sink_entry_type(registry.kinds())
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -84,26 +84,12 @@ def own_part(entry: BaseModel, model: type[ModelT]) -> ModelT:
     )
 
 
-SinkEntry = Annotated[
-    PostgresSinkConfig | RedisSinkConfig | ElasticsearchSinkConfig | KafkaSinkConfig,
-    Field(discriminator="type"),
-]
-
-
-def build_sink(entry: SinkEntry, *, check: bool = True) -> ExactlyOnceSink:
+def build_sink(entry: SinkConfig, *, check: bool = True) -> ExactlyOnceSink:
     """The sink of a pipeline file's ``sink:`` (without its buffer), from the sink's config:
     the same object its Python constructor builds."""
-    from exactlyonce.connectors import ElasticsearchSink, KafkaSink, PostgresSink, RedisSink
-
-    sinks: dict[str, type[ExactlyOnceSink]] = {
-        "postgres": PostgresSink,
-        "kafka": KafkaSink,
-        "redis": RedisSink,
-        "elasticsearch": ElasticsearchSink,
-    }
     config = entry.sink_config() if isinstance(entry, BufferedSink) else entry
     with sink_field_errors():
-        return sinks[entry.type].from_config(config, check=check)
+        return registry.kind_of(config).sink_class().from_config(config, check=check)
 
 
 @contextlib.contextmanager
@@ -119,12 +105,10 @@ def sink_field_errors() -> Iterator[None]:
 
 __all__ = [
     "BufferedSink",
-    "ElasticsearchSinkConfig",
     "KafkaBufferSettings",
-    "KafkaSinkConfig",
-    "PostgresSinkConfig",
-    "RedisSinkConfig",
     "SinkEntry",
     "build_sink",
+    "pipeline_sink_model",
+    "sink_entry_type",
     "sink_field_errors",
 ]

@@ -29,14 +29,11 @@ it with :func:`exactlyonce.secrets.redact_dsn`.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.config import SinkConfig
-from exactlyonce.connectors.configs import SINK_CONFIGS
-from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig
-from exactlyonce.connectors.kafka.config import KafkaSinkConfig
-from exactlyonce.connectors.postgres.config import PostgresSinkConfig
-from exactlyonce.connectors.redis.config import RedisSinkConfig
+from exactlyonce.connectors.base.kind import SinkKind
 from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import is_secret_key
 
@@ -46,28 +43,20 @@ if TYPE_CHECKING:
     from exactlyonce.connectors.base import ExactlyOnceSink
 
 URL_FIELD = "sink URL"
-SCHEMES: dict[str, type[SinkConfig]] = {
-    **SINK_CONFIGS,
-    "postgresql": SINK_CONFIGS["postgres"],
-    "rediss": SINK_CONFIGS["redis"],
-    "elasticsearch+https": SINK_CONFIGS["elasticsearch"],
-}
-# The settings the URL itself gives, per model: never in its query string.
-_FROM_URL = {
-    PostgresSinkConfig: ("dsn",),
-    RedisSinkConfig: ("url",),
-    KafkaSinkConfig: ("bootstrap_servers",),
-    ElasticsearchSinkConfig: ("hosts", "username", "password"),
-}
 _ALWAYS_REFUSED = {
     "type": "the URL's scheme names the sink",
     "redis_url": "give the catalog's Redis with --catalog (or $EXACTLYONCE_REDIS_URL)",
 }
 
 
+def schemes() -> dict[str, SinkKind]:
+    """Every sink URL scheme, and the sink it names."""
+    return {scheme: kind for kind in registry.kinds() for scheme in kind.url.schemes}
+
+
 def is_sink_url(target: str) -> bool:
     """Whether a command's target is a sink URL (else it is a pipeline file's path)."""
-    return urlsplit(target).scheme.lower() in SCHEMES and "://" in target
+    return urlsplit(target).scheme.lower() in schemes() and "://" in target
 
 
 def sink_config_from_url(
@@ -78,12 +67,14 @@ def sink_config_from_url(
         parts = urlsplit(url)
     except ValueError:
         raise ConfigError(URL_FIELD, "not a URL") from None
-    model = SCHEMES.get(parts.scheme.lower())
-    if model is None or "://" not in url:
-        known = ", ".join(f"{s}://" for s in SCHEMES)
-        raise ConfigError(URL_FIELD, f"unknown scheme {parts.scheme!r}: use one of {known}")
-    own, rest = _split_query(parts, model)
-    values: dict[str, Any] = {**_from_url(parts, model, rest), **own}
+    known = schemes()
+    kind = known.get(parts.scheme.lower())
+    if kind is None or "://" not in url:
+        named = ", ".join(f"{s}://" for s in known)
+        raise ConfigError(URL_FIELD, f"unknown scheme {parts.scheme!r}: use one of {named}")
+    model = kind.config
+    own, rest = _split_query(parts, kind)
+    values: dict[str, Any] = {**_from_url(parts, kind, rest), **own}
     values["query_name"] = _query_name(own.get("query_name"), query_name)
     if catalog is not None:
         values["redis_url"] = catalog
@@ -99,44 +90,38 @@ def sink_from_url(
     url: str, *, query_name: str | None = None, catalog: str | None = None
 ) -> ExactlyOnceSink:
     """The sink ``url`` names, built without preflight (``check=False``: nothing is created)."""
-    from exactlyonce.connectors import ElasticsearchSink, KafkaSink, PostgresSink, RedisSink
-
     config = sink_config_from_url(url, query_name=query_name, catalog=catalog)
-    sinks: dict[type[SinkConfig], type[ExactlyOnceSink]] = {
-        PostgresSinkConfig: PostgresSink,
-        RedisSinkConfig: RedisSink,
-        KafkaSinkConfig: KafkaSink,
-        ElasticsearchSinkConfig: ElasticsearchSink,
-    }
     try:
-        return sinks[type(config)].from_config(config, check=False)
+        return registry.kind_of(config).sink_class().from_config(config, check=False)
     except ConfigError as exc:
         raise ConfigError(_field_name(exc.field, type(config)), exc.reason) from None
 
 
-def _split_query(parts: SplitResult, model: type[SinkConfig]) -> tuple[dict[str, Any], str]:
-    """The query string's settings of ``model`` (checked), and the rest of it (the client's
-    own options), re-encoded."""
+def _split_query(parts: SplitResult, kind: SinkKind) -> tuple[dict[str, Any], str]:
+    """The query string's settings of the sink's model (checked), and the rest of it (the
+    client's own options), re-encoded."""
+    model = kind.config
     own: dict[str, Any] = {}
     rest: list[tuple[str, str]] = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name not in model.model_fields and name != "query_name":
-            if model in (PostgresSinkConfig, RedisSinkConfig):
+            if kind.url.client_options:
                 rest.append((name, value))
                 continue
             raise ConfigError(f"?{name}", "unknown setting (not allowed here)")
         if name in own:
             raise ConfigError(f"?{name}", "given twice")
-        _refuse(name, model)
+        _refuse(name, kind)
         own[name] = _value(name, value, model)
     return own, urlencode(rest)
 
 
-def _refuse(name: str, model: type[SinkConfig]) -> None:
+def _refuse(name: str, kind: SinkKind) -> None:
+    model = kind.config
     why = _ALWAYS_REFUSED.get(name)
     if why:
         raise ConfigError(f"?{name}", why)
-    if name in _FROM_URL[model]:
+    if name in kind.url.given:
         raise ConfigError(f"?{name}", "the URL itself gives it (scheme, user, host, path)")
     if is_secret_key(name):
         raise ConfigError(f"?{name}", "a secret in a URL's query string would be echoed")
@@ -154,37 +139,11 @@ def _value(name: str, value: str, model: type[SinkConfig]) -> Any:
     return value
 
 
-def _from_url(parts: SplitResult, model: type[SinkConfig], rest: str) -> dict[str, Any]:
+def _from_url(parts: SplitResult, kind: SinkKind, rest: str) -> dict[str, Any]:
     """The settings the URL itself gives: the destination's own URL without our settings."""
-    if not parts.hostname and not parts.path.strip("/") and model is not RedisSinkConfig:
+    if kind.url.needs_host and not parts.hostname and not parts.path.strip("/"):
         raise ConfigError(URL_FIELD, "names no host")
-    own_url = parts._replace(query=rest, fragment="").geturl()
-    if model is PostgresSinkConfig:
-        return {"dsn": own_url}
-    if model is RedisSinkConfig:
-        return {"url": own_url}
-    if model is KafkaSinkConfig:
-        if parts.username is not None or parts.password is not None:
-            raise ConfigError(
-                URL_FIELD,
-                "a kafka:// URL takes no user or password: put SASL settings in a pipeline "
-                "file's producer_config",
-            )
-        if parts.path.strip("/"):
-            raise ConfigError(URL_FIELD, "a kafka:// URL has no path: give ?topic=")
-        return {"bootstrap_servers": parts.netloc}
-    return _elasticsearch(parts)
-
-
-def _elasticsearch(parts: SplitResult) -> dict[str, Any]:
-    scheme = "https" if parts.scheme.lower().endswith("+https") else "http"
-    host = parts.netloc.rpartition("@")[2]
-    values: dict[str, Any] = {"hosts": [f"{scheme}://{host}{parts.path.rstrip('/')}"]}
-    if parts.username is not None:
-        values["username"] = unquote(parts.username)
-    if parts.password is not None:
-        values["password"] = unquote(parts.password)
-    return values
+    return kind.url.settings(parts, rest)
 
 
 def _query_name(in_url: str | None, given: str | None) -> str:
@@ -198,7 +157,8 @@ def _query_name(in_url: str | None, given: str | None) -> str:
 
 def _field_name(field: str, model: type[SinkConfig]) -> str:
     """A model's field as the user gave it: a query-string setting, or a URL part."""
-    if field in _FROM_URL[model]:
+    kind = registry.kind_named(str(model.model_fields["type"].default))
+    if field in kind.url.given:
         return URL_FIELD
     if field == "redis_url":
         return "--catalog"
@@ -207,4 +167,4 @@ def _field_name(field: str, model: type[SinkConfig]) -> str:
     return f"?{field}"
 
 
-__all__ = ["SCHEMES", "is_sink_url", "sink_config_from_url", "sink_from_url"]
+__all__ = ["is_sink_url", "schemes", "sink_config_from_url", "sink_from_url"]

@@ -26,9 +26,9 @@ none (Kafka, append-only, has its own partition markers: see "Kafka" below); eac
 - refuses a head that another Spark checkpoint wrote (invariant 9: the task sees the Spark
   query id; the driver's start also checks it when the checkpoint is a local path);
 - skips an epoch at or below the head the driver read at the query's start (step 1);
-- shapes the rows as the sink's ``foreachBatch`` projection does (:mod:`.shapes`), and writes
-  through the sink's own task writer (catalog check, dead letters, its atomic step), where a
-  record written twice is a no-op in the destination itself;
+- shapes the rows as the sink's ``foreachBatch`` projection does (its ``datasource`` traits
+  in the sink registry), and writes through the sink's own task writer (catalog check, dead
+  letters, its atomic step), where a record written twice is a no-op in the destination itself;
 - marks IDs in the catalog only after its write is durable (invariant 1; a catalog hit
   is confirmed in Redis, never trusted from the Bloom filter alone: invariants 2 and 3).
 - keys each dead letter by (Spark partition, digest of the letter, its count among identical
@@ -80,7 +80,7 @@ Kafka
 A topic is append-only: nothing makes a record's second append a no-op, so this path keeps
 the two promises the shard markers keep on ``foreachBatch`` by other means
 (:mod:`exactlyonce.connectors.kafka.partition_task`, :mod:`exactlyonce.dedup.claims`,
-:mod:`.kafka_path`):
+:mod:`exactlyonce.connectors.kafka.datasource`):
 
 - Transactions per Spark PARTITION: ``transactional.id`` ``eo-<query>-<sha>-p<partition>``.
   A task reads its whole partition first (it is held in memory) and takes the fingerprint

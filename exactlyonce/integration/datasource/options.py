@@ -18,12 +18,11 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.config import SinkConfig
-from exactlyonce.connectors.configs import SINK_CONFIGS
 from exactlyonce.errors import ConfigError
 
 SINK_OPTION = "sink"
-MODELS = SINK_CONFIGS
 # Options Spark itself sets or passes through, which are not the sink's.
 SPARK_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
 _TEXT = (str, SecretStr, str | None, SecretStr | None)
@@ -31,16 +30,17 @@ _TEXT = (str, SecretStr, str | None, SecretStr | None)
 
 def sink_kind(options: Mapping[str, str]) -> str:
     kind = options.get(SINK_OPTION)
+    known = sorted(registry.names())
     if kind is None:
-        raise ConfigError(SINK_OPTION, f"required: which sink to write, one of {sorted(MODELS)}")
-    if kind not in MODELS:
-        raise ConfigError(SINK_OPTION, f"unknown sink {kind!r}; expected one of {sorted(MODELS)}")
+        raise ConfigError(SINK_OPTION, f"required: which sink to write, one of {known}")
+    if kind not in known:
+        raise ConfigError(SINK_OPTION, f"unknown sink {kind!r}; expected one of {known}")
     return kind
 
 
 def sink_config(options: Mapping[str, str]) -> SinkConfig:
     """The sink's config model built from the data source's options."""
-    model = MODELS[sink_kind(options)]
+    model = registry.kind_named(sink_kind(options), SINK_OPTION).config
     values: dict[str, Any] = {}
     for name, text in options.items():
         if name == SINK_OPTION or name in SPARK_OPTIONS:

@@ -52,7 +52,8 @@ class ProtocolColumns:
     id_column: str
     epoch_column: str
     num_shards: int
-    # The sink's own shaping of the rows (:mod:`.shapes`), run last; None: the rows as they are.
+    # The sink's own shaping of the rows (its ``datasource`` traits in the sink registry),
+    # run last; None: the rows as they are.
     convert: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None
 
     def add(self, batch: pa.RecordBatch, epoch: int) -> pa.RecordBatch:

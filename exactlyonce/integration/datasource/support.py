@@ -15,11 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.config import SinkConfig
-from exactlyonce.connectors.kafka.avro import AVRO
-from exactlyonce.connectors.kafka.config import KafkaSinkConfig
-from exactlyonce.connectors.kafka.connect_json import JSON_WITH_SCHEMA
-from exactlyonce.connectors.redis.config import RedisSinkConfig
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.datasource.records import check_key_columns
 
@@ -40,15 +37,7 @@ def check_supported(config: SinkConfig) -> None:
             "content IDs number identical rows across the whole epoch, which a task of the "
             "data source path cannot see: name id_columns, or use foreachBatch",
         )
-    if isinstance(config, KafkaSinkConfig):
-        check_kafka(config)
-    if isinstance(config, RedisSinkConfig) and config.write == "stream":
-        raise ConfigError(
-            "write",
-            "write 'stream' is not exactly-once through format('exactlyonce'): a stream "
-            "append is not idempotent by key, so it needs shard-aligned tasks; use 'hash' "
-            "or 'string', or foreachBatch",
-        )
+    registry.kind_of(config).datasource_traits().refuse(config)
     mode = getattr(config, "mode", "insert")
     if mode != "insert":
         raise ConfigError(
@@ -59,28 +48,10 @@ def check_supported(config: SinkConfig) -> None:
         )
 
 
-def check_kafka(config: KafkaSinkConfig) -> None:
-    """Kafka appends: this path needs the catalog (for its claims) and a value it can write
-    byte for byte as the ``foreachBatch`` projection does. The broker is checked at the
-    start (it must hide aborted records: :mod:`.kafka_path`)."""
-    if config.dedup is False:
-        raise ConfigError(
-            "dedup",
-            "format('exactlyonce') writes Kafka only with the catalog: its tasks are Spark "
-            "partitions, not shards, and claim each record ID in it so that two of them "
-            "never append one record; turn dedup on (the default)",
-        )
-    if config.value in (JSON_WITH_SCHEMA, AVRO):
-        raise ConfigError(
-            "value",
-            f"value {config.value!r} is not written by format('exactlyonce'): use 'json' or "
-            "a string column, or foreachBatch",
-        )
-
-
 def check_stream(config: SinkConfig, schema: StructType) -> None:
     """Refuse a stream column this path cannot hand the sink's task writer as it is."""
     check_key_columns(schema, config.id_columns or ())
+    as_text = registry.kind_of(config).datasource_traits().text_values
     for field in schema.fields:
         kind = field.dataType.typeName()
         if kind in _NOT_COPIED:
@@ -89,7 +60,6 @@ def check_stream(config: SinkConfig, schema: StructType) -> None:
                 f"column {field.name!r} is {kind}: format('exactlyonce') writes flat columns "
                 "only (to_json() it first, or use foreachBatch)",
             )
-        as_text = isinstance(config, (RedisSinkConfig, KafkaSinkConfig))
         if as_text and field.dataType.simpleString() not in _AS_TEXT:
             raise ConfigError(
                 "sink",

@@ -11,9 +11,10 @@ Who calls what (pyspark 4.1+, ``DataSourceStreamArrowWriter``):
   properties (``streaming.sql.batchId``, ``sql.streaming.queryId``). It refuses a head
   another checkpoint wrote (invariant 9), skips an epoch at or below the head read at start,
   else adds the protocol's columns, shapes the rows as the sink's projection does
-  (:mod:`.shapes`), and writes through the sink's own task writer with no shard marker
-  (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`; Kafka's writes one
-  transaction per Spark partition, with its own marker and ID claims: :mod:`.kafka_path`).
+  (its registry entry's ``datasource``), and writes through the sink's own task writer with
+  no shard marker (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`; Kafka's
+  writes one transaction per Spark partition, with its own marker and ID claims:
+  :mod:`exactlyonce.connectors.kafka.datasource`).
 - :meth:`commit` (every task succeeded) and :meth:`abort` run in a new Python process on the
   driver per epoch, on a writer Spark builds anew (never pickled): commit advances the head,
   abort leaves it alone.
@@ -30,18 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.head import Head
 from exactlyonce.connectors.base.report import BatchReport, TaskResult
 from exactlyonce.connectors.base.task import ShardWriter
-from exactlyonce.connectors.kafka.sink import KafkaSink
 from exactlyonce.dedup.keeper import CatalogKeeper
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import CheckpointResetError
 from exactlyonce.faults import crash_point
-from exactlyonce.integration.datasource import kafka_path
 from exactlyonce.integration.datasource.options import checkpoint_location, sink_config
 from exactlyonce.integration.datasource.records import ProtocolColumns
-from exactlyonce.integration.datasource.shapes import sink_shape
 from exactlyonce.integration.datasource.support import check_stream, check_supported
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ class Started:
 def build_sink(config: SinkConfig) -> ExactlyOnceSink:
     from exactlyonce.integration.config.sinks import build_sink as build
 
-    return build(config, check=False)  # type: ignore[arg-type]
+    return build(config, check=False)
 
 
 class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
@@ -111,7 +110,8 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         sink = build_sink(self.config)
         shards = self.config.shards or DEFAULT_SHARDS
         head = sink.start(schema, checkpoint_query_id(self.options), lambda: shards)
-        shape = sink_shape(sink, schema)
+        traits = registry.kind_of(sink).datasource_traits()
+        shape = traits.shape(sink, schema)
         columns = ProtocolColumns(
             tuple(self.config.id_columns or ()),
             sink.id_column,
@@ -121,8 +121,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         )
         writer = sink.task_writer(head.epoch, shape.columns)
         assert isinstance(writer, ShardWriter)
-        if isinstance(sink, KafkaSink):
-            kafka_path.start(sink)
+        traits.start(sink)
         log.info("%s: started through format('exactlyonce'), head %s", sink, head)
         return Started(head, writer, columns)
 
@@ -160,13 +159,11 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         head = sink.head()
         if head is not None:
             refuse_other_checkpoint(self.config, head, query_id)
-        if isinstance(sink, KafkaSink):
-            kafka_path.check_partitions(sink, batchId, *claimed(sent))
-            sink.marker_slots = len(messages)
+        traits = registry.kind_of(sink).datasource_traits()
+        traits.before_head(sink, batchId, *claimed(sent), len(messages))
         crash_point("before_head", batchId)
         sink.commit_epoch(batchId, query_id)
-        if isinstance(sink, KafkaSink):
-            kafka_path.forget_claims(sink, batchId)
+        traits.after_head(sink, batchId)
         tasks = [TaskResult(**m.result) for m in sent if not m.skipped]
         report = BatchReport.from_tasks(sink.query_name, sink.sink_name, batchId, tasks)
         log.info("%s epoch %d committed: %s", sink, batchId, report)

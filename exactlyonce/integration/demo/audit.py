@@ -1,6 +1,6 @@
 """The demo's exactly-once audit of its PostgreSQL pipeline: the sink's table, dead-letter
 table and head against the expected record IDs (read by
-:mod:`exactlyonce.integration.audit.postgres`, as ``exactlyonce audit`` reads them), with the
+:mod:`exactlyonce.connectors.postgres.audit`, as ``exactlyonce audit`` reads them), with the
 demo's input and kill counts, and the verdict."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors import registry
 from exactlyonce.integration.audit import read_expected
-from exactlyonce.integration.audit.postgres import read_postgres
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.config.sinks import build_sink
 from exactlyonce.integration.demo.pipeline import pg_sink
@@ -61,13 +60,12 @@ def read_audit(
     kills: int | None = None,
 ) -> Audit:
     """What the sink's table, dead-letter table and head hold, against the expected IDs
-    (read by :func:`exactlyonce.integration.audit.postgres.read_postgres`).
+    (read by :func:`exactlyonce.connectors.postgres.audit.read_postgres`).
 
     Read-only; a table not created yet counts as empty."""
     pg_sink(cfg)  # the demo's PostgreSQL pipeline, or a ConfigError naming the field
     sink = build_sink(cfg.sink, check=False)  # no connection: for its names only
-    assert isinstance(sink, PostgresSink)
-    found = read_postgres(sink, dict.fromkeys(expected, []))
+    found = registry.kind_of(sink).audit_reader()(sink, dict.fromkeys(expected, []))
     return Audit(
         query_name=cfg.query_name,
         sink=found.sink,

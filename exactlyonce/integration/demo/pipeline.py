@@ -5,14 +5,11 @@ does not fit raises :class:`~exactlyonce.errors.ConfigError` naming the field.""
 
 from __future__ import annotations
 
+from exactlyonce.connectors.kafka.config import KafkaSinkConfig
 from exactlyonce.connectors.kafka.protocol import DEFAULT_CONTROL_TOPIC
+from exactlyonce.connectors.postgres.config import PostgresSinkConfig
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.config import (
-    KafkaSinkConfig,
-    KafkaSourceConfig,
-    PipelineConfig,
-    PostgresSinkConfig,
-)
+from exactlyonce.integration.config import KafkaSourceConfig, PipelineConfig
 from exactlyonce.integration.demo.inputs import FIELDS
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
 
+from exactlyonce.connectors.base.audit import SinkAudit
+from exactlyonce.connectors.base.expected import Expected
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.connectors.elasticsearch.connection import call
-from exactlyonce.integration.audit.expected import Expected
-from exactlyonce.integration.audit.report import SinkAudit
 from exactlyonce.progress import Progress
 
 SCROLL_PAGE = 5_000

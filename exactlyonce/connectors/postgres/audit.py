@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from exactlyonce.connectors.base.audit import SinkAudit
+from exactlyonce.connectors.base.expected import Expected
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres.schema import DEAD_LETTERS, TableName, regclass
-from exactlyonce.integration.audit.expected import Expected
-from exactlyonce.integration.audit.report import SinkAudit
 from exactlyonce.progress import Progress
 
 AUDIT_CHUNK_ROWS = 50_000

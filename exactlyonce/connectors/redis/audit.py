@@ -19,12 +19,12 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from exactlyonce.connectors.base.audit import SinkAudit
+from exactlyonce.connectors.base.expected import Expected, spark_text
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.connectors.redis.connection import connect, reaching
 from exactlyonce.connectors.redis.template import KeyTemplate
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.audit.expected import Expected, spark_text
-from exactlyonce.integration.audit.report import SinkAudit
 from exactlyonce.progress import Progress
 from exactlyonce.secrets import Secret, redact_dsn
 

@@ -21,13 +21,23 @@ each, claiming its IDs in the catalog (:mod:`exactlyonce.dedup.claims`); the dri
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from exactlyonce.connectors.base.shape import DataSourceTraits, SinkShape
+from exactlyonce.connectors.kafka import projection, protocol
+from exactlyonce.connectors.kafka.avro import AVRO
+from exactlyonce.connectors.kafka.config import KafkaSinkConfig
+from exactlyonce.connectors.kafka.connect_json import JSON_WITH_SCHEMA
 from exactlyonce.connectors.kafka.sink import KafkaSink
 from exactlyonce.dedup import claims
 from exactlyonce.dedup.keeper import CatalogKeeper
 from exactlyonce.errors import ConfigError, EpochSplitError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("exactlyonce.datasource")
 
@@ -105,3 +115,52 @@ def forget_claims(sink: KafkaSink, epoch: int) -> None:
         log.warning("%s: claims of epoch %d not dropped: %s", sink, epoch, type(exc).__name__)
     finally:
         keeper.catalog.close()
+
+
+def shape(sink: KafkaSink, schema: StructType) -> SinkShape:
+    """The record ID, the key (if any) and the value as bytes: the Arrow twin of the sink's
+    projection (:func:`exactlyonce.connectors.kafka.projection.project_arrow`)."""
+    convert = functools.partial(
+        projection.project_arrow,
+        user=tuple(schema.names),
+        key_column=sink.key_column,
+        value=sink.value,
+    )
+    key = (protocol.KEY_COLUMN,) if sink.key_column is not None else ()
+    return SinkShape(protocol.EPOCH_COLUMN, (sink.id_column, *key, protocol.VALUE_COLUMN), convert)
+
+
+def refuse(config: KafkaSinkConfig) -> None:
+    """Kafka appends: this path needs the catalog (for its claims) and a value it can write
+    byte for byte as the ``foreachBatch`` projection does. The broker is checked at the
+    start (it must hide aborted records: :func:`check_broker`)."""
+    if config.dedup is False:
+        raise ConfigError(
+            "dedup",
+            "format('exactlyonce') writes Kafka only with the catalog: its tasks are Spark "
+            "partitions, not shards, and claim each record ID in it so that two of them "
+            "never append one record; turn dedup on (the default)",
+        )
+    if config.value in (JSON_WITH_SCHEMA, AVRO):
+        raise ConfigError(
+            "value",
+            f"value {config.value!r} is not written by format('exactlyonce'): use 'json' or "
+            "a string column, or foreachBatch",
+        )
+
+
+def before_head(
+    sink: KafkaSink, epoch: int, instance: str | None, ran: Sequence[int], tasks: int
+) -> None:
+    check_partitions(sink, epoch, instance, ran)
+    sink.marker_slots = tasks
+
+
+DATASOURCE = DataSourceTraits(
+    shape=shape,
+    refuse=refuse,
+    text_values=True,
+    start=start,
+    before_head=before_head,
+    after_head=forget_claims,
+)

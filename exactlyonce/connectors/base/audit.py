@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from exactlyonce.integration.audit.expected import Expected
+from exactlyonce.connectors.base.expected import Expected
 
 NAMED_IDS = 20  # IDs named per kind in the table (the JSON names up to NAMED_IDS_JSON)
 NAMED_IDS_JSON = 1000

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator
 
 from confluent_kafka import Message
 
+from exactlyonce.connectors.base.audit import SinkAudit
+from exactlyonce.connectors.base.expected import Expected
 from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.reader import (
     H_QUERY,
@@ -30,8 +32,6 @@ from exactlyonce.connectors.kafka.reader import (
     partitions_of,
     read_exactly_once,
 )
-from exactlyonce.integration.audit.expected import Expected
-from exactlyonce.integration.audit.report import SinkAudit
 from exactlyonce.progress import Progress
 
 READ_TIMEOUT_S = 60.0  # a read that gets no record for this long fails

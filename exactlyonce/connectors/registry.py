@@ -1,0 +1,66 @@
+"""The sinks by name: one :class:`~exactlyonce.connectors.base.kind.SinkKind` per sink.
+
+Each built-in sink package exports its kind as ``KIND`` in its ``kind`` module; this module
+only lists the packages. Code outside a sink's own package never names a concrete sink
+class: it asks here (:func:`kind_named` for a name from config, :func:`kind_of` for a sink
+or a config object). A sink of your own joins with :func:`register` and then works with
+pipeline files, the audit and (if it has a drain target) the buffer, with no other edit.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from exactlyonce.connectors.base.kind import SinkKind
+from exactlyonce.errors import ConfigError
+
+BUILT_IN = ("postgres", "kafka", "elasticsearch", "redis")
+
+_registered: dict[str, SinkKind] = {}
+
+
+def register(kind: SinkKind) -> SinkKind:
+    """Make ``kind`` known by its name (again: the newer one wins). Returns it."""
+    _registered[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Forget a registered sink (built-in sinks come back on the next lookup)."""
+    _registered.pop(name, None)
+
+
+def _built_in(name: str) -> SinkKind:
+    kind: SinkKind = importlib.import_module(f"exactlyonce.connectors.{name}.kind").KIND
+    return kind
+
+
+def kinds() -> list[SinkKind]:
+    """Every known sink: the built-in ones first, in :data:`BUILT_IN` order."""
+    known = {name: _registered.get(name) or _built_in(name) for name in BUILT_IN}
+    known.update(_registered)
+    return list(known.values())
+
+
+def names() -> list[str]:
+    return [kind.name for kind in kinds()]
+
+
+def kind_named(name: str, field: str = "type") -> SinkKind:
+    """The sink called ``name``; ConfigError on ``field`` naming the known ones if none."""
+    kind = _registered.get(name)
+    if kind is None and name in BUILT_IN:
+        kind = _built_in(name)
+    if kind is None:
+        raise ConfigError(field, f"unknown sink {name!r}; known: {', '.join(names())}")
+    return kind
+
+
+def kind_of(thing: Any) -> SinkKind:
+    """The kind of a sink object or of a sink's config model (its ``type``)."""
+    config = getattr(thing, "config", thing)
+    return kind_named(str(getattr(config, "type", type(thing).__name__)))
+
+
+__all__ = ["BUILT_IN", "SinkKind", "kind_named", "kind_of", "kinds", "names", "register"]
