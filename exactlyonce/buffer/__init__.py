@@ -1,14 +1,16 @@
 """A Kafka buffer ahead of slow sinks, and its drainer.
 
-``Buffered(sink, KafkaBuffer(...))`` (:mod:`.buffered`) is the ``foreachBatch`` callable: Spark
-commits each batch to the buffer topic exactly once and returns. :class:`Drainer`
-(:mod:`.drain`; ``exactlyonce drain pipeline.yaml``, or a thread) moves the records into the
-sink (PostgreSQL, Redis or Elasticsearch), keeping its consumed offsets in the sink: in the
-same atomic step as the records, or after records written idempotently by ID (see
-:mod:`.drain.target`). Buffer messages carry records in frames (:mod:`.frames`).
+``Buffered(sink, KafkaBuffer(...))`` (:mod:`exactlyonce.connectors.kafka.buffer`, the Kafka
+sink's buffer mode) is the ``foreachBatch`` callable: Spark commits each batch to the buffer
+topic exactly once and returns. :class:`Drainer` (:mod:`.drain`; ``exactlyonce drain
+pipeline.yaml``, or a thread) moves the records into the sink through the sink's drain target
+(its registry entry's ``drain``), keeping its consumed offsets in the sink: in the same atomic
+step as the records, or after records written idempotently by ID (see
+:mod:`exactlyonce.connectors.base.drain`). Buffer messages carry records in frames
+(:mod:`exactlyonce.connectors.base.frames`).
 """
 
-from exactlyonce.buffer.buffered import Buffered, KafkaBuffer
 from exactlyonce.buffer.drain import Drainer, DrainReport, Lag
+from exactlyonce.connectors.kafka.buffer import Buffered, KafkaBuffer
 
 __all__ = ["Buffered", "DrainReport", "Drainer", "KafkaBuffer", "Lag"]

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from exactlyonce.buffer.buffered import Buffered
+from exactlyonce.connectors.kafka.buffer import Buffered
 from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.integration.config import load_config
 from tests.audit import assert_exactly_once, install_audit

@@ -25,8 +25,7 @@ from psycopg import sql
 from pyspark.sql import SparkSession
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
-from exactlyonce.buffer.drain.postgres_target import OFFSETS, PgDrainTarget
-from exactlyonce.buffer.frames import H_FRAME_INDEX
+from exactlyonce.connectors.base.frames import H_FRAME_INDEX
 from exactlyonce.connectors.kafka.reader import (
     H_ATTEMPT,
     H_EPOCH,
@@ -37,6 +36,7 @@ from exactlyonce.connectors.kafka.reader import (
     confirmation_key,
 )
 from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors.postgres.drain import OFFSETS, PgDrainTarget
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
 from tests.audit import assert_exactly_once, install_audit
@@ -778,7 +778,7 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
 
 
 def test_documents_append_id_and_epoch_last(pg_dsn: str, unique_name: str) -> None:
-    from exactlyonce.buffer.drain.exact_path import DrainRow
+    from exactlyonce.connectors.base.drain import DrainRow
 
     sink = PostgresSink(pg_dsn, unique_name, ["event_id"], unique_name, dedup=False, check=False)
     target = PgDrainTarget(sink, unique_name)

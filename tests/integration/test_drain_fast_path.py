@@ -21,11 +21,11 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg import sql
 
-from exactlyonce.buffer.drain.exact_path import DrainRow
-from exactlyonce.buffer.drain.fast_path import arrow_type
-from exactlyonce.buffer.drain.postgres_target import PgDrainTarget
+from exactlyonce.connectors.base.drain import DrainRow
 from exactlyonce.connectors.kafka.reader import RangeReader, consumer
 from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors.postgres.drain import PgDrainTarget
+from exactlyonce.connectors.postgres.drain_fast import arrow_type
 from exactlyonce.dedup.ids import record_id
 
 pytestmark = pytest.mark.integration

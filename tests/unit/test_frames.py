@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from exactlyonce.buffer.buffered import KafkaBuffer
-from exactlyonce.buffer.frames import H_FRAME_INDEX, FrameRecord, ids_problem
+from exactlyonce.connectors.base.frames import H_FRAME_INDEX, FrameRecord, ids_problem
 from exactlyonce.connectors.kafka import frame_bounds
+from exactlyonce.connectors.kafka.buffer import KafkaBuffer
 from exactlyonce.connectors.kafka.reader import H_RECORD_ID, H_RECORD_IDS, record_ids_of
 from exactlyonce.errors import ConfigError
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from exactlyonce.buffer.drain.chunk import Chunk
-from exactlyonce.buffer.drain.redis_fast import fast_share
-from exactlyonce.buffer.drain.redis_records import exact_share
+from exactlyonce.connectors.base.drain import Chunk
 from exactlyonce.connectors.redis import RedisSink
+from exactlyonce.connectors.redis.drain_fast import fast_share
+from exactlyonce.connectors.redis.drain_records import exact_share
 from exactlyonce.dedup.ids import record_id
 
 CATALOG = "redis://catalog.example:6379/0"

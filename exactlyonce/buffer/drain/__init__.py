@@ -3,9 +3,9 @@
 One module per part: :mod:`.drainer` (the lifecycle), :mod:`.control` (the control topic),
 :mod:`.positions` (stored offsets), :mod:`.planner` and :mod:`.chunk` (what to read, and
 reading it), :mod:`.writer` (parallel shares), :mod:`.dead_letters`, :mod:`.lag`,
-:mod:`.clients` (Kafka consumers); the drain-target contract :mod:`.target` and the factory
-:mod:`.targets`, and one target per sink: PostgreSQL :mod:`.postgres_target` (offsets and
-transactions), with :mod:`.fast_path` (Arrow -> COPY) and :mod:`.exact_path` (INSERT).
+:mod:`.clients` (Kafka consumers) and :mod:`.targets` (the sink's drain target, from the
+registry). The drain-target contract is :mod:`exactlyonce.connectors.base.drain`; each sink's
+target lives in its own package (``exactlyonce.connectors.<sink>.drain``).
 """
 
 from exactlyonce.buffer.drain.drainer import (
@@ -13,24 +13,16 @@ from exactlyonce.buffer.drain.drainer import (
     Drainer,
     DrainReport,
 )
-from exactlyonce.buffer.drain.exact_path import DrainRow, InsertResult
-from exactlyonce.buffer.drain.fast_path import arrow_type
 from exactlyonce.buffer.drain.lag import Lag
-from exactlyonce.buffer.drain.postgres_target import OFFSETS, PgDrainTarget
-from exactlyonce.buffer.drain.target import DrainTarget, Share
 from exactlyonce.buffer.drain.targets import target_for
+from exactlyonce.connectors.base.drain import DrainTarget, Share
 
 __all__ = [
     "DRAIN_PROCESS_SWITCH_INTERVAL_S",
-    "OFFSETS",
     "DrainReport",
-    "DrainRow",
     "DrainTarget",
     "Drainer",
-    "InsertResult",
     "Lag",
-    "PgDrainTarget",
     "Share",
-    "arrow_type",
     "target_for",
 ]

@@ -3,20 +3,19 @@
 Reading a chunk is recipe steps 2-3 of :mod:`exactlyonce.connectors.kafka.reader`: a record
 is accepted only if its attempt is confirmed on the control topic (brokers such as Tansu
 still deliver aborted records); others are counted as skipped. Accepted messages are kept
-column-wise (a frame, or a message of one record: see :mod:`exactlyonce.buffer.frames`);
+column-wise (a frame, or a message of one record: see :mod:`exactlyonce.connectors.base.frames`);
 messages whose record IDs do not hold together are kept aside, with why, for the dead-letter
 topic. A frame is split into its records only on the exact path (:meth:`Chunk.rows_of`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-from exactlyonce.buffer.drain.exact_path import DrainRow
-from exactlyonce.buffer.frames import FrameRecord, ids_problem, split_ids, value_problem
 from exactlyonce.buffer.tuning import gc_paused
+from exactlyonce.connectors.base.drain import Chunk
+from exactlyonce.connectors.base.frames import ids_problem
 from exactlyonce.connectors.kafka.reader import (
     H_EPOCH,
     H_RECORD_ID,
@@ -29,60 +28,6 @@ from exactlyonce.connectors.kafka.reader import (
 
 _UNKNOWN = object()
 _ID_HEADERS = (H_RECORD_IDS, H_RECORD_ID)
-
-
-@dataclass
-class Chunk:
-    """What one read of the buffer returned: accepted messages (column-wise: a frame, or a
-    message of one record), bad messages and new positions. ``ids[i]`` holds message i's
-    record IDs, 32 bytes each; ``counts[i]`` how many."""
-
-    starts: dict[int, int]
-    ends: dict[int, int]
-    messages: list[Any] = field(default_factory=list)
-    ids: list[bytes] = field(default_factory=list)
-    epochs: list[int] = field(default_factory=list)
-    values: list[Any] = field(default_factory=list)
-    partitions: list[int] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)
-    frames: list[bool] = field(default_factory=list)
-    bad: list[tuple[Any, str]] = field(default_factory=list)
-    read: int = 0  # records (a frame counts its records)
-    skipped: int = 0
-
-    @property
-    def offsets(self) -> int:
-        return sum(self.ends[p] - s for p, s in self.starts.items())
-
-    def records(self, where: list[int]) -> Iterator[tuple[int, int, bytes, bytes]]:
-        """``(i, k, record ID, value)`` of every record of the messages at ``where``: ``i``
-        the message's position in the chunk, ``k`` the record's place in its frame (-1 for a
-        message of one record). A frame is split into its lines and IDs here."""
-        for i in where:
-            if not self.frames[i]:
-                yield i, -1, self.ids[i], self.values[i]
-                continue
-            lines = self.values[i].split(b"\n")
-            for k, (line, rid) in enumerate(zip(lines, split_ids(self.ids[i]), strict=True)):
-                yield i, k, rid, line
-
-    def source(self, i: int, k: int, record_id: bytes, value: bytes) -> Any:
-        """What a record of :meth:`records` is dead-lettered as: its message, or for a
-        record of a frame a :class:`FrameRecord` (its own value, ID and place)."""
-        return self.messages[i] if k < 0 else FrameRecord(self.messages[i], k, record_id, value)
-
-    def rows_of(self, where: list[int]) -> tuple[list[DrainRow], list[tuple[Any, str]]]:
-        """The records of the messages at ``where`` as rows for the exact path, and the values
-        that cannot be a row at all (with why). A frame's records are looked at one by one."""
-        rows, bad = [], []
-        for i, k, rid, value in self.records(where):
-            source = self.source(i, k, rid, value)
-            problem = value_problem(value)  # the exact path: the precise look at every value
-            if problem:
-                bad.append((source, problem))
-                continue
-            rows.append(DrainRow(self.partitions[i], rid.lower(), self.epochs[i], value, source))
-        return rows, bad
 
 
 def read_chunk(

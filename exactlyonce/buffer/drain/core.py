@@ -16,8 +16,7 @@ import os
 import threading
 import time
 
-from exactlyonce.buffer.buffered import KafkaBuffer, check_target
-from exactlyonce.buffer.drain.chunk import Chunk, read_chunk
+from exactlyonce.buffer.drain.chunk import read_chunk
 from exactlyonce.buffer.drain.clients import BufferClients
 from exactlyonce.buffer.drain.control import ControlFollower
 from exactlyonce.buffer.drain.dead_letters import DeadLetters
@@ -26,10 +25,11 @@ from exactlyonce.buffer.drain.planner import ChunkPlanner
 from exactlyonce.buffer.drain.positions import check_positions, read_positions, reset_positions
 from exactlyonce.buffer.drain.report import DrainReport
 from exactlyonce.buffer.drain.retries import drain_retry_policy
-from exactlyonce.buffer.drain.target import DrainTarget
 from exactlyonce.buffer.drain.targets import target_for
 from exactlyonce.buffer.drain.writer import ChunkWriter
 from exactlyonce.connectors.base import ExactlyOnceSink
+from exactlyonce.connectors.base.drain import Chunk, DrainTarget
+from exactlyonce.connectors.kafka.buffer import KafkaBuffer, check_target
 from exactlyonce.connectors.kafka.reader import Commits
 from exactlyonce.errors import ConfigError, OffsetsMovedError
 from exactlyonce.secrets import scrub, secret_values

@@ -16,7 +16,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from exactlyonce.buffer.buffered import KafkaBuffer
+from exactlyonce.connectors.base.drain import Letter
+from exactlyonce.connectors.kafka.buffer import KafkaBuffer
 from exactlyonce.connectors.kafka.reader import H_ERROR, offset_of, shared_config, where_of
 from exactlyonce.errors import SinkUnavailableError
 
@@ -27,7 +28,6 @@ H_SOURCE_PARTITION = "eo-source-partition"
 H_SOURCE_OFFSET = "eo-source-offset"
 H_DRAINER = "eo-drainer"
 
-Letter = tuple[Any, str]  # (the Kafka message, or a FrameRecord; why it is a dead letter)
 
 
 class DeadLetters:

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from exactlyonce.buffer.drain.chunk import Chunk
+from exactlyonce.connectors.base.drain import Chunk
 
 Plan = tuple[dict[int, int], dict[int, int]]  # (starts, ends) per partition
 Read = Callable[[dict[int, int], dict[int, int]], Chunk]

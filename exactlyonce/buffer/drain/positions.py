@@ -1,7 +1,7 @@
 """Where the drainer is: the positions (partition -> next offset) stored in the sink.
 
 Kafka Connect's ``SinkTaskContext.offset()`` pattern: the sink holds the drainer's offsets,
-written with the records as each target says (:mod:`exactlyonce.buffer.drain.target`: in the
+written with the records as each target says (:mod:`exactlyonce.connectors.base.drain`: in the
 same atomic step, or after the records were written idempotently), and read back on every
 (re)start and after every failure, so a commit whose reply was lost is
 seen there, never assumed failed. Stored offsets beyond a partition's end (the topic was
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from exactlyonce.buffer.drain.target import DrainTarget
+from exactlyonce.connectors.base.drain import DrainTarget
 from exactlyonce.connectors.kafka.reader import exact_end_offsets, log_start_offset
 from exactlyonce.errors import ConfigError
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exactlyonce.buffer.buffered import Buffered
 from exactlyonce.buffer.drain.clients import BufferClients
 from exactlyonce.buffer.drain.control import ControlFollower
 from exactlyonce.buffer.drain.lag import Lag, compute_lag
 from exactlyonce.buffer.drain.targets import target_for
+from exactlyonce.connectors.kafka.buffer import Buffered
 
 KAFKA_TIMEOUT_S = 30.0
 

@@ -1,14 +1,14 @@
 """The drain target of a sink: the class its registry entry names (``drain``), built for one
-writer of one drainer member (see :func:`exactlyonce.buffer.buffered.check_target` for the
+writer of one drainer member (see :func:`exactlyonce.connectors.kafka.buffer.check_target` for the
 sinks and modes a buffer drains into)."""
 
 from __future__ import annotations
 
 from typing import cast
 
-from exactlyonce.buffer.buffered import check_target
-from exactlyonce.buffer.drain.target import DrainTarget
 from exactlyonce.connectors import registry
+from exactlyonce.connectors.base.drain import DrainTarget
+from exactlyonce.connectors.kafka.buffer import check_target
 
 
 def target_for(

@@ -2,7 +2,7 @@
 
 Of a drainer member's partitions, writer ``w`` of ``k`` owns ``p // members % k == w``: its
 records, its dead letters and its partitions' offsets go to its own target (one connection)
-in one step (:meth:`~exactlyonce.buffer.drain.target.DrainTarget.write_share`: atomic, or
+in one step (:meth:`~exactlyonce.connectors.base.drain.DrainTarget.write_share`: atomic, or
 idempotent then offsets, as the target says), so writers commit side by side. A share that
 committed stays committed when another fails: the positions move for its partitions only, and
 the failed share is read again. Which sink it is, and how it writes, is the target's business.
@@ -14,9 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from exactlyonce.buffer.drain.chunk import Chunk
-from exactlyonce.buffer.drain.dead_letters import Letter
-from exactlyonce.buffer.drain.target import Counts, DrainTarget, Share
+from exactlyonce.connectors.base.drain import Chunk, Counts, DrainTarget, Letter, Share
 from exactlyonce.connectors.kafka.reader import where_of
 from exactlyonce.faults import crash_point
 

@@ -38,7 +38,7 @@ KIND = SinkKind(
     sink="exactlyonce.connectors.elasticsearch.sink:ElasticsearchSink",
     audit="exactlyonce.connectors.elasticsearch.audit:read_elasticsearch",
     datasource="exactlyonce.connectors.elasticsearch.datasource:DATASOURCE",
-    drain="exactlyonce.buffer.drain.es_target:EsDrainTarget",
+    drain="exactlyonce.connectors.elasticsearch.drain:EsDrainTarget",
     chaos=ChaosTraits(default_port=9200, addresses=_addresses, proxy_refusal=_proxy_refusal),
     url=UrlTraits(
         ("elasticsearch", "elasticsearch+https"), ("hosts", "username", "password"), _from_url

@@ -13,9 +13,9 @@
 
 from __future__ import annotations
 
+from exactlyonce.connectors.base.frames import frame_bounds
 from exactlyonce.connectors.kafka.clients import init_transactions
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
-from exactlyonce.connectors.kafka.frames import frame_bounds
 from exactlyonce.connectors.kafka.preflight import PROBE_RETENTION_MS, PROBE_WAIT_S
 from exactlyonce.connectors.kafka.protocol import (
     DEAD_LETTER_PAYLOAD_LIMIT,

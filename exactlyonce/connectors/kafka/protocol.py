@@ -13,14 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# The frames' header names are the protocol's too (one definition: connectors/base/frames.py).
+from exactlyonce.connectors.base.frames import H_RECORD_ID as H_RECORD_ID
+from exactlyonce.connectors.base.frames import H_RECORD_IDS as H_RECORD_IDS
+from exactlyonce.connectors.base.frames import RECORD_ID_BYTES as RECORD_ID_BYTES
+
 DEFAULT_CONTROL_TOPIC = "exactlyonce-control"
 
 H_QUERY = "eo-query"
 H_EPOCH = "eo-epoch"
 H_SHARD = "eo-shard"
-H_RECORD_ID = "eo-record-id"
-H_RECORD_IDS = "eo-record-ids"  # frames (a buffer's messages): every record's ID, 32 bytes each
-RECORD_ID_BYTES = 32
 H_ATTEMPT = "eo-attempt"
 H_ERROR = "eo-error"  # dead letters only
 

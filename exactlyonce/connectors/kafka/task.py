@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from exactlyonce.connectors.base import SHARD_COLUMN, DeadLetter, ShardTask, ShardWriter
+from exactlyonce.connectors.base.frames import frame_bounds, frame_partition, pack, single_headers
 from exactlyonce.connectors.base.report import TaskResult
 from exactlyonce.connectors.kafka.clients import init_transactions
-from exactlyonce.connectors.kafka.frames import frame_bounds, frame_partition, pack, single_headers
 from exactlyonce.connectors.kafka.protocol import (
     DEAD_LETTER_PAYLOAD_LIMIT,
     H_ATTEMPT,

@@ -23,7 +23,7 @@ KIND = SinkKind(
     sink="exactlyonce.connectors.postgres.sink:PostgresSink",
     audit="exactlyonce.connectors.postgres.audit:read_postgres",
     datasource="exactlyonce.connectors.postgres.datasource:DATASOURCE",
-    drain="exactlyonce.buffer.drain.postgres_target:PgDrainTarget",
+    drain="exactlyonce.connectors.postgres.drain:PgDrainTarget",
     chaos=ChaosTraits(default_port=5432, addresses=_addresses),
     url=UrlTraits(("postgres", "postgresql"), ("dsn",), _from_url, client_options=True),
 )

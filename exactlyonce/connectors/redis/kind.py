@@ -23,7 +23,7 @@ KIND = SinkKind(
     sink="exactlyonce.connectors.redis.sink:RedisSink",
     audit="exactlyonce.connectors.redis.audit:read_redis",
     datasource="exactlyonce.connectors.redis.datasource:DATASOURCE",
-    drain="exactlyonce.buffer.drain.redis_target:RedisDrainTarget",
+    drain="exactlyonce.connectors.redis.drain:RedisDrainTarget",
     chaos=ChaosTraits(default_port=6379, addresses=_addresses),
     url=UrlTraits(("redis", "rediss"), ("url",), _from_url, client_options=True, needs_host=False),
 )

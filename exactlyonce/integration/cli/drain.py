@@ -1,7 +1,7 @@
 """``exactlyonce drain pipeline.yaml``: the drainer of a buffered pipeline, as a process.
 
 Drains into the pipeline's sink, whichever it is (postgres, redis or elasticsearch with a
-``buffer:``), through that sink's drain target (:mod:`exactlyonce.buffer.drain.target`).
+``buffer:``), through that sink's drain target (:mod:`exactlyonce.connectors.base.drain`).
 
 Runs until interrupted (SIGINT/SIGTERM), or with ``--until-idle S`` until it has drained
 everything the buffer committed and nothing new came for S seconds. Prints one line per

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, Union
 
 from pydantic import BaseModel, Field
 
-from exactlyonce.buffer.buffered import KafkaBuffer
 from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.config import SinkConfig
 from exactlyonce.connectors.base.kind import SinkKind
+from exactlyonce.connectors.kafka.buffer import KafkaBuffer
 from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Where the offsets live: a hash per (query, sink, topic) in the sink's Redis,
 ``<prefix>:drain-offsets:<topic>`` (the sink's ``prefix`` names the query and the sink),
 field = partition, value = the next offset to drain.
 
-One script per share (``redis_drain.lua``, with the RedisSink's ``records.lua`` in front:
+One script per share (``scripts/drain.lua``, with the RedisSink's ``records.lua`` in front:
 the records are applied exactly as the sink's tasks apply them, ``hash``, ``string`` or
 ``stream``, keys from the sink's ``key_template``, ``ttl_seconds`` honoured), atomically on the
 server: it compares the stored offsets of the writer's partitions with the ones the drainer
@@ -30,12 +30,12 @@ from typing import Any, TypeVar
 
 import redis
 
-from exactlyonce.buffer.drain.redis_fast import fast_share
-from exactlyonce.buffer.drain.redis_records import exact_share
-from exactlyonce.buffer.drain.target import Counts, Ownership, Share, owned
+from exactlyonce.connectors.base.drain import Counts, Ownership, Share, owned
 from exactlyonce.connectors.base.guarantee import Guarantee
 from exactlyonce.connectors.redis import RedisSink, connect, patient
 from exactlyonce.connectors.redis.connection import reaching, require_standalone
+from exactlyonce.connectors.redis.drain_fast import fast_share
+from exactlyonce.connectors.redis.drain_records import exact_share
 from exactlyonce.connectors.redis.lua import with_records
 from exactlyonce.errors import OffsetsMovedError
 from exactlyonce.faults import armed, crash_point
@@ -46,7 +46,7 @@ T = TypeVar("T")
 def _load_script() -> str:
     from importlib.resources import files
 
-    return files(__package__).joinpath("redis_drain.lua").read_text(encoding="utf-8")
+    return files(__package__).joinpath("scripts").joinpath("drain.lua").read_text(encoding="utf-8")
 
 
 DRAIN_SCRIPT = with_records(_load_script())
@@ -54,11 +54,11 @@ DRAIN_SCRIPT = with_records(_load_script())
 
 class RedisDrainTarget:
     """Writes drained records into a :class:`RedisSink`'s keys: a
-    :class:`~exactlyonce.buffer.drain.target.DrainTarget`.
+    :class:`~exactlyonce.connectors.base.drain.DrainTarget`.
 
     Guarantee: ATOMIC. Each share's records and the offsets of the partitions this writer owns
     are applied by one Lua script, after a compare-and-set of the stored offsets; a crash (or a
-    lost reply) leaves both or neither. See :mod:`exactlyonce.buffer.drain.redis_target`.
+    lost reply) leaves both or neither. See :mod:`exactlyonce.connectors.redis.drain`.
     """
 
     @staticmethod

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from exactlyonce.connectors.kafka.reader import RECORD_ID_BYTES
+from exactlyonce.connectors.base.frames import RECORD_ID_BYTES
 from exactlyonce.connectors.postgres.writer import to_csv
 
 log = logging.getLogger("exactlyonce.buffer")

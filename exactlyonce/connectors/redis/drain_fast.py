@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from exactlyonce.buffer.drain.chunk import Chunk
-from exactlyonce.buffer.drain.redis_records import EncodedShare, stored_fields, to_chunks
-from exactlyonce.connectors.kafka.reader import RECORD_ID_BYTES
+from exactlyonce.connectors.base.drain import Chunk
+from exactlyonce.connectors.base.frames import RECORD_ID_BYTES
 from exactlyonce.connectors.redis import VALUE_COLUMN, RedisSink
+from exactlyonce.connectors.redis.drain_records import EncodedShare, stored_fields, to_chunks
 
 _READ = pajson.ReadOptions(block_size=16 << 20)  # one block: one type inference for the share
 

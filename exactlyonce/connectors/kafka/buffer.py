@@ -7,7 +7,7 @@ headers with query, epoch, shard, attempt and record ID, commit confirmations an
 the topic's frontier on the control topic) and the batch returns. It never waits for the real
 sink: a slow or stopped PostgreSQL, Redis or Elasticsearch does not slow or fail the query.
 A :class:`~exactlyonce.buffer.drain.drainer.Drainer` moves the records on, through the sink's
-drain target (:mod:`exactlyonce.buffer.drain.target`); :func:`check_target` says which sinks,
+drain target (:mod:`exactlyonce.connectors.base.drain`); :func:`check_target` says which sinks,
 in which modes.
 
 Why a wrapper and not a ``buffer=`` argument on every sink: the wrapper IS a KafkaSink (its
@@ -241,8 +241,8 @@ class Buffered(KafkaSink):
 
     def guarantee_report(self, **kwargs: Any) -> GuaranteeReport:
         """The buffer topic's report (a KafkaSink's), then the drain into the real sink and
-        the drain's dead letters (:mod:`exactlyonce.buffer.check`)."""
-        from exactlyonce.buffer.check import drain_parts
+        the drain's dead letters (:mod:`exactlyonce.connectors.kafka.buffer_check`)."""
+        from exactlyonce.connectors.kafka.buffer_check import drain_parts
 
         report = super().guarantee_report(**kwargs)
         report.parts = drain_parts(self)

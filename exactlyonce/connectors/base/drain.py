@@ -29,12 +29,80 @@ called: a SIGKILL leaves the sink as the last completed step left it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from exactlyonce.buffer.drain.chunk import Chunk
-from exactlyonce.buffer.drain.dead_letters import Letter
+from exactlyonce.connectors.base.frames import FrameRecord, split_ids, value_problem
+
+Letter = tuple[Any, str]  # (the Kafka message, or a FrameRecord; why it is a dead letter)
+
+
+@dataclass(slots=True)
+class DrainRow:
+    """One buffered record on its way to the sink. ``source`` is the Kafka message."""
+
+    partition: int
+    record_id: bytes  # 32 hex digits
+    epoch: int
+    value: bytes
+    source: Any = field(repr=False)
+
+
+@dataclass
+class Chunk:
+    """What one read of the buffer returned: accepted messages (column-wise: a frame, or a
+    message of one record), bad messages and new positions. ``ids[i]`` holds message i's
+    record IDs, 32 bytes each; ``counts[i]`` how many."""
+
+    starts: dict[int, int]
+    ends: dict[int, int]
+    messages: list[Any] = field(default_factory=list)
+    ids: list[bytes] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+    partitions: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    frames: list[bool] = field(default_factory=list)
+    bad: list[tuple[Any, str]] = field(default_factory=list)
+    read: int = 0  # records (a frame counts its records)
+    skipped: int = 0
+
+    @property
+    def offsets(self) -> int:
+        return sum(self.ends[p] - s for p, s in self.starts.items())
+
+    def records(self, where: list[int]) -> Iterator[tuple[int, int, bytes, bytes]]:
+        """``(i, k, record ID, value)`` of every record of the messages at ``where``: ``i``
+        the message's position in the chunk, ``k`` the record's place in its frame (-1 for a
+        message of one record). A frame is split into its lines and IDs here."""
+        for i in where:
+            if not self.frames[i]:
+                yield i, -1, self.ids[i], self.values[i]
+                continue
+            lines = self.values[i].split(b"\n")
+            for k, (line, rid) in enumerate(zip(lines, split_ids(self.ids[i]), strict=True)):
+                yield i, k, rid, line
+
+    def source(self, i: int, k: int, record_id: bytes, value: bytes) -> Any:
+        """What a record of :meth:`records` is dead-lettered as: its message, or for a
+        record of a frame a :class:`FrameRecord` (its own value, ID and place)."""
+        return self.messages[i] if k < 0 else FrameRecord(self.messages[i], k, record_id, value)
+
+    def rows_of(self, where: list[int]) -> tuple[list[DrainRow], list[tuple[Any, str]]]:
+        """The records of the messages at ``where`` as rows for the exact path, and the values
+        that cannot be a row at all (with why). A frame's records are looked at one by one."""
+        rows, bad = [], []
+        for i, k, rid, value in self.records(where):
+            source = self.source(i, k, rid, value)
+            problem = value_problem(value)  # the exact path: the precise look at every value
+            if problem:
+                bad.append((source, problem))
+                continue
+            rows.append(DrainRow(self.partitions[i], rid.lower(), self.epochs[i], value, source))
+        return rows, bad
+
+
 
 Counts = tuple[int, int, int]  # written, duplicates, dead letters
 
@@ -137,4 +205,4 @@ class Ownership:
         )
 
 
-__all__ = ["Counts", "DrainTarget", "Ownership", "Share", "owned"]
+__all__ = ["Chunk", "Counts", "DrainRow", "DrainTarget", "Letter", "Ownership", "Share", "owned"]

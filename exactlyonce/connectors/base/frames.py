@@ -1,18 +1,63 @@
-"""Frames: how a buffer message carries its records, and the checks that they hold together.
+"""Frames: how a buffer topic packs many records into one Kafka message, and unpacks them.
 
-A buffer message is either one record (its ID in the ``eo-record-id`` header) or a FRAME of up
-to ``frame_records`` records (see :mod:`exactlyonce.buffer.buffered`): their JSON values one
-per line, their IDs concatenated in the ``eo-record-ids`` header, 32 hex digits each. This
-module splits a frame's IDs, says why a message's IDs or a value cannot be rows (a dead
-letter's reason), and shapes one record of a frame like a Kafka message
-(:class:`FrameRecord`) so it can be dead-lettered on its own.
+A buffer message is either one record (its ID in the ``eo-record-id`` header) or a FRAME of
+up to ``frame_records`` records: their JSON values one per line (JSON text has no raw line
+break), their IDs concatenated in the ``eo-record-ids`` header, 32 hex digits each, in the
+same order. The Kafka sink's shard task packs them (:func:`frame_bounds`, :func:`pack`); the
+drainer and every drain target unpack them (:func:`split_ids`, the problems that make a
+message or a value a dead letter, :class:`FrameRecord` for one record of a frame). One module
+for both sides, so the wire format cannot drift. Pure logic.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from exactlyonce.connectors.kafka.reader import H_RECORD_ID, H_RECORD_IDS, RECORD_ID_BYTES
+H_RECORD_ID = "eo-record-id"
+H_RECORD_IDS = "eo-record-ids"  # frames (a buffer's messages): every record's ID, 32 bytes each
+RECORD_ID_BYTES = 32
+
+
+def frame_bounds(values: Sequence[bytes], records: int, budget: int) -> list[tuple[int, int]]:
+    """Consecutive ``[start, end)`` frames of at most ``records`` records whose values and
+    IDs (a line break and 32 bytes each) stay within ``budget`` bytes; a record larger than
+    the budget is a frame of its own."""
+    bounds: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, value in enumerate(values):
+        length = len(value) + 1 + RECORD_ID_BYTES
+        if i > start and (i - start >= records or size + length > budget):
+            bounds.append((start, i))
+            start, size = i, 0
+        size += length
+    if start < len(values):
+        bounds.append((start, len(values)))
+    return bounds
+
+
+def pack(values: Sequence[bytes], ids: Sequence[bytes]) -> tuple[bytes, tuple[str, bytes]]:
+    """One frame's message value and its ``eo-record-ids`` header."""
+    return b"\n".join(values), (H_RECORD_IDS, b"".join(ids))
+
+
+def frame_partition(shard: int, frames_before: int, partitions: int) -> int:
+    """The partition of a task's next frame (``-1``: the client picks, when the topic's
+    partition count is unknown).
+
+    Round-robin from one that depends on the shard: a keyless message's partition is the
+    client's sticky choice, which put a task's frames all in one partition, and the
+    drainer's writers (and processes) each own some of the partitions.
+    """
+    if partitions <= 0:
+        return -1
+    return (shard + frames_before + 1) % partitions
+
+
+def single_headers(base: list[Any], record_id: bytes) -> list[Any]:
+    """The headers of a record sent as a frame of one (it did not fit in a larger frame)."""
+    return [*base, (H_RECORD_IDS, record_id)]
+
 
 H_FRAME_INDEX = "eo-frame-index"  # a dead letter from a frame: the record's place in it
 HEX_DIGITS = b"0123456789abcdefABCDEF"
@@ -105,9 +150,16 @@ def value_problem(value: bytes | None) -> str | None:
 
 __all__ = [
     "H_FRAME_INDEX",
+    "H_RECORD_ID",
+    "H_RECORD_IDS",
     "HEX_DIGITS",
+    "RECORD_ID_BYTES",
     "FrameRecord",
+    "frame_bounds",
+    "frame_partition",
     "ids_problem",
+    "pack",
+    "single_headers",
     "split_ids",
     "valid_record_id",
     "value_problem",

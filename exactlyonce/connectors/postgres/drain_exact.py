@@ -20,18 +20,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from exactlyonce.connectors.base.drain import DrainRow
+
 _NO_COMMA = (b"{", b" ", b"\t", b"\n", b"\r")
-
-
-@dataclass(slots=True)
-class DrainRow:
-    """One buffered record on its way to the sink. ``source`` is the Kafka message."""
-
-    partition: int
-    record_id: bytes  # 32 hex digits
-    epoch: int
-    value: bytes
-    source: Any = field(repr=False)
 
 
 @dataclass

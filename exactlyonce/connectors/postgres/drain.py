@@ -37,9 +37,10 @@ import pyarrow.json as pajson
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from exactlyonce.buffer.drain.dead_letters import Letter
-from exactlyonce.buffer.drain.exact_path import (
-    DrainRow,
+from exactlyonce.connectors.base.drain import Counts, DrainRow, Letter, Ownership, Share
+from exactlyonce.connectors.base.guarantee import Guarantee
+from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors.postgres.drain_exact import (
     InsertResult,
     document,
     insert_bisecting,
@@ -47,10 +48,7 @@ from exactlyonce.buffer.drain.exact_path import (
     is_bad_row_error,
     json_key,
 )
-from exactlyonce.buffer.drain.fast_path import copy_csv, json_options
-from exactlyonce.buffer.drain.target import Counts, Ownership, Share
-from exactlyonce.connectors.base.guarantee import Guarantee
-from exactlyonce.connectors.postgres import PostgresSink
+from exactlyonce.connectors.postgres.drain_fast import copy_csv, json_options
 from exactlyonce.connectors.postgres.schema import TableName, has_unique_index_on, regclass
 from exactlyonce.errors import ConfigError, OffsetsMovedError, SinkUnavailableError
 from exactlyonce.faults import crash_point
@@ -70,7 +68,7 @@ def offsets_ddl(table: sql.Identifier) -> sql.Composed:
 
 class PgDrainTarget:
     """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert`` or
-    ``append``): a :class:`~exactlyonce.buffer.drain.target.DrainTarget`.
+    ``append``): a :class:`~exactlyonce.connectors.base.drain.DrainTarget`.
 
     Guarantee: ATOMIC, in both modes. A share's rows and its offsets commit in one PostgreSQL
     transaction; the offset rows are locked and compared with ``held`` first (the

@@ -36,9 +36,8 @@ from typing import Any, TypeVar
 
 from elasticsearch import BadRequestError, ConflictError, Elasticsearch, NotFoundError
 
-from exactlyonce.buffer.drain.dead_letters import Letter
-from exactlyonce.buffer.drain.target import Counts, Ownership, Share, owned
-from exactlyonce.buffer.frames import value_problem
+from exactlyonce.connectors.base.drain import Counts, Letter, Ownership, Share, owned
+from exactlyonce.connectors.base.frames import value_problem
 from exactlyonce.connectors.base.guarantee import Guarantee
 from exactlyonce.connectors.elasticsearch import (
     Action,
@@ -99,12 +98,12 @@ class _Tally:
 
 class EsDrainTarget:
     """Writes drained records into an :class:`ElasticsearchSink`'s index (``op_type``
-    ``create``): a :class:`~exactlyonce.buffer.drain.target.DrainTarget`.
+    ``create``): a :class:`~exactlyonce.connectors.base.drain.DrainTarget`.
 
     Guarantee: IDEMPOTENT, THEN OFFSETS. Each record is created under its record ID (a re-sent
     one is a 409, never a second version); the offsets document is written after every record
     of the share was acknowledged, compared-and-set with ``if_seq_no``/``if_primary_term``.
-    See :mod:`exactlyonce.buffer.drain.es_target`.
+    See :mod:`exactlyonce.connectors.elasticsearch.drain`.
     """
 
     @staticmethod

@@ -21,8 +21,8 @@ from exactlyonce.connectors.base.guarantee import (
 from exactlyonce.connectors.kafka import preflight
 
 if TYPE_CHECKING:
-    from exactlyonce.buffer.buffered import Buffered
     from exactlyonce.connectors.base import ExactlyOnceSink
+    from exactlyonce.connectors.kafka.buffer import Buffered
 
 
 def drain_target_class(sink: ExactlyOnceSink) -> Any:
@@ -59,13 +59,11 @@ def drain_parts(buffered: Buffered) -> list[GuaranteeReport]:
 
 
 def _offsets(buffered: Buffered) -> Check:
-    from exactlyonce.buffer.drain.targets import target_for
-
     name = "drain offsets"
     target = buffered.target
     if not drain_target_class(target).offsets_stored(target):
         return absent(name, "the drainer creates its offsets at its start", create_now=False)
-    drain_target = target_for(target, buffered.topic, "exactlyonce-check")
+    drain_target = drain_target_class(target)(target, buffered.topic, "exactlyonce-check")
     try:
         stored = drain_target.read_offsets()
     finally:

@@ -26,9 +26,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from exactlyonce.buffer.drain.chunk import Chunk
-from exactlyonce.buffer.drain.dead_letters import Letter
-from exactlyonce.buffer.frames import value_problem
+from exactlyonce.connectors.base.drain import Chunk, Letter
+from exactlyonce.connectors.base.frames import value_problem
 from exactlyonce.connectors.redis import VALUE_COLUMN, RedisSink
 from exactlyonce.connectors.redis.task import MAX_INLINE_BYTES, encode_records
 
