@@ -80,7 +80,8 @@ def machine_line(data: dict[str, Any]) -> str:
     m = data.get("machine") or {}
     parts = [str(data.get("date", "undated"))]
     if m:
-        parts.append(f"{m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB, {m.get('os', '')}")
+        cores, memory = m.get("cores", "?"), m.get("memory_gib", "?")
+        parts.append(f"{cores} cores, {memory} GiB, {m.get('os', '')}")
         load = m.get("load_average_1m")
         if isinstance(load, dict):
             parts.append(f"load average {load.get('start')} -> {load.get('end')}")
