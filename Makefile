@@ -101,11 +101,15 @@ bench: services
 soak: services
 	$(BIN)/python -m bench soak $(SOAK_ARGS)
 
-# ruff (lint), mypy --strict on the package, and import-linter's layers contract (pyproject.toml).
+# ruff (lint), mypy --strict on the package, import-linter's layers contract (pyproject.toml),
+# and the docs site (mkdocs.yml) built with --strict: a broken link or a docstring mkdocstrings
+# cannot render fails the build. It builds offline, into the virtualenv.
 lint: install
-	$(BIN)/ruff check exactlyonce tests bench examples
+	$(BIN)/ruff check exactlyonce tests bench examples docs
 	$(BIN)/mypy exactlyonce
 	$(BIN)/lint-imports
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true \
+	  $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 typecheck: lint
 

@@ -1,0 +1,248 @@
+"""Generate ``benchmarks.md`` from ``bench/results/*.json`` (run by mkdocs-gen-files).
+
+The page holds no figure of its own: every number is read from the results files that
+``make bench`` (and ``make soak``) write, so the page cannot drift from them. It shows
+
+- the targets table (each figure against its target, met / NOT MET), built by
+  ``bench.table`` exactly as ``python -m bench table`` prints it;
+- per results file: its date, machine and load, and tables of the figures it holds
+  (rates, ratios, targets), nested sections flattened to dotted names;
+- the soak's fault matrix (``chaos.json``);
+- ``summary.png``, copied into the built site (not into ``docs/``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PAGE = "benchmarks.md"
+PICTURE = "summary.png"
+
+# Keys that are bookkeeping, not figures (where a run's files went, per-run raw lists).
+SKIP_KEYS = {"machine", "versions", "results_dir", "table", "details", "runs", "dsn", "notes"}
+TITLES = {
+    "postgres": "PostgreSQL sink",
+    "dedup": "Dedup (Bloom filter + Redis catalog)",
+    "kafka": "Kafka sink",
+    "buffer": "Buffer and drainer, per sink",
+    "elasticsearch": "Elasticsearch sink",
+    "redis": "Redis sink",
+    "recovery": "Recovery after 1,000 epochs",
+    "cluster": "Dedup catalog on Redis Cluster",
+    "session_start": "Spark session start (class-data archive)",
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    return data if isinstance(data, dict) else {}
+
+
+def number(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    text = str(value).replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def flatten(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name, scalar) pairs; lists of numbers shown inline, other lists left out."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key in SKIP_KEYS:
+                continue
+            name = f"{prefix}.{key}" if prefix else str(key)
+            yield from flatten(value, name)
+    elif isinstance(data, list):
+        if data and all(isinstance(v, (int, float)) for v in data) and len(data) <= 12:
+            yield prefix, ", ".join(number(v) for v in data)
+    elif data is not None:
+        yield prefix, data
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out + [""]
+
+
+def machine_line(data: dict[str, Any]) -> str:
+    m = data.get("machine") or {}
+    parts = [str(data.get("date", "undated"))]
+    if m:
+        cores, memory = m.get("cores", "?"), m.get("memory_gib", "?")
+        parts.append(f"{cores} cores, {memory} GiB, {m.get('os', '')}")
+        load = m.get("load_average_1m")
+        if isinstance(load, dict):
+            parts.append(f"load average {load.get('start')} -> {load.get('end')}")
+    versions = data.get("versions") or {}
+    if versions:
+        parts.append(", ".join(f"{k} {v}" for k, v in versions.items()))
+    return "; ".join(parts)
+
+
+def targets_section(results: dict[str, dict[str, Any]]) -> list[str]:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.table import BENCHMARKS, build_rows, format_table
+
+    known = {name: results.get(name, {}) for name in BENCHMARKS}
+    rows = build_rows(known)
+    out = [
+        "## Targets",
+        "",
+        "Each figure against its target, as `python -m bench table` prints it (built by",
+        "`bench.table` from the same files). Ratios are measured side by side in one run;",
+        "read them, not the absolute rates, which depend on the machine and its load.",
+        "",
+    ]
+    out += table(
+        ("benchmark", "figure", "measured", "target", "status"),
+        [
+            (
+                f"[{r.benchmark}](#{r.benchmark.replace('_', '-')})",
+                r.figure,
+                r.measured_text,
+                r.target_text,
+                f"**{r.status}**" if r.status == "NOT MET" else r.status,
+            )
+            for r in rows
+        ],
+    )
+    summary = format_table(rows, known).splitlines()[-1]
+    return out + [summary, ""]
+
+
+def file_section(name: str, data: dict[str, Any]) -> list[str]:
+    out = [f"## {TITLES.get(name, name)} {{ #{name.replace('_', '-')} }}", ""]
+    out += [f"`bench/results/{name}.json`: {machine_line(data)}.", ""]
+    for key in ("measure", "e2e_method", "server_detail"):
+        if isinstance(data.get(key), str):
+            out += [f"*{key.replace('_', ' ')}:* {data[key]}", ""]
+    prepared = data.get("table")
+    if isinstance(prepared, list) and all(isinstance(line, str) for line in prepared):
+        out += ["```text", *prepared, "```", ""]
+    rows = [(f"`{k}`", number(v)) for k, v in flatten(data) if k not in ("date", "benchmark")]
+    out += ["??? note \"Every figure in the file\"", ""]
+    out += ["    " + line if line else "" for line in table(("figure", "value"), rows)]
+    notes = data.get("notes")
+    if isinstance(notes, list):
+        out += [f"- {n}" for n in notes if isinstance(n, str)] + [""]
+    return out
+
+
+def soak_section(data: dict[str, Any]) -> list[str]:
+    matrix = data.get("matrix") or []
+    if not matrix:
+        return []
+    params = data.get("parameters") or {}
+    dates = data.get("dates") or []
+    out = [
+        "## Soak: the fault matrix at scale { #soak }",
+        "",
+        f"`bench/results/chaos.json` (`make soak`): code fingerprint `{data.get('fingerprint')}`, "
+        f"{len(data.get('cells') or [])} cells, {' to '.join(map(str, dates))}; per sink "
+        f"{params.get('seeds')} seeded runs of {number(params.get('events'))} events with at least "
+        f"{params.get('kills')} SIGKILLs each, and one {number(params.get('duration'))} s run. "
+        "How the soak runs: [Chaos, audit and soak](operations/chaos.md#soak).",
+        "",
+    ]
+    notes = data.get("notes") or {}
+    kinds = (
+        "driver_kills", "point_kills", "server_hard", "server_clean", "lost_replies",
+        "refusals", "stalls", "worker_kills", "drainer_kills",
+    )  # fmt: skip
+    rows = []
+    for row in matrix:
+        sink = str(row.get("sink"))
+        label = f"{sink} ({notes[sink]})" if sink in notes else sink
+        faults = " / ".join(str(row.get(k, 0)) for k in kinds)
+        rows.append(
+            (
+                label,
+                number(row.get("runs")),
+                f"{number(row.get('sigkills'))} ({number(row.get('fewest_sigkills'))})",
+                f"{number(row.get('faults'))}: {faults}, {number(row.get('faults_missed'))} missed",
+                number(row.get("ids")),
+                number(row.get("duplicates")),
+                number(row.get("missing")),
+                f"{number(row.get('seconds'))} s",
+                f"**{row.get('verdict')}**",
+            )
+        )
+    out += table(
+        (
+            "sink", "runs", "SIGKILLs (fewest in a seeded run)",
+            "faults: driver / point / server hard / clean / lost reply / refusal / stall / "
+            "worker / drainer", "IDs", "duplicates", "missing", "time", "verdict",
+        ),  # fmt: skip
+        rows,
+    )
+    stale = data.get("stale_cells") or []
+    if stale:
+        out += [
+            f"{len(stale)} cells of earlier code are kept in the file as stale and are not "
+            "summed here.",
+            "",
+        ]
+    return out
+
+
+def render() -> tuple[str, bytes | None]:
+    results = {p.stem: load(p) for p in sorted(RESULTS.glob("*.json"))}
+    picture = RESULTS / PICTURE
+    out = [
+        "# Benchmarks",
+        "",
+        "Generated from `bench/results/*.json` by `docs/gen_benchmarks.py` at every docs",
+        "build. `make bench` (`python -m bench all`) runs every benchmark, each in its own",
+        "process, writes these files and `summary.png`, and prints the targets table;",
+        "`python -m bench NAME --help` runs one alone, `python -m bench all --quick` checks",
+        "that they work (its figures mean nothing). The figures come from a 2-core VM:",
+        "read the ratios, which each benchmark measures side by side in one run.",
+        "",
+    ]
+    if picture.exists():
+        out += [
+            f"![Throughput of each sink beside its same-run baselines]({PICTURE})",
+            "",
+            "`python -m bench summary` draws this picture from the results files.",
+            "",
+        ]
+    out += targets_section(results)
+    order = [n for n in TITLES if n in results] + [
+        n for n in results if n not in TITLES and n != "chaos"
+    ]
+    for name in order:
+        out += file_section(name, results[name])
+    if "chaos" in results:
+        out += soak_section(results["chaos"])
+    return "\n".join(out) + "\n", picture.read_bytes() if picture.exists() else None
+
+
+def main() -> None:
+    page, picture = render()
+    if sys.argv[1:] == ["--print"]:  # by hand: python docs/gen_benchmarks.py --print
+        print(page)
+        return
+    import mkdocs_gen_files
+
+    with mkdocs_gen_files.open(PAGE, "w") as handle:
+        handle.write(page)
+    mkdocs_gen_files.set_edit_path(PAGE, "gen_benchmarks.py")
+    if picture is not None:
+        with mkdocs_gen_files.open(PICTURE, "wb") as handle:
+            handle.write(picture)
+
+
+main()
