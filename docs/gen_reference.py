@@ -37,9 +37,9 @@ def models() -> list[tuple[str, type]]:
 
     The ONE place that names modules: repoint it when they move.
     """
-    from exactlyonce.buffer.buffered import KafkaBuffer
+    from exactlyonce.connectors import registry
     from exactlyonce.connectors.base.config import DedupSettings
-    from exactlyonce.connectors.configs import SINK_CONFIGS
+    from exactlyonce.connectors.kafka.buffer import KafkaBuffer
     from exactlyonce.dedup.config import DedupConfig
     from exactlyonce.integration.config import sources
     from exactlyonce.integration.config.pipeline import PipelineConfig
@@ -49,7 +49,7 @@ def models() -> list[tuple[str, type]]:
         (f"Source `type: {_literal_default(m, 'type')}`", m)
         for m in union_members(sources.SourceConfig)
     ]
-    listed += [(f"Sink `type: {name}`", model) for name, model in SINK_CONFIGS.items()]
+    listed += [(f"Sink `type: {kind.name}`", kind.config) for kind in registry.kinds()]
     listed += [
         ("Kafka buffer (`KafkaBuffer`, a sink's `buffer:`)", KafkaBuffer),
         ("Dedup settings (a sink's `dedup:` section)", DedupSettings),
