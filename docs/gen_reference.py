@@ -39,7 +39,7 @@ def models() -> list[tuple[str, type]]:
     """
     from exactlyonce.connectors import registry
     from exactlyonce.connectors.base.config import DedupSettings
-    from exactlyonce.connectors.kafka.buffer import KafkaBuffer
+    from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
     from exactlyonce.dedup.config import DedupConfig
     from exactlyonce.integration.config import sources
     from exactlyonce.integration.config.pipeline import PipelineConfig

@@ -11,6 +11,7 @@ step as the records, or after records written idempotently by ID (see
 """
 
 from exactlyonce.buffer.drain import Drainer, DrainReport, Lag
-from exactlyonce.connectors.kafka.buffer import Buffered, KafkaBuffer
+from exactlyonce.connectors.kafka.buffer import Buffered
+from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 
 __all__ = ["Buffered", "DrainReport", "Drainer", "KafkaBuffer", "Lag"]

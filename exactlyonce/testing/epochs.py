@@ -135,7 +135,7 @@ def in_process_write(
         for n, batch in enumerate(batches.values()):
             if before_task is not None:
                 before_task(n)
-            writer = sink._task_writer(epoch, columns)
+            writer = sink.task_writer(epoch, columns)
             out = list(writer(iter([batch])))
             results.append(TaskResult(**out[0].to_pylist()[0]))
         return results

@@ -28,8 +28,6 @@ from pydantic import model_validator
 from exactlyonce.connectors.base import (
     DeadLetter,
     ExactlyOnceSink,
-    Head,
-    HeadStore,
     ShardTask,
     ShardWriter,
     TaskWriter,
@@ -42,7 +40,7 @@ from exactlyonce.connectors.base.config import (
     field_error,
     given,
 )
-from exactlyonce.connectors.base.guarantee import OK, Check, Guarantee
+from exactlyonce.connectors.base.guarantee import OK, Check, CheckOf, Guarantee
 from exactlyonce.connectors.postgres.config import Mode, TableSettings
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
@@ -60,6 +58,10 @@ class MemorySinkConfig(TableSettings):
     ``id_column``, ``epoch_column``) over a :class:`MemoryStore` instead of a server."""
 
     type: Literal["memory"] = "memory"
+
+    @property
+    def destination(self) -> str:
+        return self.table
 
     @model_validator(mode="after")
     def _no_upsert(self) -> MemorySinkConfig:
@@ -121,8 +123,15 @@ class MemoryShardTask(ShardTask):
 class MemoryShardWriter(ShardWriter[MemoryTarget]):
     """The task function of one epoch; it runs in the process that holds the store."""
 
-    def _task(self) -> ShardTask:
-        return MemoryShardTask(self.target, self.epoch)
+    task_class = MemoryShardTask
+
+
+def _guarantee(sink: MemorySink) -> Guarantee:
+    return Guarantee(
+        "EXACTLY ONCE (in this process's memory)",
+        "each shard's rows and its commit marker go into the store in one step; a unique "
+        "ID column (insert) or the dedup catalog (append) keeps re-writes out.",
+    )
 
 
 class MemorySink(ExactlyOnceSink):
@@ -153,17 +162,9 @@ class MemorySink(ExactlyOnceSink):
     def _configure(self, config: MemorySinkConfig) -> None:
         self.table = config.table
         self.mode: Mode = config.mode
-        self._id_column = config.id_column
+        self.id_column = config.id_column
         self.epoch_column = config.epoch_column
-        self.heads: HeadStore = MemoryHeadStore(self.store, self.query_name, self.sink_name)
-
-    @property
-    def sink_name(self) -> str:
-        return self._sink_name or f"memory:{self.table}"
-
-    @property
-    def id_column(self) -> str:
-        return self._id_column
+        self.heads = MemoryHeadStore(self.store, self.query_name, self.sink_name)
 
     @property
     def unique_sink(self) -> bool:
@@ -182,37 +183,13 @@ class MemorySink(ExactlyOnceSink):
             self._refuse_reserved_columns(schema.names, reserved, "; choose another name")
             self._check_id_columns(schema.names)
 
-    def guarantee(self) -> Guarantee:
-        return Guarantee(
-            "EXACTLY ONCE (in this process's memory)",
-            "each shard's rows and its commit marker go into the store in one step; a unique "
-            "ID column (insert) or the dedup catalog (append) keeps re-writes out.",
-        )
-
-    def preconditions(self) -> list[Check]:
-        return [Check("store", OK, "in-process memory: nothing to reach")]
+    def check(self) -> CheckOf[MemorySink]:
+        return CheckOf(self, _guarantee, lambda sink: [Check("store", OK, "in-process memory")])
 
     # -- the head: kept by ``self.heads`` (a HeadStore), called by the protocol ---------
 
-    def head(self) -> Head | None:
-        return self.heads.read_head()
-
-    def _read_head(self) -> Head | None:
-        return self.heads.read_head()
-
-    def _create_head(self, head: Head) -> None:
-        self.heads.create_head(head)
-
-    def _bind_query_id(self, spark_query_id: str) -> None:
-        self.heads.bind_query_id(spark_query_id)
-
-    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        self.heads.advance_head(epoch, spark_query_id)
-
-    def reset_head(self) -> None:
-        """Forget what this query committed (not the rows): a deliberate fresh start."""
-        self.heads.reset_head()
-        self._head = None
+    def head_store(self) -> MemoryHeadStore:
+        return self.heads
 
     # -- the write ---------------------------------------------------------------------
 

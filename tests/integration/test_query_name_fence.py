@@ -31,14 +31,16 @@ def test_the_loser_of_a_head_creation_race_refuses(
 ) -> None:
     first, second = sink(pg_dsn, unique_name), sink(pg_dsn, unique_name)
     reads: list[Head | None] = []
-    real_read = second._read_head
+    store = second.head_store()
+    real_read = store.read_head
 
-    def read_before_the_other_created(self: Any = None) -> Head | None:
+    def read_before_the_other_created() -> Head | None:
         head = None if not reads else real_read()  # its first read saw no head yet
         reads.append(head)
         return head
 
-    monkeypatch.setattr(second, "_read_head", read_before_the_other_created)
+    monkeypatch.setattr(store, "read_head", read_before_the_other_created)
+    monkeypatch.setattr(second, "head_store", lambda: store)
     first.start(SCHEMA, "query-a", lambda: 2)
     with pytest.raises(CheckpointResetError, match="query-a") as refused:
         second.start(SCHEMA, "query-b", lambda: 2)

@@ -9,7 +9,7 @@ import pytest
 
 from exactlyonce.connectors.base.frames import H_FRAME_INDEX, FrameRecord, ids_problem
 from exactlyonce.connectors.kafka import frame_bounds
-from exactlyonce.connectors.kafka.buffer import KafkaBuffer
+from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 from exactlyonce.connectors.kafka.reader import H_RECORD_ID, H_RECORD_IDS, record_ids_of
 from exactlyonce.errors import ConfigError
 

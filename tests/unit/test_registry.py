@@ -126,12 +126,7 @@ class StoreMemorySink(MemorySink):
     """MemorySink built from config alone (the pipeline file names no store: it is this
     module's); exactly once as MemorySink is."""
 
-    @classmethod
-    def from_config(cls, config: object, *, check: bool = True) -> StoreMemorySink:
-        assert isinstance(config, MemorySinkConfig)
-        return cls(
-            STORE, config.table, config.id_columns, config.query_name, mode=config.mode, dedup=False
-        )
+    store = STORE
 
 
 def read_memory(sink: MemorySink, expected: Expected) -> SinkAudit:

@@ -11,7 +11,7 @@ import contextlib
 import time
 from typing import Any
 
-from exactlyonce.connectors.kafka.buffer import KafkaBuffer
+from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 from exactlyonce.connectors.kafka.reader import RangeReader, consumer, partitions_of
 
 PARTITIONS_EVERY_S = 10.0  # how often the buffer topic's partitions are listed again

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from exactlyonce.connectors.kafka.buffer import KafkaBuffer
+from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 from exactlyonce.connectors.kafka.reader import (
     START,
     Commits,

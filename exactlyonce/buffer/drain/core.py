@@ -29,7 +29,8 @@ from exactlyonce.buffer.drain.targets import target_for
 from exactlyonce.buffer.drain.writer import ChunkWriter
 from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.connectors.base.drain import Chunk, DrainTarget
-from exactlyonce.connectors.kafka.buffer import KafkaBuffer, check_target
+from exactlyonce.connectors.kafka.buffer import check_target
+from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 from exactlyonce.connectors.kafka.reader import Commits
 from exactlyonce.errors import ConfigError, OffsetsMovedError
 from exactlyonce.secrets import scrub, secret_values

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from exactlyonce.connectors.base.drain import Letter
-from exactlyonce.connectors.kafka.buffer import KafkaBuffer
+from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 from exactlyonce.connectors.kafka.reader import H_ERROR, offset_of, shared_config, where_of
 from exactlyonce.errors import SinkUnavailableError
 

@@ -167,6 +167,18 @@ class SinkConfig(Settings):
             )
         return self
 
+    @property
+    def destination(self) -> str:
+        """What the sink writes, as its default name shows it (``public.events``, a topic,
+        an index): each sink's model says."""
+        raise NotImplementedError(f"{type(self).__name__} names no destination")
+
+    @property
+    def head_name(self) -> str:
+        """The sink's name, its head's key with ``query_name``: ``sink_name``, by default
+        ``<type>:<destination>``."""
+        return self.sink_name or f"{self.type}:{self.destination}"
+
     def columns_named(self) -> dict[str, tuple[str, ...]]:
         """Setting -> the stream columns it names (a pipeline file checks them against the
         source's schema before the stream starts)."""

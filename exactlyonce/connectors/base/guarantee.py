@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from exactlyonce.connectors.base.head import Head
 from exactlyonce.errors import ConfigError, ExactlyOnceError, SinkUnavailableError
@@ -105,6 +105,38 @@ class GuaranteeReport:
             [Check(c.name, c.status, clean(c.detail) or "", clean(c.fix)) for c in self.checks],
             [p.scrubbed(secrets) for p in self.parts],
         )
+
+
+class SinkCheck(Protocol):
+    """What ``exactlyonce check`` asks of a sink (its ``check()``): read-only, may connect."""
+
+    def guarantee(self) -> Guarantee:
+        """The guarantee in the sink's mode and the mechanism it rests on (one sentence
+        each, as the sink's class docstring says)."""
+        ...
+
+    def preconditions(self) -> list[Check]:
+        """Each precondition of the guarantee, checked live and WITHOUT side effects (nothing
+        created, nothing written): ok, warning or failing, with the fix."""
+        ...
+
+
+SinkT = TypeVar("SinkT")
+
+
+@dataclass(frozen=True)
+class CheckOf(Generic[SinkT]):
+    """A :class:`SinkCheck` made of a sink's check functions (its ``check`` module)."""
+
+    sink: SinkT
+    guarantee_of: Callable[[SinkT], Guarantee]
+    preconditions_of: Callable[[SinkT], list[Check]]
+
+    def guarantee(self) -> Guarantee:
+        return self.guarantee_of(self.sink)
+
+    def preconditions(self) -> list[Check]:
+        return self.preconditions_of(self.sink)
 
 
 def checked(name: str, run: Callable[[], Check | Iterable[Check]]) -> list[Check]:

@@ -25,14 +25,18 @@ class Head:
     # for a head written before the store kept one. Informative only: never compared.
     advanced_at: float | None = field(default=None, compare=False)
 
+    def covers(self, epoch: int) -> bool:
+        """Whether ``epoch`` was committed whole: at or below the head, it is skipped."""
+        return epoch <= self.epoch
+
 
 class HeadStore(Protocol):
     """Where a sink keeps its head. :class:`~exactlyonce.connectors.base.sink.ExactlyOnceSink`
     calls these in the driver only, in this order: ``read_head`` once per query start,
     ``create_head`` when there is none, ``bind_query_id`` when the head has no Spark query id
     yet, then ``advance_head`` once per epoch after every task of it committed.
-    ``reset_head`` and ``rewind_head`` run only on a user's explicit request (``exactlyonce
-    reset-head`` / ``exactlyonce rewind``), never while the query runs.
+    ``reset_head`` runs only on a user's explicit request (``exactlyonce reset-head``), never
+    while the query runs. A sink returns its store from ``ExactlyOnceSink.head_store()``.
 
     Obligations (each is a way real systems lost or doubled data):
 
@@ -74,6 +78,11 @@ class HeadStore(Protocol):
         """Forget the head and the shard commits of this (query, sink), not the data: for a
         deliberate fresh start. Only ever on a user's explicit request."""
         ...
+
+
+class RewindableHeadStore(HeadStore, Protocol):
+    """A head store that can also move back (``exactlyonce rewind``): the sinks whose records
+    can be removed by epoch. Same obligations as :class:`HeadStore`."""
 
     def rewind_head(self, epoch: int) -> None:
         """Move the head back to ``epoch`` (``NO_EPOCH`` allowed) and clear its Spark query id,

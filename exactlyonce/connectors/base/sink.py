@@ -28,7 +28,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast, final
 
 from exactlyonce.connectors.base.columns import SHARD_COLUMN
 from exactlyonce.connectors.base.config import SinkConfig
@@ -37,11 +37,12 @@ from exactlyonce.connectors.base.guarantee import (
     Check,
     Guarantee,
     GuaranteeReport,
+    SinkCheck,
     checked,
     head_check,
     trigger_check,
 )
-from exactlyonce.connectors.base.head import NO_EPOCH, Head
+from exactlyonce.connectors.base.head import NO_EPOCH, Head, HeadStore
 from exactlyonce.connectors.base.logs import BATCH_LOGGER, show_batches_by_default
 from exactlyonce.connectors.base.observers import publish
 from exactlyonce.connectors.base.projection import ExpressionMemo, id_expressions
@@ -92,6 +93,24 @@ def spark_query_id(df: DataFrame) -> str | None:
     return str(value) if value else None
 
 
+def refuse_another_checkpoint(
+    sink_name: str, query_name: str, head: Head, query_id: str | None
+) -> None:
+    """Invariant 9: a head another Spark checkpoint wrote is never taken for a replay. Every
+    driver of the protocol (``foreachBatch``, the data source path's start, tasks and
+    commits) refuses through here. No query id to compare (Spark Connect's client) passes:
+    the caller that cannot see one must not call this as its only guard."""
+    if query_id and head.spark_query_id and head.spark_query_id != query_id:
+        raise CheckpointResetError(
+            f"{sink_name}: the head of query_name {query_name!r} was written by Spark query "
+            f"{head.spark_query_id}, but this run is query {query_id} (a new or deleted "
+            "checkpoint, or another query running under this query_name). Its epochs would "
+            "restart at 0 and be skipped as already committed, or interleave with the other "
+            "query's. Use a new query_name, or reset the head explicitly with `exactlyonce "
+            "reset-head` / sink.reset_head() if you mean to start over."
+        )
+
+
 def run_without_writing(df: DataFrame) -> None:
     """Run a batch's whole plan and discard its rows (Spark's ``noop`` sink).
 
@@ -117,7 +136,10 @@ class ExactlyOnceSink(ABC):
     sort_within_shard: bool = False
 
     config: SinkConfig
+    # The column (or field) the record ID travels in to the task writer.
+    id_column: str
 
+    @final
     @classmethod
     def from_config(cls: type[SinkT], config: Any, *, check: bool = True) -> SinkT:
         """The sink of an already validated config (a pipeline file's ``sink:``): the same
@@ -126,6 +148,7 @@ class ExactlyOnceSink(ABC):
         sink._set_up(config, check)
         return sink
 
+    @final
     def _set_up(self, config: SinkConfig, check: bool) -> None:
         """Take what every sink shares from ``config``, then the sink's own settings
         (:meth:`_configure`); preflight the destination when ``check``. Every constructor
@@ -134,7 +157,6 @@ class ExactlyOnceSink(ABC):
         self.query_name = config.query_name
         self.ids: RecordIdSpec = config.record_ids()
         self.shards = config.shards
-        self._sink_name = config.sink_name
         self._head: Head | None = None
         self._started_for: str | None = None
         self.reports: list[BatchReport] = []
@@ -145,9 +167,10 @@ class ExactlyOnceSink(ABC):
         if check:
             self.preflight()
 
-    @abstractmethod
     def _configure(self, config: Any) -> None:
-        """Keep the sink's own settings from its config model (no connection here)."""
+        """Keep the sink's own settings from its config model (no connection here): a
+        hook for the sink's constructor path, called once by :meth:`_set_up`."""
+        return None
 
     # -- checks the sinks share -------------------------------------------------------
 
@@ -171,57 +194,65 @@ class ExactlyOnceSink(ABC):
 
     # -- what subclasses provide -------------------------------------------------------
 
-    @property
-    @abstractmethod
-    def sink_name(self) -> str:
-        """The head's key together with ``query_name``: names the destination."""
-
     @abstractmethod
     def preflight(self, schema: StructType | None = None) -> None:
-        """Check the destination before writing; raise ConfigError/SinkUnavailableError."""
+        """Prepare and check the destination before writing: create what the sink keeps
+        (tables, indices, topics, the head's storage) where it may, and refuse a stream whose
+        columns it cannot write (ConfigError naming the setting) or a destination it cannot
+        reach (SinkUnavailableError).
+
+        Called in the driver by the protocol once per query (re)start, before the head is
+        read, with the stream's schema; by constructors (``check=True``) and ``exactlyonce
+        check --create`` without one. Must be idempotent (a restart runs it again) and must
+        not write records or move the head. Not guaranteed to run before every epoch."""
+
+    @abstractmethod
+    def head_store(self) -> HeadStore:
+        """Where this sink keeps its head: a :class:`~exactlyonce.connectors.base.head.
+        HeadStore` (read in the driver only, by the protocol, each method's obligations
+        there). Called whenever the driver needs the head; may return a new object each
+        time (config only: it opens its own connections), or one it keeps."""
 
     def check_trigger(self, interval_s: float | None) -> None:
         """Refuse a trigger interval the sink cannot serve (ConfigError); most can serve any."""
         return None
 
-    @abstractmethod
     def head(self) -> Head | None:
         """The committed head as the destination has it now; None before the first epoch."""
+        return self.head_store().read_head()
 
-    @abstractmethod
     def reset_head(self) -> None:
-        """Forget what this query committed (not the data): for a deliberate fresh start."""
+        """Forget what this query committed (not the data): for a deliberate fresh start,
+        on a user's explicit request only (``exactlyonce reset-head``)."""
+        self.head_store().reset_head()
+        self._head = None
+        log.warning("%s: head reset", self)
 
-    # The head store (see HeadStore in head.py for each obligation: durable before returning,
-    # idempotent, monotonic). Called in the driver only, by _start and run_epoch.
-
-    @abstractmethod
-    def _read_head(self) -> Head | None:
-        """The head as the destination has it now (never a cache); None before the first
-        epoch. Called once per query start."""
-
-    @abstractmethod
-    def _create_head(self, head: Head) -> None:
-        """Create the head at NO_EPOCH with the shard count; leave an existing one alone."""
-
-    @abstractmethod
-    def _bind_query_id(self, spark_query_id: str) -> None:
-        """Record the Spark query id on a head that has none; never replace one."""
-
-    @abstractmethod
-    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        """Move the head to ``epoch`` after every shard of it committed: durable, idempotent,
-        never backwards; drops the shard-commit markers at or below it."""
+    @property
+    def sink_name(self) -> str:
+        """The head's key together with ``query_name``: names the destination
+        (``config.sink_name``, by default ``<type>:<destination>``)."""
+        return self.config.head_name
 
     @abstractmethod
     def _project(self, df: DataFrame, epoch: int) -> DataFrame:
-        """The destination's columns, cast to what its task writer expects."""
+        """The epoch's rows as the task writer takes them: the destination's columns, cast,
+        with the record ID (:meth:`_with_ids`) and the epoch column.
+
+        Called in the driver once per epoch the protocol writes (not for skipped epochs), on
+        the batch's DataFrame; it only builds a plan (no action, no connection). Must be
+        deterministic: a re-run of the epoch must give every record the same ID."""
 
     @abstractmethod
     def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
-        """The picklable ``mapInArrow`` function of this epoch (a :class:`ShardWriter`):
-        config only, no connection; each executor task opens its own. It must write a
-        shard's rows and its commit marker in one atomic step and report one TaskResult."""
+        """The picklable ``mapInArrow`` function of this epoch (a :class:`ShardWriter`).
+
+        Called in the driver once per written epoch (and once per query run on the data
+        source path, then re-targeted with ``for_epoch``); Spark pickles it to every executor
+        task. It holds config only, no connection: each task opens its own. Each task must
+        write its shard's rows, dead letters and shard-commit marker in one atomic step
+        (or idempotently by record ID, then the marker) and report one TaskResult; a task
+        that fails must leave nothing visible that a re-run would not overwrite."""
 
     # -- inspection and rewind (``exactlyonce heads`` / ``exactlyonce rewind``) --------------
 
@@ -279,15 +310,23 @@ class ExactlyOnceSink(ABC):
     # -- what `exactlyonce check` reports (see .guarantee) -------------------------------
 
     @abstractmethod
+    def check(self) -> SinkCheck:
+        """What ``exactlyonce check`` asks of this sink: a
+        :class:`~exactlyonce.connectors.base.guarantee.SinkCheck` (its guarantee in its mode,
+        and each precondition of it checked live, without side effects).
+
+        Called in the driver by :meth:`guarantee_report` (the CLI's ``check``), never while a
+        query runs; may connect, must not create or write anything."""
+
     def guarantee(self) -> Guarantee:
-        """The guarantee this sink gives in its mode, and the mechanism it rests on (one
-        sentence each, as the class docstring says)."""
+        """The guarantee this sink gives in its mode, and the mechanism it rests on."""
+        return self.check().guarantee()
 
-    @abstractmethod
     def preconditions(self) -> list[Check]:
-        """Each precondition of :meth:`guarantee`, checked live and WITHOUT side effects
-        (nothing created, nothing written): ok, warning or failing, with the fix."""
+        """Each precondition of :meth:`guarantee`, checked live and without side effects."""
+        return self.check().preconditions()
 
+    @final
     def guarantee_report(
         self,
         *,
@@ -313,20 +352,27 @@ class ExactlyOnceSink(ABC):
             "head and checkpoint", lambda: head_check(self.peek_head(), checkpoint_id, known)
         )
         report = GuaranteeReport(self.sink_name, self.guarantee(), checks)
-        return report.scrubbed(self._output_secrets())
+        report.parts = self.report_parts()
+        return report.scrubbed(self.output_secrets())
 
     def _create_for_check(self) -> Check:
         self.preflight()
         return Check("create", OK, "the sink's preflight created what a start creates")
 
-    def _output_secrets(self) -> list[str]:
+    def output_secrets(self) -> list[str]:
         catalog = self.dedup_config.redis_url if self.dedup_config is not None else ""
         return [*self.config.secrets(), dsn_password(catalog) or ""]
 
     # -- the protocol ------------------------------------------------------------------
 
+    @final
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """The ``foreachBatch`` entry: Spark calls it in the driver once per micro-batch,
+        with the batch and its ``batchId`` (the epoch). Runs the protocol
+        (:meth:`run_epoch`) with the writes in executor tasks; a skipped epoch's plan still
+        runs into Spark's ``noop`` sink (:func:`run_without_writing`)."""
         self._check_workers(df)
+        self.prepare_batch(df.schema)
         report = self.run_epoch(
             batch_id,
             spark_query_id(df),
@@ -337,6 +383,17 @@ class ExactlyOnceSink(ABC):
         if report.skipped:
             run_without_writing(df)
 
+    def prepare_batch(self, schema: StructType) -> None:
+        """A hook run by :meth:`__call__` before each batch's protocol (default: nothing):
+        for a sink with a part that may come up after the query started."""
+        return None
+
+    def report_parts(self) -> list[GuaranteeReport]:
+        """Reports of further parts the sink's guarantee rests on (default: none), shown
+        after its own by :meth:`guarantee_report` (a buffer: the drain into the sink)."""
+        return []
+
+    @final
     def _check_workers(self, df: DataFrame) -> None:
         """Once per start (a new Spark query id) of this sink object, before the first batch:
         can Spark's Python workers import exactlyonce? (:mod:`.workers`; ConfigError if not.)"""
@@ -348,6 +405,7 @@ class ExactlyOnceSink(ABC):
         self.worker_probe = check_workers(df.sparkSession)
         self.__dict__["_workers_for"] = query_id
 
+    @final
     def run_epoch(
         self,
         batch_id: int,
@@ -363,13 +421,13 @@ class ExactlyOnceSink(ABC):
         """
         began = time.monotonic()
         head = self._start(schema, default_shards, query_id)
-        if batch_id <= head.epoch:
+        if head.covers(batch_id):
             self._record(BatchReport(self.query_name, self.sink_name, batch_id, skipped=True))
             return self.reports[-1]
         crash_point("before_write", batch_id)
         rebuilds_before = self._keeper.rebuilds if self._keeper else 0
         tasks = self._write_with_retries(write, batch_id, head)
-        self._advance_head(batch_id, query_id)
+        self.head_store().advance_head(batch_id, query_id)
         self._head = Head(batch_id, query_id, head.num_shards)
         if self._keeper is not None:
             self._keeper.after_head(batch_id)
@@ -388,6 +446,7 @@ class ExactlyOnceSink(ABC):
     # (exactlyonce.integration.datasource: Spark's data source API runs the tasks itself, and
     # calls back on the driver to commit each epoch)
 
+    @final
     def start(
         self, schema: StructType, query_id: str | None, default_shards: Callable[[], int]
     ) -> Head:
@@ -395,16 +454,19 @@ class ExactlyOnceSink(ABC):
         (re)start does. Call it once per query run, before any task writes."""
         return self._start(schema, default_shards, query_id)
 
+    @final
     def task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
         """The picklable task writer of ``epoch`` (see :meth:`_task_writer`); after
         :meth:`start`, so that it carries the catalog the start opened."""
         return self._task_writer(epoch, columns)
 
+    @final
     def commit_epoch(self, epoch: int, query_id: str | None) -> None:
         """Advance the head to ``epoch``: only after every task of it succeeded (step 5)."""
-        self._advance_head(epoch, query_id)
+        self.head_store().advance_head(epoch, query_id)
         crash_point("after_head", epoch)
 
+    @final
     def _write_with_retries(
         self, write: Callable[[int, int], list[TaskResult]], epoch: int, head: Head
     ) -> list[TaskResult]:
@@ -437,6 +499,7 @@ class ExactlyOnceSink(ABC):
         policy = CATALOG_RETRY.replace(attempts=self.write_retries + 1)
         return policy.call(write_once, on_retry=on_retry, transient=catalog_trouble)
 
+    @final
     def _start(
         self, schema: StructType, default_shards: Callable[[], int], query_id: str | None
     ) -> Head:
@@ -444,26 +507,19 @@ class ExactlyOnceSink(ABC):
         if self._head is not None and self._started_for == query_id:
             return self._head
         self.preflight(schema)
-        head = self._read_head()
+        store = self.head_store()
+        head = store.read_head()
         if head is None:
             shards = self.shards or max(1, default_shards())
             mine = Head(NO_EPOCH, query_id, shards)
-            self._create_head(mine)
+            store.create_head(mine)
             # The first create wins: another driver of this query_name may have created it
             # between the read and the create. Its head is the one to check.
-            head = self._read_head() or mine
+            head = store.read_head() or mine
         elif query_id and not head.spark_query_id:
-            self._bind_query_id(query_id)  # the first bind wins, as the first create does
-            head = self._read_head() or Head(head.epoch, query_id, head.num_shards)
-        if query_id and head.spark_query_id and head.spark_query_id != query_id:
-            raise CheckpointResetError(
-                f"{self.sink_name}: the head of query_name {self.query_name!r} was written by "
-                f"Spark query {head.spark_query_id}, but this run is query {query_id} (a new or "
-                "deleted checkpoint, or another query running under this query_name). Its "
-                "epochs would restart at 0 and be skipped as already committed, or interleave "
-                "with the other query's. Use a new query_name, or reset the head explicitly with "
-                f"`exactlyonce reset-head` / sink.reset_head() if you mean to start over."
-            )
+            store.bind_query_id(query_id)  # the first bind wins, as the first create does
+            head = store.read_head() or Head(head.epoch, query_id, head.num_shards)
+        refuse_another_checkpoint(self.sink_name, self.query_name, head, query_id)
         if self.shards is not None and self.shards != head.num_shards:
             log.warning(
                 "%s: shards=%d ignored; this query was started with %d shards, kept so that "
@@ -485,6 +541,7 @@ class ExactlyOnceSink(ABC):
         log.info("%s started: head epoch %d, %d shards", self, head.epoch, head.num_shards)
         return head
 
+    @final
     def _write_epoch(self, df: DataFrame, epoch: int, num_shards: int) -> list[TaskResult]:
         """Run the writes in executor tasks; only one small result row per task comes back."""
         from pyspark.sql import functions as F
@@ -557,10 +614,8 @@ class ExactlyOnceSink(ABC):
         memo: ExpressionMemo = self.__dict__.setdefault("_expressions", ExpressionMemo())
         return memo.get(key, build)
 
-    @property
-    @abstractmethod
-    def id_column(self) -> str: ...
 
+    @final
     def _record(self, report: BatchReport) -> None:
         """Keep ``report``, log its one line (``exactlyonce.batches``, see :mod:`.logs`) and
         hand it to the report listeners (:mod:`.observers`: metrics)."""

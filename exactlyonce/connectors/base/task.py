@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -295,8 +295,19 @@ def shards_of(batch: pa.RecordBatch) -> Any:
 TargetT = TypeVar("TargetT")
 
 
-class ShardWriter(ABC, Generic[TargetT]):
-    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
+class TaskFactory(Protocol):
+    """A sink's :class:`ShardTask` class, as its writer builds it: ``(target, epoch)``."""
+
+    def __call__(self, target: Any, epoch: int, /) -> ShardTask: ...
+
+
+class ShardWriter(Generic[TargetT]):
+    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task.
+
+    A sink's writer names its task: ``task_class``, built as ``task_class(target, epoch)``
+    in each executor task (the target holds config only; the task opens connections)."""
+
+    task_class: ClassVar[TaskFactory]
 
     def __init__(self, target: TargetT, epoch: int) -> None:
         self.target = target
@@ -319,9 +330,9 @@ class ShardWriter(ABC, Generic[TargetT]):
         task.letter_scope = partition
         return task.run(batches)
 
-    @abstractmethod
     def _task(self) -> ShardTask:
         """The task that writes this epoch's shard in this executor."""
+        return self.task_class(self.target, self.epoch)
 
 
 class UnalignedTasks:

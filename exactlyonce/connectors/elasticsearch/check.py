@@ -22,12 +22,12 @@ from exactlyonce.connectors.elasticsearch.connection import call
 from exactlyonce.connectors.elasticsearch.schema import CONTROL_MAPPING
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.elasticsearch.sink import ElasticsearchSink
+    from exactlyonce.connectors.elasticsearch.parts import ElasticsearchParts
 
 _NUMBERS = ("long", "integer", "short", "byte", "unsigned_long")
 
 
-def guarantee(sink: ElasticsearchSink) -> Guarantee:
+def guarantee(sink: ElasticsearchParts) -> Guarantee:
     if sink.upsert is not None:
         return Guarantee(
             "EXACTLY ONCE per key and epoch (upsert: the latest epoch's document, never rolled "
@@ -44,7 +44,7 @@ def guarantee(sink: ElasticsearchSink) -> Guarantee:
     )
 
 
-def preconditions(sink: ElasticsearchSink) -> list[Check]:
+def preconditions(sink: ElasticsearchParts) -> list[Check]:
     def run() -> list[Check]:
         info = _once(sink, "the cluster info", lambda es: es.info())
         version = info.get("version", {}).get("number", "?")
@@ -57,11 +57,11 @@ def preconditions(sink: ElasticsearchSink) -> list[Check]:
     return checked("Elasticsearch", run)
 
 
-def _once(sink: ElasticsearchSink, what: str, fn: Any) -> Any:
-    return call(sink.conn, sink._client, sink.retry.replace(attempts=1), what, fn)
+def _once(sink: ElasticsearchParts, what: str, fn: Any) -> Any:
+    return call(sink.conn, sink.client, sink.retry.replace(attempts=1), what, fn)
 
 
-def _index(sink: ElasticsearchSink, name: str, role: str, judge: Any) -> Check:
+def _index(sink: ElasticsearchParts, name: str, role: str, judge: Any) -> Check:
     what = f"{role} {name}"
     try:
         got = _once(sink, f"the mapping of {name!r}", lambda es: es.indices.get_mapping(index=name))
@@ -73,7 +73,7 @@ def _index(sink: ElasticsearchSink, name: str, role: str, judge: Any) -> Check:
     )
 
 
-def _control_mapping(sink: ElasticsearchSink, what: str, props: dict[str, Any]) -> Check:
+def _control_mapping(sink: ElasticsearchParts, what: str, props: dict[str, Any]) -> Check:
     wrong = [
         field
         for field, spec in CONTROL_MAPPING["properties"].items()
@@ -90,7 +90,7 @@ def _control_mapping(sink: ElasticsearchSink, what: str, props: dict[str, Any]) 
     return Check(what, OK, "present, mapping fits")
 
 
-def _target_mapping(sink: ElasticsearchSink, what: str, props: dict[str, Any]) -> Check:
+def _target_mapping(sink: ElasticsearchParts, what: str, props: dict[str, Any]) -> Check:
     epoch = props.get(sink.epoch_field, {}).get("type")
     if epoch is not None and epoch not in _NUMBERS:
         return Check(

@@ -56,6 +56,10 @@ class ElasticsearchSinkConfig(SinkConfig):
     bulk_max_actions: int = Field(default=1000, ge=1)
     bulk_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
 
+    @property
+    def destination(self) -> str:
+        return self.index
+
     @field_validator("hosts")
     @classmethod
     def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -101,8 +105,7 @@ class ElasticsearchSinkConfig(SinkConfig):
             raise field_error("api_key", "give api_key or basic_auth, not both")
         if self.dead_letter_index is None:
             _index_name("dead_letter_index", self.dead_letter_index_name)
-        sink = self.sink_name or f"elasticsearch:{self.index}"
-        if len(f"{self.query_name}|{sink}|".encode()) > 480:
+        if len(f"{self.query_name}|{self.head_name}|".encode()) > 480:
             raise field_error("query_name", "query_name and sink name must fit a 512-byte _id")
         return self
 

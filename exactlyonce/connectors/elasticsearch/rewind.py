@@ -26,7 +26,7 @@ from exactlyonce.connectors.base.rewind import Removal, count_by_epoch
 from exactlyonce.errors import SinkUnavailableError
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.elasticsearch.sink import ElasticsearchSink
+    from exactlyonce.connectors.elasticsearch.parts import ElasticsearchParts
 
 PAGE = 5_000
 
@@ -37,11 +37,11 @@ UPSERT_REFUSAL = (
 )
 
 
-def refusal(sink: ElasticsearchSink) -> str | None:
+def refusal(sink: ElasticsearchParts) -> str | None:
     return UPSERT_REFUSAL if sink.upsert is not None else None
 
 
-def _mine(sink: ElasticsearchSink, epoch: int, kind: str | None) -> dict[str, Any]:
+def _mine(sink: ElasticsearchParts, epoch: int, kind: str | None) -> dict[str, Any]:
     """Documents of this (query, sink) above ``epoch`` in the control or dead-letter index."""
     filters: list[dict[str, Any]] = [
         {"term": {"query_name": sink.query_name}},
@@ -53,7 +53,7 @@ def _mine(sink: ElasticsearchSink, epoch: int, kind: str | None) -> dict[str, An
     return {"bool": {"filter": filters}}
 
 
-def _places(sink: ElasticsearchSink, epoch: int) -> list[tuple[str, str, dict[str, Any], str]]:
+def _places(sink: ElasticsearchParts, epoch: int) -> list[tuple[str, str, dict[str, Any], str]]:
     """(what, index, query, epoch field) of everything a rewind to ``epoch`` removes."""
     return [
         (
@@ -67,11 +67,11 @@ def _places(sink: ElasticsearchSink, epoch: int) -> list[tuple[str, str, dict[st
     ]
 
 
-def _page(sink: ElasticsearchSink, index: str, query: dict[str, Any], start: int) -> list[Any]:
+def _page(sink: ElasticsearchParts, index: str, query: dict[str, Any], start: int) -> list[Any]:
     """One page of hits (refreshed first, so every acknowledged write is seen)."""
     try:
-        sink._call("refreshing", lambda es: es.indices.refresh(index=index))
-        found = sink._call(
+        sink.call("refreshing", lambda es: es.indices.refresh(index=index))
+        found = sink.call(
             "searching what a rewind removes",
             lambda es: es.search(index=index, query=query, size=PAGE, from_=start),
         )
@@ -84,7 +84,7 @@ def _epoch_of(hit: dict[str, Any], field: str) -> int:
     return int(hit["_source"][field])
 
 
-def removals_above(sink: ElasticsearchSink, epoch: int) -> list[Removal]:
+def removals_above(sink: ElasticsearchParts, epoch: int) -> list[Removal]:
     """Per index, the documents above ``epoch`` per epoch (paged searches); read-only."""
     out = []
     for what, index, query, field in _places(sink, epoch):
@@ -97,7 +97,7 @@ def removals_above(sink: ElasticsearchSink, epoch: int) -> list[Removal]:
     return out
 
 
-def rewind_to(sink: ElasticsearchSink, epoch: int) -> list[Removal]:
+def rewind_to(sink: ElasticsearchParts, epoch: int) -> list[Removal]:
     """Delete what :func:`removals_above` lists, page by page, then move the head back."""
     out = []
     for what, index, query, field in _places(sink, epoch):
@@ -105,7 +105,7 @@ def rewind_to(sink: ElasticsearchSink, epoch: int) -> list[Removal]:
         while page := _page(sink, index, query, 0):
             epochs += [_epoch_of(hit, field) for hit in page]
             ops = [{"delete": {"_index": index, "_id": hit["_id"]}} for hit in page]
-            answer = sink._call(
+            answer = sink.call(
                 "deleting what a rewind removes",
                 lambda es, o=ops: es.bulk(operations=o),  # type: ignore[misc]
             )
@@ -117,11 +117,13 @@ def rewind_to(sink: ElasticsearchSink, epoch: int) -> list[Removal]:
             if failed:
                 raise SinkUnavailableError(f"{sink}: a rewind could not delete {failed[:3]}")
         out.append(Removal(what, count_by_epoch(epochs, epoch)))
-    sink._update_head(lambda h: None if h.epoch <= epoch else Head(epoch, None, h.num_shards))
+    sink.head_store().update_head(
+        lambda h: None if h.epoch <= epoch else Head(epoch, None, h.num_shards)
+    )
     return out
 
 
-def shard_commits(sink: ElasticsearchSink) -> dict[int, list[int]]:
+def shard_commits(sink: ElasticsearchParts) -> dict[int, list[int]]:
     """Epoch -> shards of the shard-commit documents still held (those above the head)."""
     out: dict[int, list[int]] = {}
     start = 0

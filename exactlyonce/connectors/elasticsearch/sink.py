@@ -4,22 +4,21 @@ indices), the head document, and the projection that prepares each epoch's rows.
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
+from elasticsearch import Elasticsearch
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, Removal, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
-from exactlyonce.connectors.base.guarantee import Check, Guarantee
+from exactlyonce.connectors.base.guarantee import CheckOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.elasticsearch import check as _check
 from exactlyonce.connectors.elasticsearch import rewind
 from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, Mode, OpType
 from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
+from exactlyonce.connectors.elasticsearch.head import ElasticsearchHeadStore
 from exactlyonce.connectors.elasticsearch.policy import default_policy
 from exactlyonce.connectors.elasticsearch.schema import (
     CONTROL_MAPPING,
@@ -30,7 +29,7 @@ from exactlyonce.connectors.elasticsearch.schema import (
 )
 from exactlyonce.connectors.elasticsearch.task import ElasticsearchShardWriter, EsTarget
 from exactlyonce.dedup.config import DedupConfig
-from exactlyonce.errors import ConfigError, SinkUnavailableError
+from exactlyonce.errors import ConfigError
 from exactlyonce.retry import RetryPolicy
 from exactlyonce.secrets import Secret
 
@@ -69,6 +68,7 @@ class ElasticsearchSink(ExactlyOnceSink):
     """
 
     kind = "elasticsearch"
+    id_column = ID_COLUMN
 
     def __init__(
         self,
@@ -135,27 +135,19 @@ class ElasticsearchSink(ExactlyOnceSink):
         self._checked_schema: StructType | None = None
 
     @property
-    def sink_name(self) -> str:
-        return self._sink_name or f"elasticsearch:{self.index}"
-
-    @property
-    def id_column(self) -> str:
-        return ID_COLUMN
-
-    @property
     def upsert(self) -> UpsertSpec | None:
         if self.config.mode != "upsert":
             return None
         return UpsertSpec(self.config.tombstone_column, self.config.order_by)
 
     @property
-    def _client(self) -> Elasticsearch:
+    def client(self) -> Elasticsearch:
         if self._es is None:
             self._es = self.conn.client()
         return self._es
 
-    def _call(self, what: str, fn: Callable[[Elasticsearch], T]) -> T:
-        return call(self.conn, self._client, self.retry, what, fn)
+    def call(self, what: str, fn: Callable[[Elasticsearch], T]) -> T:
+        return call(self.conn, self.client, self.retry, what, fn)
 
     # -- preflight ---------------------------------------------------------------------
 
@@ -165,13 +157,13 @@ class ElasticsearchSink(ExactlyOnceSink):
             self._check_stream_columns(schema)
         if self._ready and (schema is None or schema == self._checked_schema):
             return
-        self._call("the cluster info", lambda es: es.info())
+        self.call("the cluster info", lambda es: es.info())
         for name, mappings in (
             (self.control_index, CONTROL_MAPPING),
             (self.dead_letter_index, DEAD_LETTER_MAPPING),
             (self.index, target_mapping(self.mapping, self.epoch_field)),
         ):
-            ensure_index(self.conn, self._client, self.retry, name, mappings)
+            ensure_index(self.conn, self.client, self.retry, name, mappings)
         self._ready, self._checked_schema = True, schema
 
     def _check_stream_columns(self, schema: StructType) -> None:
@@ -186,151 +178,23 @@ class ElasticsearchSink(ExactlyOnceSink):
 
     # -- what `exactlyonce check` reports (.check) --------------------------------------
 
-    def guarantee(self) -> Guarantee:
-        return _check.guarantee(self)
-
-    def preconditions(self) -> list[Check]:
-        """Cluster, credentials, the three indices and their mappings; nothing created."""
-        return _check.preconditions(self)
+    def check(self) -> CheckOf[Any]:
+        """The guarantee and its preconditions, read live: :mod:`.check`."""
+        return CheckOf(self, _check.guarantee, _check.preconditions)
 
     def peek_head(self) -> Head | None:
         """The head document, one request, no retries (a check reports an outage)."""
         patient, self.retry = self.retry, self.retry.replace(attempts=1)
         try:
-            return self._read_head()
+            return self.head_store().read_head()
         finally:
             self.retry = patient
 
     # -- the head ----------------------------------------------------------------------
 
-    @property
-    def _head_id(self) -> str:
-        return f"{self.query_name}|{self.sink_name}"
-
-    def _get_head_doc(self) -> dict[str, Any] | None:
-        try:
-            resp = self._call(
-                "reading the head",
-                lambda es: es.get(index=self.control_index, id=self._head_id, realtime=True),
-            )
-        except NotFoundError:
-            return None
-        return dict(resp.body)
-
-    def _read_head(self) -> Head | None:
-        doc = self._get_head_doc()
-        if doc is None:
-            return None
-        src = doc["_source"]
-        written = src.get("updated_at")
-        advanced_at = int(written) / 1000 if isinstance(written, (int, float)) else None
-        return Head(
-            int(src["epoch"]), src.get("spark_query_id"), int(src["num_shards"]), advanced_at
-        )
-
-    def _head_source(self, head: Head) -> dict[str, Any]:
-        return {
-            "kind": "head",
-            "query_name": self.query_name,
-            "sink": self.sink_name,
-            "epoch": head.epoch,
-            "spark_query_id": head.spark_query_id,
-            "num_shards": head.num_shards,
-            "updated_at": int(time.time() * 1000),
-        }
-
-    def _create_head(self, head: Head) -> None:
-        # A 409: created already (a lost reply, or another driver); that head stands.
-        with contextlib.suppress(ConflictError):
-            self._call(
-                "creating the head",
-                lambda es: es.create(
-                    index=self.control_index, id=self._head_id, document=self._head_source(head)
-                ),
-            )
-
-    def _update_head(self, change: Callable[[Head], Head | None]) -> None:
-        """Read, change and write back the head with optimistic concurrency (if_seq_no).
-
-        A lost reply is retried by re-reading: the change is then either visible (done) or
-        not (written again), never guessed.
-        """
-        while True:
-            doc = self._get_head_doc()
-            if doc is None:
-                raise SinkUnavailableError(f"{self}: the head document disappeared")
-            src = doc["_source"]
-            current = Head(int(src["epoch"]), src.get("spark_query_id"), int(src["num_shards"]))
-            new = change(current)
-            if new is None:
-                return
-            try:
-                self._call(
-                    "writing the head",
-                    lambda es, d=doc, h=new: es.index(  # type: ignore[misc]
-                        index=self.control_index,
-                        id=self._head_id,
-                        document=self._head_source(h),
-                        if_seq_no=d["_seq_no"],
-                        if_primary_term=d["_primary_term"],
-                    ),
-                )
-                return
-            except ConflictError:
-                continue  # changed since we read it (or our own lost write): read again
-
-    def _bind_query_id(self, spark_query_id: str) -> None:
-        self._update_head(
-            lambda h: None if h.spark_query_id else Head(h.epoch, spark_query_id, h.num_shards)
-        )
-
-    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        self._update_head(
-            lambda h: (
-                None
-                if h.epoch >= epoch
-                else Head(epoch, spark_query_id or h.spark_query_id, h.num_shards)
-            )
-        )
-        # The epoch's shard commits are spent: the head covers them. Best effort.
-        shards = self._head.num_shards if self._head else (self.shards or 0)
-        ops = [
-            {"delete": {"_index": self.control_index, "_id": f"{self._head_id}|{epoch}|{s}"}}
-            for s in range(shards)
-        ]
-        try:
-            if ops:
-                self._call("dropping shard commits", lambda es: es.bulk(operations=ops))
-        except (SinkUnavailableError, ApiError) as exc:
-            log.warning("%s: shard commits of epoch %d stay: %s", self, epoch, exc)
-
-    def reset_head(self) -> None:
-        """Forget what this query committed (not the data): for a deliberate fresh start."""
-        self._call("refreshing", lambda es: es.indices.refresh(index=self.control_index))
-        query = {
-            "bool": {
-                "filter": [
-                    {"term": {"query_name": self.query_name}},
-                    {"term": {"sink": self.sink_name}},
-                ]
-            }
-        }
-        found = self._call(
-            "listing control documents",
-            lambda es: es.search(index=self.control_index, query=query, size=10_000),
-        )
-        ops = [
-            {"delete": {"_index": self.control_index, "_id": hit["_id"]}}
-            for hit in found["hits"]["hits"]
-        ]
-        ops.append({"delete": {"_index": self.control_index, "_id": self._head_id}})
-        self._call("resetting the head", lambda es: es.bulk(operations=ops))
-        self._head = None
-        log.warning("%s: head reset", self)
-
-    def head(self) -> Head | None:
-        """The committed head as the cluster has it now (realtime GET)."""
-        return self._read_head()
+    def head_store(self) -> ElasticsearchHeadStore:
+        index, query, name = self.control_index, self.query_name, self.sink_name
+        return ElasticsearchHeadStore(self.call, index, query, name)
 
     # -- inspection and rewind (see .rewind) ---------------------------------------------
 

@@ -56,13 +56,6 @@ class EsTarget:
         return f"{self.query_name}|{self.sink_name}|{epoch}|{shard}"
 
 
-class ElasticsearchShardWriter(ShardWriter[EsTarget]):
-    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
-
-    def _task(self) -> EsShardTask:
-        return EsShardTask(self.target, self.epoch)
-
-
 def _has_map(kind: pa.DataType) -> bool:
     """Whether a map type occurs anywhere in ``kind`` (lists, structs, maps, dictionaries)."""
     if pa.types.is_map(kind):
@@ -214,6 +207,12 @@ class EsShardTask(ShardTask):
         if self.es is not None:
             self.es.close()
             self.es = None
+
+
+class ElasticsearchShardWriter(ShardWriter[EsTarget]):
+    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
+
+    task_class = EsShardTask
 
 
 CUT_PAYLOAD_CHARS = 4096

@@ -34,7 +34,8 @@ from exactlyonce.connectors.kafka.protocol import (
 from exactlyonce.connectors.kafka.reader import Commits, load_commits, read_exactly_once
 from exactlyonce.connectors.kafka.sink import KafkaSink
 from exactlyonce.connectors.kafka.target import KafkaTarget
-from exactlyonce.connectors.kafka.task import KafkaShardTask, KafkaShardWriter
+from exactlyonce.connectors.kafka.task import KafkaShardTask
+from exactlyonce.connectors.kafka.writer import KafkaShardWriter
 
 __all__ = [
     "DEAD_LETTER_PAYLOAD_LIMIT",

@@ -36,87 +36,20 @@ Example::
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
-
-from pydantic import AliasChoices, Field, StrictInt, field_validator
+from typing import TYPE_CHECKING
 
 from exactlyonce.connectors import registry
 from exactlyonce.connectors.base import ExactlyOnceSink
-from exactlyonce.connectors.base.config import Settings
 from exactlyonce.connectors.base.guarantee import Guarantee, GuaranteeReport
 from exactlyonce.connectors.kafka import KafkaSink
-from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
-from exactlyonce.connectors.kafka.reader import DEFAULT_CONTROL_TOPIC, dead_letter_topic_for
+from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 log = logging.getLogger("exactlyonce.buffer")
-
-
-DEFAULT_FRAME_RECORDS = 1000
-DEFAULT_FRAME_BYTES = 256 * 1024
-
-
-def drain_dead_letter_topic_for(topic: str) -> str:
-    return f"{topic}.drain-dead-letters"
-
-
-class KafkaBuffer(Settings):
-    """Where the buffer lives. ``client_config`` (SASL, TLS...) goes to every client of the
-    buffer; it may hold credentials, so it never prints.
-
-    ``dead_letter_topic``: the KafkaSink's (records without a key, written by Spark), default
-    ``<topic>.dead-letters``. ``drain_dead_letter_topic``: messages the drainer cannot
-    write (undecodable value, no record ID, refused by the sink), default
-    ``<topic>.drain-dead-letters``. ``frame_records``/``frame_bytes``: at most this many
-    records, and this many bytes of values, per buffer message (capped at half the producer's
-    ``message.max.bytes``); ``frame_records=1`` writes one message per record.
-    """
-
-    topic: str = Field(min_length=1)
-    bootstrap_servers: str = Field(min_length=1)
-    partitions: int | None = Field(default=None, ge=1)
-    create_topic: bool = True
-    control_topic: str = DEFAULT_CONTROL_TOPIC
-    dead_letter_topic: str | None = None
-    drain_dead_letter_topic_name: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("drain_dead_letter_topic_name", "drain_dead_letter_topic"),
-    )
-    transaction_timeout_ms: int = 60_000
-    shards: int | None = Field(default=None, ge=1, le=4096)
-    # librdkafka settings (SASL, TLS...); may hold credentials, so never in repr.
-    client_config: dict[str, ProducerValue] = Field(default_factory=dict, repr=False)
-    frame_records: StrictInt = Field(default=DEFAULT_FRAME_RECORDS, ge=1)
-    frame_bytes: StrictInt = Field(default=DEFAULT_FRAME_BYTES, ge=1)
-
-    @field_validator("transaction_timeout_ms")
-    @classmethod
-    def _timeout(cls, value: int) -> int:
-        problem = transaction_timeout_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
-
-    @property
-    def sink_dead_letter_topic(self) -> str:
-        return self.dead_letter_topic or dead_letter_topic_for(self.topic)
-
-    @property
-    def drain_dead_letter_topic(self) -> str:
-        return self.drain_dead_letter_topic_name or drain_dead_letter_topic_for(self.topic)
-
-    @property
-    def sink_name(self) -> str:
-        """The buffer's head key on the control topic (the KafkaSink's default name)."""
-        return f"kafka:{self.topic}"
-
-    def wrap(self, sink: ExactlyOnceSink, **kwargs: Any) -> Buffered:
-        return Buffered(sink, self, **kwargs)
 
 
 def check_target(sink: object) -> ExactlyOnceSink:
@@ -239,20 +172,21 @@ class Buffered(KafkaSink):
         kafka = super().guarantee()
         return Guarantee(f"EXACTLY ONCE into the buffer topic {self.topic}", kafka.mechanism)
 
-    def guarantee_report(self, **kwargs: Any) -> GuaranteeReport:
-        """The buffer topic's report (a KafkaSink's), then the drain into the real sink and
+    def report_parts(self) -> list[GuaranteeReport]:
+        """After the buffer topic's report (a KafkaSink's): the drain into the real sink and
         the drain's dead letters (:mod:`exactlyonce.connectors.kafka.buffer_check`)."""
         from exactlyonce.connectors.kafka.buffer_check import drain_parts
 
-        report = super().guarantee_report(**kwargs)
-        report.parts = drain_parts(self)
-        return report.scrubbed([*self._output_secrets(), *self.target._output_secrets()])
+        return drain_parts(self)
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
+    def output_secrets(self) -> list[str]:
+        return [*super().output_secrets(), *self.target.output_secrets()]
+
+    def prepare_batch(self, schema: StructType) -> None:
+        """A sink that was down at the start is prepared before a later batch."""
         if not self._target_ready:
-            self._check_columns(df.schema)
-            self._prepare_target(df.schema)
-        super().__call__(df, batch_id)
+            self._check_columns(schema)
+            self._prepare_target(schema)
 
     def __repr__(self) -> str:
         return (

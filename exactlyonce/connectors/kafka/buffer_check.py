@@ -22,7 +22,7 @@ from exactlyonce.connectors.kafka import preflight
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.base import ExactlyOnceSink
-    from exactlyonce.connectors.kafka.buffer import Buffered
+    from exactlyonce.connectors.kafka.parts import BufferedParts
 
 
 def drain_target_class(sink: ExactlyOnceSink) -> Any:
@@ -38,7 +38,7 @@ def drain_guarantee(sink: ExactlyOnceSink) -> Guarantee:
     return guarantee
 
 
-def drain_parts(buffered: Buffered) -> list[GuaranteeReport]:
+def drain_parts(buffered: BufferedParts) -> list[GuaranteeReport]:
     target = buffered.target
     drain = GuaranteeReport(
         f"drain {buffered.topic} -> {target.sink_name}",
@@ -58,7 +58,7 @@ def drain_parts(buffered: Buffered) -> list[GuaranteeReport]:
     return [drain, dead]
 
 
-def _offsets(buffered: Buffered) -> Check:
+def _offsets(buffered: BufferedParts) -> Check:
     name = "drain offsets"
     target = buffered.target
     if not drain_target_class(target).offsets_stored(target):
@@ -74,7 +74,7 @@ def _offsets(buffered: Buffered) -> Check:
     return Check(name, OK, f"stored in {drain_target.where}: partition:next offset {shown}")
 
 
-def _dead_letter_topic(buffered: Buffered, topic: str) -> Check:
+def _dead_letter_topic(buffered: BufferedParts, topic: str) -> Check:
     _, meta = preflight.connect(buffered)
     if topic in preflight.existing_topics(meta):
         return Check(f"topic {topic}", OK, "present")

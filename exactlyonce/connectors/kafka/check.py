@@ -27,7 +27,7 @@ from exactlyonce.connectors.kafka import preflight
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
-    from exactlyonce.connectors.kafka.sink import KafkaSink
+    from exactlyonce.connectors.kafka.parts import KafkaParts
 
 MECHANISM = (
     "one Kafka transaction per shard from a fenced idempotent producer (transactional.id "
@@ -37,7 +37,7 @@ MECHANISM = (
 )
 
 
-def guarantee(sink: KafkaSink) -> Guarantee:
+def guarantee(sink: KafkaParts) -> Guarantee:
     return Guarantee(
         "EXACTLY ONCE for read_committed readers on a broker that hides aborted records "
         "(Apache Kafka), and for the consumption recipe on any broker",
@@ -45,7 +45,7 @@ def guarantee(sink: KafkaSink) -> Guarantee:
     )
 
 
-def preconditions(sink: KafkaSink) -> list[Check]:
+def preconditions(sink: KafkaParts) -> list[Check]:
     def run() -> list[Check]:
         admin, meta = preflight.connect(sink)
         existing = preflight.existing_topics(meta)
@@ -64,7 +64,7 @@ def preconditions(sink: KafkaSink) -> list[Check]:
     return checked("Kafka", run)
 
 
-def _data_topic(sink: KafkaSink, existing: set[str]) -> Check:
+def _data_topic(sink: KafkaParts, existing: set[str]) -> Check:
     name = f"topic {sink.topic}"
     if sink.topic in existing:
         return Check(name, OK, "present")
@@ -78,7 +78,7 @@ def _data_topic(sink: KafkaSink, existing: set[str]) -> Check:
     )
 
 
-def _control_topic(sink: KafkaSink, admin: AdminClient, existing: set[str]) -> Check:
+def _control_topic(sink: KafkaParts, admin: AdminClient, existing: set[str]) -> Check:
     name = f"control topic {sink.control_topic}"
     if sink.control_topic not in existing:
         return absent(name, "created (compacted) at every start")
@@ -86,7 +86,7 @@ def _control_topic(sink: KafkaSink, admin: AdminClient, existing: set[str]) -> C
     return Check(name, OK, "present, compacted")
 
 
-def _timeout(sink: KafkaSink, admin: AdminClient, meta: Any) -> Check:
+def _timeout(sink: KafkaParts, admin: AdminClient, meta: Any) -> Check:
     preflight.check_timeout(sink, admin, meta)
     return Check(
         "transaction timeout",
@@ -96,7 +96,7 @@ def _timeout(sink: KafkaSink, admin: AdminClient, meta: Any) -> Check:
     )
 
 
-def _probe(sink: KafkaSink, existing: set[str]) -> Check:
+def _probe(sink: KafkaParts, existing: set[str]) -> Check:
     name = "broker hides aborted records"
     if sink.probe_topic not in existing:
         return Check(

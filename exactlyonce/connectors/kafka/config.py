@@ -64,6 +64,10 @@ class KafkaSinkConfig(SinkConfig):
     transaction_timeout_ms: int | str = 60_000
     connect_timeout: float = Field(default=10.0, gt=0)
 
+    @property
+    def destination(self) -> str:
+        return self.topic
+
     @field_validator("bootstrap_servers")
     @classmethod
     def _servers(cls, value: str) -> str:

@@ -87,6 +87,9 @@ class ControlTopicHeads:
         self.partition = 0  # where this (query, sink) writes its control records
         self.scan_from = 0  # where tasks look for earlier attempts
         self.record: HeadRecord | None = None
+        # Spark partitions whose commit markers the next advance tombstones, when more than
+        # the shards (the data source path's markers are per partition; its driver sets it).
+        self.marker_slots = 0
 
     def place(self, partitions: list[int]) -> None:
         """The control topic's partitions (from preflight); picks this sink's partition."""
@@ -200,7 +203,7 @@ class ControlTopicHeads:
         value = self._value(record.epoch, spark_query_id, record.num_shards, self.scan_from)
         self._remember(value, self._write(value))
 
-    def advance_head(self, epoch: int, spark_query_id: str | None, marker_slots: int = 0) -> None:
+    def advance_head(self, epoch: int, spark_query_id: str | None) -> None:
         """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones
         (of the shards, or of ``marker_slots`` Spark partitions if more: the data source
         path's markers are per partition)."""
@@ -210,7 +213,7 @@ class ControlTopicHeads:
             return
         value = self._value(epoch, spark_query_id or record.spark_query_id, record.num_shards, None)
         value["frontier"] = self.frontier()
-        slots = max(record.num_shards, marker_slots)
+        slots = max(record.num_shards, self.marker_slots)
         markers = [marker_key(self.query_name, self.sink_name, epoch, s) for s in range(slots)]
         self._remember(value, self._write(value, tombstones=markers))
 

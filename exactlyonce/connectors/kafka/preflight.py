@@ -34,7 +34,7 @@ from exactlyonce.errors import ConfigError, SinkUnavailableError
 from exactlyonce.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.kafka.sink import KafkaSink
+    from exactlyonce.connectors.kafka.parts import KafkaParts
 
 log = logging.getLogger("exactlyonce.kafka")
 
@@ -62,7 +62,7 @@ class Layout:
     hides_aborted: bool
 
 
-def run(sink: KafkaSink) -> Layout:
+def run(sink: KafkaParts) -> Layout:
     """Check and create the topics, check the timeout, probe the broker. Raises
     SinkUnavailableError when the broker cannot be reached, ConfigError for what the user
     must change. May lower ``sink.max_message_bytes`` to the topic's limit."""
@@ -76,11 +76,11 @@ def run(sink: KafkaSink) -> Layout:
     )
 
 
-def connect(sink: KafkaSink) -> tuple[AdminClient, Any]:
+def connect(sink: KafkaParts) -> tuple[AdminClient, Any]:
     """An admin client of the sink's broker and the cluster's metadata (every topic);
     SinkUnavailableError, with the transport's reason, when the broker does not answer."""
     errors: list[str] = []
-    admin = sink._clients.admin(errors)
+    admin = sink.clients.admin(errors)
     try:
         meta = admin.list_topics(timeout=sink.connect_timeout)
     except KafkaException as exc:
@@ -88,7 +88,7 @@ def connect(sink: KafkaSink) -> tuple[AdminClient, Any]:
         reason = "; ".join(dict.fromkeys(errors[-3:])) or exc.args[0].str()
         raise SinkUnavailableError(
             f"cannot reach {sink.where} within {sink.connect_timeout:g}s: "
-            f"{sink._clients.scrub(reason)}"
+            f"{sink.clients.scrub(reason)}"
         ) from None
     return admin, meta
 
@@ -97,7 +97,7 @@ def existing_topics(meta: Any) -> set[str]:
     return {name for name, t in meta.topics.items() if t.error is None}
 
 
-def _ensure_topics(sink: KafkaSink, admin: AdminClient, existing: set[str]) -> None:
+def _ensure_topics(sink: KafkaParts, admin: AdminClient, existing: set[str]) -> None:
     if sink.topic not in existing:
         if not sink.create_topic:
             raise ConfigError(
@@ -119,7 +119,7 @@ def _ensure_topics(sink: KafkaSink, admin: AdminClient, existing: set[str]) -> N
 
 
 def _create(
-    sink: KafkaSink, admin: AdminClient, name: str, partitions: int, config: dict[str, str]
+    sink: KafkaParts, admin: AdminClient, name: str, partitions: int, config: dict[str, str]
 ) -> None:
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config)],
@@ -138,12 +138,12 @@ def _create(
         }.get(name, "dead_letter_topic")
         raise ConfigError(
             field,
-            f"cannot create topic {name!r} on {sink.where}: {sink._clients.scrub(err.str())}",
+            f"cannot create topic {name!r} on {sink.where}: {sink.clients.scrub(err.str())}",
         ) from None
     log.info("created topic %s %s", name, config or "")
 
 
-def _topic_setting(sink: KafkaSink, admin: AdminClient, topic: str, name: str) -> str | None:
+def _topic_setting(sink: KafkaParts, admin: AdminClient, topic: str, name: str) -> str | None:
     resource = ConfigResource(ResourceType.TOPIC, topic)
     try:
         configs = admin.describe_configs([resource])[resource].result(timeout=sink.connect_timeout)
@@ -154,7 +154,7 @@ def _topic_setting(sink: KafkaSink, admin: AdminClient, topic: str, name: str) -
     return str(entry.value) if entry is not None and entry.value is not None else None
 
 
-def _fit_message_size(sink: KafkaSink, admin: AdminClient) -> None:
+def _fit_message_size(sink: KafkaParts, admin: AdminClient) -> None:
     """A record the topic would refuse must fail at produce() (it becomes a dead letter),
     not at commit (which would abort the whole shard, every retry)."""
     limit = _topic_setting(sink, admin, sink.topic, "max.message.bytes")
@@ -163,7 +163,7 @@ def _fit_message_size(sink: KafkaSink, admin: AdminClient) -> None:
         log.info("%s: records above %d bytes go to dead letters", sink, sink.max_message_bytes)
 
 
-def check_compacted(sink: KafkaSink, admin: AdminClient) -> None:
+def check_compacted(sink: KafkaParts, admin: AdminClient) -> None:
     policy = _topic_setting(sink, admin, sink.control_topic, "cleanup.policy")
     if policy and "compact" not in policy:
         raise ConfigError(
@@ -173,7 +173,7 @@ def check_compacted(sink: KafkaSink, admin: AdminClient) -> None:
         )
 
 
-def check_timeout(sink: KafkaSink, admin: AdminClient, meta: Any) -> None:
+def check_timeout(sink: KafkaParts, admin: AdminClient, meta: Any) -> None:
     limit, source = KAFKA_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS, "Kafka's default"
     broker = next(iter(meta.brokers), None)
     if broker is not None:
@@ -189,14 +189,14 @@ def check_timeout(sink: KafkaSink, admin: AdminClient, meta: Any) -> None:
             log.debug("broker %s config not readable: %s", broker, exc)
     if sink.transaction_timeout_ms > limit:
         raise ConfigError(
-            sink._timeout_field,
+            sink.timeout_field,
             f"transaction.timeout.ms={sink.transaction_timeout_ms} exceeds the broker's "
             f"transaction.max.timeout.ms={limit} ({source}); the broker would refuse "
             "init_transactions",
         )
 
 
-def probe(sink: KafkaSink) -> bool:
+def probe(sink: KafkaParts) -> bool:
     """Does a read_committed consumer of this broker skip an aborted transaction?
 
     Asked once per bootstrap servers and process. Aborts a transaction on the probe topic,
@@ -242,7 +242,7 @@ _FENCED_CODES = frozenset(
 PROBE_FENCED = RetryPolicy(attempts=6, initial_s=0.3, max_s=3.0, transient=is_fenced)
 
 
-def _write_probe(sink: KafkaSink) -> tuple[int, int]:
+def _write_probe(sink: KafkaParts) -> tuple[int, int]:
     """An aborted record and a plain one after it, on partition 0 of the probe topic: their
     offsets. A probe fenced by another start's is written again (:data:`PROBE_FENCED`)."""
 
@@ -253,24 +253,24 @@ def _write_probe(sink: KafkaSink) -> tuple[int, int]:
     return PROBE_FENCED.call(lambda: _write_probe_once(sink), on_retry=fenced)
 
 
-def _write_probe_once(sink: KafkaSink) -> tuple[int, int]:
+def _write_probe_once(sink: KafkaParts) -> tuple[int, int]:
     # Stable per (query, sink): a driver killed inside the probe leaves its transaction open,
     # and brokers without transaction timeouts (Tansu) never end it; the next start's probe
     # fences it (init_transactions aborts it).
     tid = transactional_id(sink.query_name, sink.sink_name, -1)
-    producer = sink._clients.transactional(tid, sink.transaction_timeout_ms)
+    producer = sink.clients.transactional(tid, sink.transaction_timeout_ms)
     try:
         init_transactions(producer, sink.probe_topic, sink.connect_timeout)
     except KafkaException as exc:
         err = exc.args[0]
         if err.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise ConfigError(
-                sink._timeout_field,
+                sink.timeout_field,
                 f"the broker refuses transaction.timeout.ms={sink.transaction_timeout_ms} "
                 "(above its transaction.max.timeout.ms)",
             ) from None
         raise SinkUnavailableError(
-            f"{sink.where}: transactions unavailable: {sink._clients.scrub(err.str())}"
+            f"{sink.where}: transactions unavailable: {sink.clients.scrub(err.str())}"
         ) from None
     offsets: list[int] = []
 
@@ -282,7 +282,7 @@ def _write_probe_once(sink: KafkaSink) -> tuple[int, int]:
     producer.produce(topic, "aborted", PROBE_KEY, partition, on_delivery=delivered)
     producer.flush(sink.connect_timeout)
     producer.abort_transaction(sink.connect_timeout)
-    after = sink._clients.producer()  # not transactional: visible to every reader
+    after = sink.clients.producer()  # not transactional: visible to every reader
     after.produce(topic, "after", PROBE_KEY, partition, on_delivery=delivered)
     after.flush(sink.connect_timeout)
     if len(offsets) != 2 or min(offsets) < 0:
@@ -290,10 +290,10 @@ def _write_probe_once(sink: KafkaSink) -> tuple[int, int]:
     return offsets[0], offsets[1]
 
 
-def _probe_seen(sink: KafkaSink, probe_offset: int, end: int) -> bool | None:
+def _probe_seen(sink: KafkaParts, probe_offset: int, end: int) -> bool | None:
     """Did read_committed deliver the aborted record first? None: inconclusive."""
     seen: bool | None = None
-    client = sink._clients.consumer("read_committed")
+    client = sink.clients.consumer("read_committed")
     try:
         ranges = {(sink.probe_topic, 0): (probe_offset, end + 1)}
         wait = max(PROBE_WAIT_S, sink.connect_timeout)

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
-from exactlyonce.connectors.base.guarantee import Check, Guarantee
+from exactlyonce.connectors.base.guarantee import CheckOf
 from exactlyonce.connectors.kafka import check as _check
 from exactlyonce.connectors.kafka import preflight as _preflight
 from exactlyonce.connectors.kafka.clients import KafkaClients
@@ -73,11 +73,10 @@ from exactlyonce.connectors.kafka.projection import (
 from exactlyonce.connectors.kafka.protocol import (
     EPOCH_COLUMN,
     ID_COLUMN,
-    default_sink_name,
 )
 from exactlyonce.connectors.kafka.reader import Commits, confirmed_ids, load_commits
 from exactlyonce.connectors.kafka.target import KafkaTarget
-from exactlyonce.connectors.kafka.task import KafkaShardWriter
+from exactlyonce.connectors.kafka.writer import KafkaShardWriter
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError, SinkUnavailableError
@@ -94,6 +93,7 @@ class KafkaSink(ExactlyOnceSink):
     """Writes a stream into a Kafka topic exactly once. See the module docstring."""
 
     kind = "kafka"
+    id_column = ID_COLUMN
 
     def __init__(
         self,
@@ -132,7 +132,7 @@ class KafkaSink(ExactlyOnceSink):
         # by the open transactions of crashed shard tasks, as it was on the control topic.
         self.probe_topic = f"{self.control_topic}.probe"
         self.dead_letter_topic = config.dead_letter_topic_name
-        self._timeout_field = config.timeout_field
+        self.timeout_field = config.timeout_field
         self.transaction_timeout_ms = config.timeout_ms
         client_config = config.client_config()
         self._config = Secret(json.dumps(client_config))
@@ -143,12 +143,11 @@ class KafkaSink(ExactlyOnceSink):
         self.partitions = config.partitions
         self.connect_timeout = config.connect_timeout
         self._ready = False
-        self.marker_slots = 0  # Spark partitions whose markers the next head tombstones
         self.hides_aborted: bool | None = None
         self._topic_partitions = 0
-        self._clients = KafkaClients(self.bootstrap_servers, self._config, self._secrets)
+        self.clients = KafkaClients(self.bootstrap_servers, self._config, self._secrets)
         self._heads = ControlTopicHeads(
-            self._clients,
+            self.clients,
             control_topic=self.control_topic,
             query_name=self.query_name,
             sink_name=self.sink_name,
@@ -161,14 +160,6 @@ class KafkaSink(ExactlyOnceSink):
         # One record per message (the layout of the recipe); the buffer packs frames.
         self.frame_records = 1
         self.frame_bytes = 0
-
-    @property
-    def sink_name(self) -> str:
-        return self._sink_name or default_sink_name(self.topic)
-
-    @property
-    def id_column(self) -> str:
-        return ID_COLUMN
 
     @property
     def unique_sink(self) -> bool:
@@ -188,7 +179,7 @@ class KafkaSink(ExactlyOnceSink):
         return self._heads.scan_from
 
     def _user_config(self) -> dict[str, Any]:
-        return self._clients.user_config()
+        return self.clients.user_config()
 
     # -- preflight ---------------------------------------------------------------------
 
@@ -232,30 +223,25 @@ class KafkaSink(ExactlyOnceSink):
 
     # -- what `exactlyonce check` reports (.check) --------------------------------------
 
-    def guarantee(self) -> Guarantee:
-        return _check.guarantee(self)
-
-    def preconditions(self) -> list[Check]:
-        """Broker, topics, transaction timeout and the aborted-records probe; no topic is
-        created (the probe runs only where its topic exists)."""
-        return _check.preconditions(self)
+    def check(self) -> CheckOf[Any]:
+        """The guarantee and its preconditions, read live: :mod:`.check`."""
+        return CheckOf(self, _check.guarantee, _check.preconditions)
 
     # -- the head (HeadStore, on the control topic: .head) -----------------------------
 
-    def _read_head(self) -> Head | None:
-        return self._heads.read_head()
+    def head_store(self) -> ControlTopicHeads:
+        """The control topic's heads (:mod:`.head`); its ``advance_head`` tombstones the
+        markers of the shards, or of ``marker_slots`` Spark partitions if more (the data
+        source path's driver sets them before it commits an epoch)."""
+        return self._heads
 
-    def _create_head(self, head: Head) -> None:
-        self._heads.create_head(head)
+    @property
+    def marker_slots(self) -> int:
+        return self._heads.marker_slots
 
-    def _bind_query_id(self, spark_query_id: str) -> None:
-        self._heads.bind_query_id(spark_query_id)
-
-    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        """After every shard of ``epoch`` was confirmed: head, frontier, marker tombstones
-        (for the data source path, of ``marker_slots`` Spark partitions, which its driver
-        sets before it commits an epoch)."""
-        self._heads.advance_head(epoch, spark_query_id, self.marker_slots)
+    @marker_slots.setter
+    def marker_slots(self, slots: int) -> None:
+        self._heads.marker_slots = slots
 
     def head(self) -> Head | None:
         """The committed head as the control topic has it now."""
@@ -291,11 +277,9 @@ class KafkaSink(ExactlyOnceSink):
         )
 
     def reset_head(self) -> None:
-        """Forget what this query committed (not the data): for a deliberate fresh start."""
+        """Forget what this query committed (not the data): the control topic must exist."""
         self.preflight()
-        self._heads.reset_head()
-        self._head = None
-        log.warning("%s: head reset", self)
+        super().reset_head()
 
     def commits(self, trust_markers: bool = False, since_offset: int = 0) -> Commits:
         """Step 1 of the consumption recipe for this sink: head and confirmed attempts

@@ -11,16 +11,15 @@ go to the dead-letter topic in the same transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from exactlyonce.connectors.base import SHARD_COLUMN, DeadLetter, ShardTask, ShardWriter
+from exactlyonce.connectors.base import SHARD_COLUMN, DeadLetter, ShardTask
 from exactlyonce.connectors.base.frames import frame_bounds, frame_partition, pack, single_headers
-from exactlyonce.connectors.base.report import TaskResult
 from exactlyonce.connectors.kafka.clients import init_transactions
 from exactlyonce.connectors.kafka.protocol import (
     DEAD_LETTER_PAYLOAD_LIMIT,
@@ -50,20 +49,6 @@ def produce_waiting(producer: Producer, topic: str, value: Any, key: Any, **kwar
             return
         except BufferError:
             producer.poll(0.05)  # local queue full: let deliveries drain
-
-
-class KafkaShardWriter(ShardWriter[KafkaTarget]):
-    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
-
-    def _task(self) -> KafkaShardTask:
-        return KafkaShardTask(self.target, self.epoch)
-
-    def write_unaligned(self, batches: Iterator[pa.RecordBatch], partition: int) -> TaskResult:
-        """A Spark partition's task of the data source path: its own transactional id,
-        markers and claims (:mod:`.partition_task`), never a shard's."""
-        from exactlyonce.connectors.kafka.partition_task import KafkaPartitionTask
-
-        return KafkaPartitionTask(self.target, self.epoch, partition).run(batches)
 
 
 class KafkaShardTask(TransactionSteps, ShardTask):

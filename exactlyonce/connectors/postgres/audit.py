@@ -23,7 +23,7 @@ AUDIT_CHUNK_ROWS = 50_000
 def read_postgres(sink: PostgresSink, expected: Expected) -> SinkAudit:
     """Rows per record ID of the sink's table, its dead letters and head."""
     table = sink.table
-    with sink._connect() as conn:  # a refused connection: SinkUnavailableError, scrubbed
+    with sink.connect() as conn:  # a refused connection: SinkUnavailableError, scrubbed
         counts = Counter(sink_ids(conn, table, sink.id_column, len(expected)))
         dead = count_dead_letters(conn, table, sink.query_name, sink.sink_name)
     head = sink.peek_head() if dead is not None else None

@@ -28,7 +28,7 @@ from exactlyonce.connectors.postgres.schema import (
 if TYPE_CHECKING:
     import psycopg
 
-    from exactlyonce.connectors.postgres.sink import PostgresSink
+    from exactlyonce.connectors.postgres.parts import PostgresParts
 
 _SHARD_STEP = (
     "one transaction per shard writes its rows (COPY) with a shard-commit row, and the head "
@@ -36,7 +36,7 @@ _SHARD_STEP = (
 )
 
 
-def guarantee(sink: PostgresSink) -> Guarantee:
+def guarantee(sink: PostgresParts) -> Guarantee:
     if sink.mode == "upsert":
         return Guarantee(
             "EXACTLY ONCE per key and epoch (upsert: the latest epoch's value, never rolled back)",
@@ -56,10 +56,10 @@ def guarantee(sink: PostgresSink) -> Guarantee:
     )
 
 
-def preconditions(sink: PostgresSink) -> list[Check]:
+def preconditions(sink: PostgresParts) -> list[Check]:
     def run() -> list[Check]:
-        with sink._connect() as conn:
-            checks = [Check("PostgreSQL", OK, f"reachable at {sink._where}")]
+        with sink.connect() as conn:
+            checks = [Check("PostgreSQL", OK, f"reachable at {sink.where}")]
             if not schema_exists(conn, sink.table.schema):
                 return [
                     *checks,
@@ -77,7 +77,7 @@ def preconditions(sink: PostgresSink) -> list[Check]:
     return checked("PostgreSQL", run)
 
 
-def _control_tables(sink: PostgresSink, conn: psycopg.Connection[Any]) -> Check:
+def _control_tables(sink: PostgresParts, conn: psycopg.Connection[Any]) -> Check:
     names = [HEADS, SHARD_COMMITS, DEAD_LETTERS]
     if sink.upsert is not None and sink.upsert.tombstone_column is not None:
         names.append(TOMBSTONES)
@@ -88,7 +88,7 @@ def _control_tables(sink: PostgresSink, conn: psycopg.Connection[Any]) -> Check:
     return Check(what, OK, f"present in schema {sink.table.schema}")
 
 
-def _target_table(sink: PostgresSink, conn: psycopg.Connection[Any]) -> list[Check]:
+def _target_table(sink: PostgresParts, conn: psycopg.Connection[Any]) -> list[Check]:
     name = f"table {sink.table}"
     oid = regclass(conn, sink.table)
     if oid is None:
@@ -120,7 +120,7 @@ def _target_table(sink: PostgresSink, conn: psycopg.Connection[Any]) -> list[Che
     return checks
 
 
-def _unique_index(sink: PostgresSink, conn: psycopg.Connection[Any], oid: int) -> Check:
+def _unique_index(sink: PostgresParts, conn: psycopg.Connection[Any], oid: int) -> Check:
     name = f"unique index on {sink.id_column}"
     if sink.mode == "append":
         return Check(name, OK, "not needed in mode append (the dedup catalog keeps duplicates out)")

@@ -57,6 +57,11 @@ class PostgresSinkConfig(TableSettings):
     # mode="upsert": the columns whose greatest values win among rows of one key in one epoch.
     order_by: Names = ()
 
+    @property
+    def destination(self) -> str:
+        """The table, schema-qualified (``public`` when the name has no schema)."""
+        return self.table if "." in self.table else f"public.{self.table}"
+
     @model_validator(mode="before")
     @classmethod
     def _upsert_defaults(cls, data: Any) -> Any:

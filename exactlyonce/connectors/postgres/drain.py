@@ -112,7 +112,7 @@ class PgDrainTarget:
     @staticmethod
     def offsets_stored(sink: PostgresSink) -> bool:
         """Whether the offsets table exists (the drainer creates it at its start)."""
-        with sink._connect() as conn:
+        with sink.connect() as conn:
             return regclass(conn, TableName(sink.table.schema, OFFSETS)) is not None
 
     def __init__(
@@ -167,7 +167,7 @@ class PgDrainTarget:
     def _connect(self) -> psycopg.Connection[Any]:
         if self._conn is not None and not self._conn.closed:
             return self._conn
-        dsn = self.sink._dsn.reveal()
+        dsn = self.sink.dsn.reveal()
         try:
             self._conn = psycopg.connect(
                 dsn,
@@ -178,7 +178,7 @@ class PgDrainTarget:
         except psycopg.OperationalError as exc:
             reason = scrub(str(exc).strip(), dsn_password(dsn))
             raise SinkUnavailableError(
-                f"cannot connect to PostgreSQL at {self.sink._where}: {reason}"
+                f"cannot connect to PostgreSQL at {self.sink.where}: {reason}"
             ) from None
         return self._conn
 

@@ -27,7 +27,7 @@ from exactlyonce.connectors.postgres.schema import (
 )
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.postgres.sink import PostgresSink
+    from exactlyonce.connectors.postgres.parts import PostgresParts
 
 UPSERT_REFUSAL = (
     "mode='upsert' overwrites a key's row in place (and deletes keys, keeping tombstones): "
@@ -36,11 +36,11 @@ UPSERT_REFUSAL = (
 )
 
 
-def refusal(sink: PostgresSink) -> str | None:
+def refusal(sink: PostgresParts) -> str | None:
     return UPSERT_REFUSAL if sink.mode == "upsert" else None
 
 
-def _queries(sink: PostgresSink) -> list[tuple[str, sql.Composed, bool]]:
+def _queries(sink: PostgresParts) -> list[tuple[str, sql.Composed, bool]]:
     """(what, the FROM/WHERE part, whether it is the query's own control table)."""
     mine = sql.SQL("query_name = %s AND sink = %s AND epoch > %s")
     return [
@@ -64,15 +64,15 @@ def _queries(sink: PostgresSink) -> list[tuple[str, sql.Composed, bool]]:
     ]
 
 
-def _params(sink: PostgresSink, control: bool, epoch: int) -> list[Any]:
+def _params(sink: PostgresParts, control: bool, epoch: int) -> list[Any]:
     return [sink.query_name, sink.sink_name, epoch] if control else [epoch]
 
 
-def removals_above(sink: PostgresSink, epoch: int) -> list[Removal]:
+def removals_above(sink: PostgresParts, epoch: int) -> list[Removal]:
     """Per table, the rows above ``epoch`` (GROUP BY epoch); read-only, a missing table
     counts nothing."""
     out = []
-    with sink._connect() as conn:
+    with sink.connect() as conn:
         for what, where, control in _queries(sink):
             epoch_col = sql.Identifier("epoch" if control else sink.epoch_column)
             query = sql.SQL("SELECT {e}, count(*) FROM {w} GROUP BY {e}").format(
@@ -86,11 +86,11 @@ def removals_above(sink: PostgresSink, epoch: int) -> list[Removal]:
     return out
 
 
-def rewind_to(sink: PostgresSink, epoch: int) -> list[Removal]:
+def rewind_to(sink: PostgresParts, epoch: int) -> list[Removal]:
     """One transaction: lock the head row, delete everything above ``epoch`` (counted as it
     goes), move the head back to ``epoch`` (Spark query id cleared). Idempotent."""
     removed = []
-    with sink._connect() as conn, conn.transaction():
+    with sink.connect() as conn, conn.transaction():
         heads = sink.table.sibling(HEADS)
         key = [sink.query_name, sink.sink_name]
         conn.execute(
@@ -120,13 +120,13 @@ def rewind_to(sink: PostgresSink, epoch: int) -> list[Removal]:
     return removed
 
 
-def shard_commits(sink: PostgresSink) -> dict[int, list[int]]:
+def shard_commits(sink: PostgresParts) -> dict[int, list[int]]:
     """Epoch -> shards of the shard-commit rows still held (those above the head)."""
     query = sql.SQL(
         "SELECT epoch, shard FROM {} WHERE query_name = %s AND sink = %s ORDER BY epoch, shard"
     ).format(sink.table.sibling(SHARD_COMMITS))
     try:
-        with sink._connect() as conn:
+        with sink.connect() as conn:
             rows = conn.execute(query, [sink.query_name, sink.sink_name]).fetchall()
     except psycopg.errors.UndefinedTable:
         return {}

@@ -48,18 +48,17 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from exactlyonce.connectors.base import ExactlyOnceSink, Head, Removal, TaskWriter
+from exactlyonce.connectors.base import ExactlyOnceSink, Removal, TaskWriter
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
-from exactlyonce.connectors.base.guarantee import Check, Guarantee
+from exactlyonce.connectors.base.guarantee import CheckOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres import check as _check
 from exactlyonce.connectors.postgres import rewind
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.drift import required_columns, silent_loss
+from exactlyonce.connectors.postgres.head import PostgresHeadStore
 from exactlyonce.connectors.postgres.schema import (
     CONTROL_DDL_LOCK,
-    HEADS,
-    SHARD_COMMITS,
     TableName,
     control_tables_ddl,
     create_table_ddl,
@@ -119,24 +118,16 @@ class PostgresSink(ExactlyOnceSink):
     def _configure(self, config: PostgresSinkConfig) -> None:
         self.config: PostgresSinkConfig = config
         dsn = config.dsn.get_secret_value()
-        self._dsn = Secret(dsn)
-        self._where = redact_dsn(dsn)
+        self.dsn = Secret(dsn)
+        self.where = redact_dsn(dsn)
         self.table = TableName.parse(config.table)
         self.mode: Mode = config.mode
         self.create_table = config.create_table
-        self._id_column = config.id_column
+        self.id_column = config.id_column
         self.epoch_column = config.epoch_column
         self.connect_timeout = config.connect_timeout
         self._checked_schema: StructType | None = None
         self._table_ready = False
-
-    @property
-    def sink_name(self) -> str:
-        return self._sink_name or f"postgres:{self.table}"
-
-    @property
-    def id_column(self) -> str:
-        return self._id_column
 
     @property
     def upsert(self) -> UpsertSpec | None:
@@ -160,19 +151,19 @@ class PostgresSink(ExactlyOnceSink):
             for statement in control_tables_ddl(self.table, tombstones=tombstones):
                 conn.execute(statement)
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def connect(self) -> psycopg.Connection[Any]:
         try:
             return psycopg.connect(
-                self._dsn.reveal(), autocommit=True, connect_timeout=self.connect_timeout
+                self.dsn.reveal(), autocommit=True, connect_timeout=self.connect_timeout
             )
         except psycopg.ProgrammingError:
             raise ConfigError(
                 "dsn", "not a valid PostgreSQL connection string (libpq could not parse it)"
             ) from None
         except psycopg.OperationalError as exc:
-            reason = scrub(str(exc).strip(), dsn_password(self._dsn.reveal()))
+            reason = scrub(str(exc).strip(), dsn_password(self.dsn.reveal()))
             raise SinkUnavailableError(
-                f"cannot connect to PostgreSQL at {self._where}: {reason}"
+                f"cannot connect to PostgreSQL at {self.where}: {reason}"
             ) from None
 
     # -- preflight ---------------------------------------------------------------------
@@ -186,7 +177,7 @@ class PostgresSink(ExactlyOnceSink):
         if self._table_ready and (schema is None or schema == self._checked_schema):
             return
         stored = None if schema is None else self._stored(schema)
-        with self._connect() as conn:
+        with self.connect() as conn:
             if not schema_exists(conn, self.table.schema):
                 raise ConfigError("table", f"schema {self.table.schema!r} does not exist")
             tombstones = self.upsert is not None and self.upsert.tombstone_column is not None
@@ -279,88 +270,14 @@ class PostgresSink(ExactlyOnceSink):
 
     # -- what `exactlyonce check` reports (.check) --------------------------------------
 
-    def guarantee(self) -> Guarantee:
-        return _check.guarantee(self)
-
-    def preconditions(self) -> list[Check]:
-        """Server, schema, head and control tables, the table and its unique index; read
-        from the database's catalog, nothing created."""
-        return _check.preconditions(self)
+    def check(self) -> CheckOf[Any]:
+        """The guarantee and its preconditions, read live: :mod:`.check`."""
+        return CheckOf(self, _check.guarantee, _check.preconditions)
 
     # -- the head ----------------------------------------------------------------------
 
-    def _read_head(self) -> Head | None:
-        with self._connect() as conn:
-            row = conn.execute(
-                sql.SQL(
-                    "SELECT epoch, spark_query_id, num_shards, extract(epoch FROM updated_at) "
-                    "FROM {} "
-                    "WHERE query_name = %s AND sink = %s"
-                ).format(self.table.sibling(HEADS)),
-                [self.query_name, self.sink_name],
-            ).fetchone()
-        if row is None:
-            return None
-        advanced_at = float(row[3]) if row[3] is not None else None
-        return Head(int(row[0]), row[1], int(row[2]), advanced_at)
-
-    def _create_head(self, head: Head) -> None:
-        with self._connect() as conn:
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (query_name, sink, epoch, spark_query_id, num_shards) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-                ).format(self.table.sibling(HEADS)),
-                [self.query_name, self.sink_name, head.epoch, head.spark_query_id, head.num_shards],
-            )
-
-    def _bind_query_id(self, spark_query_id: str) -> None:
-        with self._connect() as conn:
-            conn.execute(
-                sql.SQL(
-                    "UPDATE {} SET spark_query_id = %s, updated_at = now() "
-                    "WHERE query_name = %s AND sink = %s AND spark_query_id IS NULL"
-                ).format(self.table.sibling(HEADS)),
-                [spark_query_id, self.query_name, self.sink_name],
-            )
-
-    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        """One transaction: the head moves to ``epoch``; shard commits at or below it go."""
-        with self._connect() as conn, conn.transaction():
-            conn.execute(
-                sql.SQL(
-                    "UPDATE {} SET epoch = %s, spark_query_id = COALESCE(%s, spark_query_id), "
-                    "updated_at = now() WHERE query_name = %s AND sink = %s AND epoch < %s"
-                ).format(self.table.sibling(HEADS)),
-                [epoch, spark_query_id, self.query_name, self.sink_name, epoch],
-            )
-            conn.execute(
-                sql.SQL(
-                    "DELETE FROM {} WHERE query_name = %s AND sink = %s AND epoch <= %s"
-                ).format(self.table.sibling(SHARD_COMMITS)),
-                [self.query_name, self.sink_name, epoch],
-            )
-
-    def reset_head(self) -> None:
-        """Forget what this query committed (not the data): for a deliberate fresh start."""
-        with self._connect() as conn, conn.transaction():
-            for name in (HEADS, SHARD_COMMITS):
-                conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE query_name = %s AND sink = %s").format(
-                        self.table.sibling(name)
-                    ),
-                    [self.query_name, self.sink_name],
-                )
-        self._head = None
-        log.warning("%s: head reset", self)
-
-    def head(self) -> Head | None:
-        """The committed head as the database has it now; None before the first epoch,
-        including before any query created the sink's tables."""
-        try:
-            return self._read_head()
-        except psycopg.errors.UndefinedTable:
-            return None
+    def head_store(self) -> PostgresHeadStore:
+        return PostgresHeadStore(self.connect, self.table, self.query_name, self.sink_name)
 
     # -- inspection and rewind (see .rewind) ---------------------------------------------
 
@@ -403,7 +320,7 @@ class PostgresSink(ExactlyOnceSink):
 
     def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
         target = PgTarget(
-            dsn=self._dsn,
+            dsn=self.dsn,
             table=self.table,
             columns=tuple(columns),
             id_column=self.id_column,
@@ -440,7 +357,7 @@ class PostgresSink(ExactlyOnceSink):
                 self.table.ident(),
                 sql.Identifier(self.epoch_column),
             )
-            with self._connect() as conn, conn.transaction(), conn.cursor(name="eo_rebuild") as cur:
+            with self.connect() as conn, conn.transaction(), conn.cursor(name="eo_rebuild") as cur:
                 cur.execute(query, [from_epoch])
                 while rows := cur.fetchmany(50_000):
                     yield (

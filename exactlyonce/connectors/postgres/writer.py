@@ -95,13 +95,6 @@ def to_csv(batch: pa.RecordBatch | pa.Table) -> bytes:
     return out.getvalue()
 
 
-class PostgresShardWriter(ShardWriter[PgTarget]):
-    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
-
-    def _task(self) -> PgShardTask:
-        return PgShardTask(self.target, self.epoch)
-
-
 class PgShardTask(ShardTask):
     """One task's transaction. Connects lazily: an empty partition never touches the sink."""
 
@@ -320,6 +313,12 @@ class PgShardTask(ShardTask):
                     for d in letters
                 ],
             )
+
+
+class PostgresShardWriter(ShardWriter[PgTarget]):
+    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
+
+    task_class = PgShardTask
 
 
 def _describe(exc: psycopg.Error) -> str:

@@ -11,7 +11,7 @@ from exactlyonce.connectors.base.redis_health import config_values, eviction, si
 from exactlyonce.connectors.redis.connection import connect, require_standalone
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.redis.sink import RedisSink
+    from exactlyonce.connectors.redis.parts import RedisParts
 
 _SCRIPT = (
     "one Lua script per task applies its records, shard markers and dead letters atomically "
@@ -20,7 +20,7 @@ _SCRIPT = (
 )
 
 
-def guarantee(sink: RedisSink) -> Guarantee:
+def guarantee(sink: RedisParts) -> Guarantee:
     if sink.upsert is not None:
         return Guarantee(
             "EXACTLY ONCE per key and epoch (upsert: the latest epoch's value, never rolled back)",
@@ -38,24 +38,24 @@ def guarantee(sink: RedisSink) -> Guarantee:
     )
 
 
-def preconditions(sink: RedisSink) -> list[Check]:
+def preconditions(sink: RedisParts) -> list[Check]:
     def run() -> list[Check]:
         client = connect(
-            sink._url,
+            sink.url,
             retries=0,
             socket_timeout=sink.connect_timeout,
             connect_timeout=sink.connect_timeout,
         )
         try:
             values = config_values(
-                client, sink._where, "appendonly", "appendfsync", "maxmemory-policy", "maxmemory"
+                client, sink.where, "appendonly", "appendfsync", "maxmemory-policy", "maxmemory"
             )
-            with sink._reaching():
+            with sink.reaching():
                 require_standalone(client, sink.head_key)
         finally:
             client.close()
         return [
-            Check("sink Redis", OK, f"reachable at {sink._where}, standalone"),
+            Check("sink Redis", OK, f"reachable at {sink.where}, standalone"),
             sink_persistence(values),
             eviction(values, "sink"),
         ]

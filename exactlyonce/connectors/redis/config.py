@@ -45,6 +45,11 @@ class RedisSinkConfig(SinkConfig):
     connect_timeout: float = Field(default=10.0, gt=0)
     retries: int = Field(default=30, ge=0)
 
+    @property
+    def destination(self) -> str:
+        """The write mode and the key template: ``hash:ev:{event_id}``."""
+        return f"{self.write}:{self.template.text}"
+
     @field_validator("url")
     @classmethod
     def _url(cls, value: SecretStr) -> SecretStr:

@@ -97,7 +97,7 @@ class RedisDrainTarget:
 
     @property
     def where(self) -> str:
-        return f"Redis at {self.sink._where} ({self.sink.sink_name})"
+        return f"Redis at {self.sink.where} ({self.sink.sink_name})"
 
     def owns(self, partition: int) -> bool:
         return self._ownership.owns(partition)
@@ -107,7 +107,7 @@ class RedisDrainTarget:
     def _redis(self) -> Any:
         if self._client is None:
             self._client = connect(
-                self.sink._url,
+                self.sink.url,
                 retries=self.sink.retries,
                 socket_timeout=self.sink.socket_timeout,
                 connect_timeout=self.sink.connect_timeout,
@@ -117,7 +117,7 @@ class RedisDrainTarget:
 
     def _call(self, fn: Callable[[Any], T]) -> T:
         """``fn(client)``, waiting out BUSY; connection failures as SinkUnavailableError."""
-        with reaching(self.sink._url, self.sink._where):
+        with reaching(self.sink.url, self.sink.where):
             return patient(lambda: fn(self._redis()), self.sink.busy)
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from exactlyonce.connectors.redis import lua
 from exactlyonce.faults import crash_point
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.redis.sink import RedisSink
+    from exactlyonce.connectors.redis.parts import RedisParts
 
 PAGE = 10_000
 
@@ -42,7 +42,7 @@ UPSERT_REFUSAL = (
 )
 
 
-def refusal(sink: RedisSink) -> str | None:
+def refusal(sink: RedisParts) -> str | None:
     if sink.upsert is not None:
         return UPSERT_REFUSAL
     if sink.write != "stream":
@@ -51,13 +51,13 @@ def refusal(sink: RedisSink) -> str | None:
 
 
 def _entries_above(
-    sink: RedisSink, key: str, field: str, epoch: int, found: Callable[[bytes, int], None]
+    sink: RedisParts, key: str, field: str, epoch: int, found: Callable[[bytes, int], None]
 ) -> None:
     """Call ``found(entry id, its epoch)`` for every entry of stream ``key`` above ``epoch``."""
-    r, name = sink._client, field.encode()
+    r, name = sink.client, field.encode()
     start: bytes | str = "-"
     while True:
-        entries: list[Any] = sink._patient(
+        entries: list[Any] = sink.patient(
             lambda s=start: r.xrange(key, min=s, max="+", count=PAGE)  # type: ignore[misc]
         )
         for entry_id, fields in entries:
@@ -69,18 +69,18 @@ def _entries_above(
         start = b"(" + entries[-1][0]
 
 
-def _streams(sink: RedisSink) -> list[tuple[str, str, str]]:
+def _streams(sink: RedisParts) -> list[tuple[str, str, str]]:
     """(what, stream key, epoch field) of every stream the sink appended to, and its
     dead-letter stream (whose entries carry ``epoch``)."""
-    r = sink._client
-    keys = sink._patient(lambda: sorted(k.decode() for k in r.smembers(sink.stream_registry_key)))
+    r = sink.client
+    keys = sink.patient(lambda: sorted(k.decode() for k in r.smembers(sink.stream_registry_key)))
     found = [(f"entries of stream {k}", k, sink.epoch_field) for k in keys]
     return [*found, ("dead letters", sink.dead_letter_key, "epoch")]
 
 
-def _scan(sink: RedisSink, epoch: int, delete: bool) -> list[Removal]:
+def _scan(sink: RedisParts, epoch: int, delete: bool) -> list[Removal]:
     out = []
-    with sink._reaching():
+    with sink.reaching():
         for what, key, field in _streams(sink):
             counts: dict[int, int] = {}
             doomed: list[bytes] = []
@@ -95,8 +95,8 @@ def _scan(sink: RedisSink, epoch: int, delete: bool) -> list[Removal]:
             if delete:
                 for i in range(0, len(doomed), PAGE):
                     page = doomed[i : i + PAGE]
-                    sink._patient(
-                        lambda p=page, k=key: sink._client.xdel(k, *p)  # type: ignore[misc]
+                    sink.patient(
+                        lambda p=page, k=key: sink.client.xdel(k, *p)  # type: ignore[misc]
                     )
                 crash_point("rewind_mid_delete", epoch)
             out.append(Removal(what, counts))
@@ -104,35 +104,35 @@ def _scan(sink: RedisSink, epoch: int, delete: bool) -> list[Removal]:
     return out
 
 
-def _marker_counts(sink: RedisSink, epoch: int) -> dict[int, int]:
+def _marker_counts(sink: RedisParts, epoch: int) -> dict[int, int]:
     return {e: len(shards) for e, shards in shard_commits(sink).items() if e > epoch}
 
 
-def removals_above(sink: RedisSink, epoch: int) -> list[Removal]:
+def removals_above(sink: RedisParts, epoch: int) -> list[Removal]:
     return _scan(sink, epoch, delete=False)
 
 
-def rewind_to(sink: RedisSink, epoch: int) -> list[Removal]:
+def rewind_to(sink: RedisParts, epoch: int) -> list[Removal]:
     """Entries above ``epoch`` go (XDEL, page by page), then the head moves back with its
     shard markers and staging (one script). Idempotent."""
     removed = _scan(sink, epoch, delete=True)
-    script = sink._client.register_script(lua.REWIND)
+    script = sink.client.register_script(lua.REWIND)
     keys = [sink.head_key, f"{sink.prefix}:done-epochs", f"{sink.prefix}:stages"]
     args = [epoch, time.time(), f"{sink.prefix}:done:"]
-    with sink._reaching():
-        sink._patient(lambda: script(keys=keys, args=args))
+    with sink.reaching():
+        sink.patient(lambda: script(keys=keys, args=args))
     return removed
 
 
-def shard_commits(sink: RedisSink) -> dict[int, list[int]]:
+def shard_commits(sink: RedisParts) -> dict[int, list[int]]:
     """Epoch -> shards of the markers still held (``<prefix>:done:<epoch>``, a hash of shard
     -> attempt token, besides the attempts' ``w:<token>`` counts)."""
-    r: Any = sink._client
+    r: Any = sink.client
     out: dict[int, list[int]] = {}
-    with sink._reaching():
-        epochs = sink._patient(lambda: r.smembers(f"{sink.prefix}:done-epochs"))
+    with sink.reaching():
+        epochs = sink.patient(lambda: r.smembers(f"{sink.prefix}:done-epochs"))
         for raw in sorted(epochs, key=int):
-            fields: list[bytes] = sink._patient(
+            fields: list[bytes] = sink.patient(
                 lambda e=raw: r.hkeys(f"{sink.prefix}:done:{e.decode()}")  # type: ignore[misc]
             )
             shards = sorted(int(f) for f in fields if not f.startswith(b"w:"))

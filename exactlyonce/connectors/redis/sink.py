@@ -4,7 +4,6 @@ the projection that prepares each epoch's rows for the executor tasks (:mod:`.ta
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -12,15 +11,14 @@ import redis
 
 from exactlyonce.connectors.base import (
     ExactlyOnceSink,
-    Head,
     Removal,
     TaskWriter,
 )
 from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
-from exactlyonce.connectors.base.guarantee import Check, Guarantee
+from exactlyonce.connectors.base.guarantee import CheckOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import check as _check
-from exactlyonce.connectors.redis import lua, rewind
+from exactlyonce.connectors.redis import rewind
 from exactlyonce.connectors.redis.config import Mode, RedisSinkConfig, Write
 from exactlyonce.connectors.redis.connection import (
     BUSY_POLICY,
@@ -29,6 +27,7 @@ from exactlyonce.connectors.redis.connection import (
     reaching,
     require_standalone,
 )
+from exactlyonce.connectors.redis.head import RedisHeadStore
 from exactlyonce.connectors.redis.projection import project
 from exactlyonce.connectors.redis.streams import stream_ids
 from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
@@ -114,13 +113,13 @@ class RedisSink(ExactlyOnceSink):
         self.config: RedisSinkConfig = config
         url = config.url.get_secret_value()
         self.template = config.template
-        self._url = Secret(url)
-        self._where = redact_dsn(url)
+        self.url = Secret(url)
+        self.where = redact_dsn(url)
         self.write: Write = config.write
         ttl = config.ttl_seconds
         self.ttl_ms = None if ttl is None else int(round(ttl * 1000))
         self.pipeline_size = config.pipeline_size
-        self.id_field = config.id_field
+        self.id_field = self.id_column = config.id_field
         self.epoch_field = config.epoch_field
         self.socket_timeout = config.socket_timeout
         self.connect_timeout = config.connect_timeout
@@ -129,14 +128,6 @@ class RedisSink(ExactlyOnceSink):
         self.prefix = config.prefix or f"{namespace(self.query_name, self.sink_name)}:sink"
         self._redis: Any = None
         self._ready = False
-
-    @property
-    def sink_name(self) -> str:
-        return self._sink_name or f"redis:{self.write}:{self.template.text}"
-
-    @property
-    def id_column(self) -> str:
-        return self.id_field
 
     @property
     def upsert(self) -> UpsertSpec | None:
@@ -157,27 +148,24 @@ class RedisSink(ExactlyOnceSink):
         """A set of every stream key the sink appended to (``write="stream"``)."""
         return f"{self.prefix}:streams"
 
-    def _done_key(self, epoch: int | str) -> str:
-        return f"{self.prefix}:done:{epoch}"
-
     # -- connections -------------------------------------------------------------------
 
     @property
-    def _client(self) -> Any:
+    def client(self) -> Any:
         if self._redis is None:
             self._redis = connect(
-                self._url,
+                self.url,
                 retries=self.retries,
                 socket_timeout=self.socket_timeout,
                 connect_timeout=self.connect_timeout,
             )
         return self._redis
 
-    def _reaching(self) -> AbstractContextManager[None]:
+    def reaching(self) -> AbstractContextManager[None]:
         """Connection failures as SinkUnavailableError; never with the password."""
-        return reaching(self._url, self._where)
+        return reaching(self.url, self.where)
 
-    def _patient(self, call: Callable[[], T]) -> T:
+    def patient(self, call: Callable[[], T]) -> T:
         """``call``, waiting out BUSY as ``self.busy`` says."""
         return patient(call, self.busy)
 
@@ -190,13 +178,13 @@ class RedisSink(ExactlyOnceSink):
         if self._ready:
             return
         probe = connect(
-            self._url,
+            self.url,
             retries=0,
             socket_timeout=self.connect_timeout,
             connect_timeout=self.connect_timeout,
         )
         try:
-            with self._reaching():
+            with self.reaching():
                 require_standalone(probe, self.head_key)
                 self._warn_without_persistence(probe)
         finally:
@@ -233,70 +221,19 @@ class RedisSink(ExactlyOnceSink):
                 "committed records and their head. Run it with appendonly yes (appendfsync "
                 "always for every commit to be durable when acknowledged).",
                 self,
-                self._where,
+                self.where,
             )
 
     # -- what `exactlyonce check` reports (.check) --------------------------------------
 
-    def guarantee(self) -> Guarantee:
-        return _check.guarantee(self)
-
-    def preconditions(self) -> list[Check]:
-        """The sink's Redis: reachable, standalone, persistent, no eviction; nothing written."""
-        return _check.preconditions(self)
+    def check(self) -> CheckOf[Any]:
+        """The guarantee and its preconditions, read live: :mod:`.check`."""
+        return CheckOf(self, _check.guarantee, _check.preconditions)
 
     # -- the head ----------------------------------------------------------------------
 
-    def _read_head(self) -> Head | None:
-        with self._reaching():
-            raw = self._patient(lambda: self._client.hgetall(self.head_key))
-        if not raw:
-            return None
-        got = {k.decode(): v.decode() for k, v in raw.items()}
-        advanced_at = float(got["updated_at"]) if got.get("updated_at") else None
-        return Head(
-            int(got["epoch"]),
-            got.get("spark_query_id") or None,
-            int(got["num_shards"]),
-            advanced_at,
-        )
-
-    def _create_head(self, head: Head) -> None:
-        with self._reaching():
-            script = self._client.register_script(lua.CREATE_HEAD)
-            args = [head.epoch, head.num_shards, head.spark_query_id or "", time.time()]
-            self._patient(lambda: script(keys=[self.head_key], args=args))
-
-    def _bind_query_id(self, spark_query_id: str) -> None:
-        with self._reaching():
-            self._patient(
-                lambda: self._client.hsetnx(self.head_key, "spark_query_id", spark_query_id)
-            )
-
-    def _advance_head(self, epoch: int, spark_query_id: str | None) -> None:
-        """One script: the head moves to ``epoch``; shard markers at or below it go."""
-        script = self._client.register_script(lua.ADVANCE)
-        keys = [self.head_key, f"{self.prefix}:done-epochs", f"{self.prefix}:stages"]
-        args = [epoch, spark_query_id or "", time.time(), f"{self.prefix}:done:"]
-        with self._reaching():
-            self._patient(lambda: script(keys=keys, args=args))
-
-    def reset_head(self) -> None:
-        """Forget what this query committed (not the data): for a deliberate fresh start."""
-        with self._reaching():
-            r = self._client
-            epochs = [e.decode() for e in r.smembers(f"{self.prefix}:done-epochs")]
-            stages = list(r.smembers(f"{self.prefix}:stages"))
-            r.delete(self.head_key, f"{self.prefix}:done-epochs", f"{self.prefix}:stages")
-            leftovers = [*map(self._done_key, epochs), *stages]
-            if leftovers:
-                r.delete(*leftovers)
-        self._head = None
-        log.warning("%s: head reset", self)
-
-    def head(self) -> Head | None:
-        """The committed head as the sink's Redis has it now."""
-        return self._read_head()
+    def head_store(self) -> RedisHeadStore:
+        return RedisHeadStore(self.prefix, lambda: self.client, self.reaching, self.patient)
 
     # -- inspection and rewind (see .rewind) ---------------------------------------------
 
@@ -337,7 +274,7 @@ class RedisSink(ExactlyOnceSink):
     def _task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
         assert self._head is not None
         target = RedisTarget(
-            url=self._url,
+            url=self.url,
             write=self.write,
             template=self.template,
             columns=tuple(columns),
@@ -377,13 +314,13 @@ class RedisSink(ExactlyOnceSink):
 
         def read(from_epoch: int) -> Iterator[tuple[Any, Any]]:
             return stream_ids(
-                self._client,
+                self.client,
                 self.stream_registry_key,
                 self.id_field,
                 self.epoch_field,
                 from_epoch,
-                self._reaching,
-                self._patient,
+                self.reaching,
+                self.patient,
             )
 
         return read

@@ -71,13 +71,6 @@ class RedisTarget:
         return f"{self.prefix}:epoch:"
 
 
-class RedisShardWriter(ShardWriter[RedisTarget]):
-    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
-
-    def _task(self) -> RedisShardTask:
-        return RedisShardTask(self.target, self.epoch)
-
-
 class RedisShardTask(ShardTask):
     """One task's atomic step: chunks inline or staged, then one apply script."""
 
@@ -269,6 +262,12 @@ class RedisShardTask(ShardTask):
         if self.r is not None:
             self.r.close()
             self.r = None
+
+
+class RedisShardWriter(ShardWriter[RedisTarget]):
+    """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
+
+    task_class = RedisShardTask
 
 
 def encode_records(

@@ -6,6 +6,7 @@ any drain."""
 
 from __future__ import annotations
 
+from exactlyonce.buffer import Buffered
 from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.audit import SinkAudit
 from exactlyonce.connectors.base.expected import Expected
@@ -22,7 +23,7 @@ def audit_pipeline(
     audit = registry.kind_of(sink).audit_reader()(sink, expected)
     buffer = getattr(cfg.sink, "buffer", None)
     if buffer is not None:
-        letters = count_dead_letters(buffer.build().wrap(sink, check=False))
+        letters = count_dead_letters(Buffered(sink, buffer.build(), check=False))
         audit.dead_letters = (audit.dead_letters or 0) + letters
     audit.expected_dead_letters = expected_dead_letters
     return audit

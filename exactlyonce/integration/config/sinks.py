@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.config import SinkConfig
 from exactlyonce.connectors.base.kind import SinkKind
-from exactlyonce.connectors.kafka.buffer import KafkaBuffer
+from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 from exactlyonce.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -34,10 +34,10 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.head import Head
 from exactlyonce.connectors.base.report import BatchReport, TaskResult
+from exactlyonce.connectors.base.sink import refuse_another_checkpoint
 from exactlyonce.connectors.base.task import ShardWriter
 from exactlyonce.dedup.keeper import CatalogKeeper
 from exactlyonce.dedup.shard import DedupPlan
-from exactlyonce.errors import CheckpointResetError
 from exactlyonce.faults import crash_point
 from exactlyonce.integration.datasource.options import checkpoint_location, sink_config
 from exactlyonce.integration.datasource.records import ProtocolColumns
@@ -136,8 +136,9 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         assert context is not None
         epoch = int(context.getLocalProperty("streaming.sql.batchId") or "-1")
         query_id = context.getLocalProperty("sql.streaming.queryId")
-        refuse_other_checkpoint(self.config, started.head, query_id)
-        if epoch <= started.head.epoch:
+        head = started.head
+        refuse_another_checkpoint(self.config.head_name, self.config.query_name, head, query_id)
+        if head.covers(epoch):
             return EpochMessage(query_id, skipped=True)
         crash_point("before_write", epoch)
         batches = (started.columns.add(b, epoch) for b in iterator if b.num_rows)
@@ -158,7 +159,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         sink = build_sink(self.config)
         head = sink.head()
         if head is not None:
-            refuse_other_checkpoint(self.config, head, query_id)
+            refuse_another_checkpoint(sink.sink_name, sink.query_name, head, query_id)
         traits = registry.kind_of(sink).datasource_traits()
         traits.before_head(sink, batchId, *claimed(sent), len(messages))
         crash_point("before_head", batchId)
@@ -183,18 +184,6 @@ def claimed(sent: list[EpochMessage]) -> tuple[str | None, list[int]]:
     ran = [m for m in sent if not m.skipped and m.result.get("rows")]
     instance = next((m.catalog_instance for m in ran if m.catalog_instance), None)
     return instance, [m.partition for m in ran]
-
-
-def refuse_other_checkpoint(config: SinkConfig, head: Head, query_id: str | None) -> None:
-    """Invariant 9: a head another Spark checkpoint wrote is never taken for a replay."""
-    if query_id and head.spark_query_id and head.spark_query_id != query_id:
-        raise CheckpointResetError(
-            f"the head of query_name {config.query_name!r} was written by Spark query "
-            f"{head.spark_query_id}, but this run is query {query_id} (a new or deleted "
-            "checkpoint). Its epochs would restart at 0 and be skipped as already committed. "
-            "Use a new query_name, or reset the head explicitly with `exactlyonce reset-head` "
-            "if you mean to start over."
-        )
 
 
 def checkpoint_query_id(options: Mapping[str, str]) -> str | None:
