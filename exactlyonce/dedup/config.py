@@ -79,11 +79,13 @@ class DedupConfig:
     def __post_init__(self) -> None:
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError("redis_url", "must be a redis://, rediss:// or unix:// URL")
+        if self.expected_ids < 1:
+            raise ConfigError("expected_ids", f"must be at least 1, got {self.expected_ids}")
         if self.retention_epochs < 1:
             raise ConfigError("retention_epochs", "must be at least 1")
         if self.on_catalog_loss not in ("rebuild", "fail"):
             raise ConfigError("on_catalog_loss", "must be 'rebuild' or 'fail'")
-        BloomSpec(max(1, self.expected_ids), self.fp_rate, self.bloom_backend)
+        BloomSpec(self.expected_ids, self.fp_rate, self.bloom_backend)
 
     def __repr__(self) -> str:
         return f"DedupConfig(expected_ids={self.expected_ids}, fp_rate={self.fp_rate}, ...)"

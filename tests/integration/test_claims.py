@@ -17,7 +17,8 @@ from exactlyonce.dedup.layout import Layout
 from exactlyonce.errors import CatalogLostError
 from tests.redis_cluster import RedisClusterNodes, redis_cluster  # noqa: F401
 
-pytestmark = pytest.mark.integration
+# The services fixture puts the catalog's Redis in the environment these tests read.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
 SHARDS = 4
 

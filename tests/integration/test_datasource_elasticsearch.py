@@ -27,7 +27,8 @@ from tests.datasource_streams import (
 )
 from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 
-pytestmark = pytest.mark.integration
+# The services fixture puts the catalog's Redis in the environment these tests read.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from exactlyonce.connectors import PostgresSink
 from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import make_input
 
-pytestmark = pytest.mark.integration
+# The services fixture puts the catalog's Redis in the environment these tests read.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
 SCHEMA = "event_id STRING, amount BIGINT, action STRING"
 

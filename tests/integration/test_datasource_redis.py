@@ -25,7 +25,8 @@ from tests.datasource_streams import (
 )
 from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
 
-pytestmark = pytest.mark.integration
+# The services fixture puts the catalog's Redis in the environment these tests read.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
 TEMPLATES = {"hash": "{name}:{{event_id}}", "string": "{name}:{{action}}:{{event_id}}"}
 

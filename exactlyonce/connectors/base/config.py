@@ -24,9 +24,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     InstanceOf,
     SecretStr,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -94,19 +96,47 @@ class Settings(BaseModel):
 
 
 class DedupSettings(Settings):
-    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`).
+    """The Redis catalog's sizing (see :class:`exactlyonce.dedup.catalog.DedupConfig`, whose
+    rules it is checked by: one set of rules for Python, pipeline files and options).
 
     ``retention_epochs`` (default 1000): the horizon after which an ID can no longer be
     recognised by the catalog (it is remembered for at least that many epochs, at most about
     1.25 times that). ``expected_ids`` (default 1,000,000): the distinct IDs the query writes
     in ``retention_epochs`` epochs, over all shards; the Bloom filters are sized for it.
+    ``fp_rate`` (default 0.001): the Bloom filters' false-positive rate. ``on_catalog_loss``
+    (default ``rebuild``): what an append-only sink does when the catalog lost its IDs.
     Each batch report shows what the catalog holds (``catalog_ids``, ``catalog_bytes``).
     """
 
-    expected_ids: int | None = Field(default=None, ge=1)
-    fp_rate: float | None = Field(default=None, gt=0, lt=1)
-    retention_epochs: int | None = Field(default=None, ge=1)
+    expected_ids: int | None = None
+    fp_rate: float | None = None
+    retention_epochs: int | None = None
     on_catalog_loss: Literal["rebuild", "fail"] | None = None
+
+    @model_validator(mode="after")
+    def _catalog_rules(self) -> DedupSettings:
+        try:  # the catalog's own rules, with a stand-in URL (the sink gives the real one)
+            DedupConfig(redis_url="redis://rules", **self.model_dump(exclude_none=True))
+        except ConfigError as exc:
+            raise field_error(exc.field, exc.reason) from None
+        return self
+
+
+def _dedup_kind(value: Any) -> str:
+    if isinstance(value, DedupConfig):
+        return "<catalog>"
+    return "<settings>" if isinstance(value, (Mapping, DedupSettings)) else "<switch>"
+
+
+# ``dedup``: on/off, the catalog's sizing, or a whole DedupConfig (Python): errors come from
+# the one that applies (not a list of every member's). A tag in angle brackets is no part of
+# a field's path (:func:`error_path` leaves it out).
+Dedup = Annotated[
+    Annotated[bool, Tag("<switch>")]
+    | Annotated[DedupSettings, Tag("<settings>")]
+    | Annotated[InstanceOf[DedupConfig], Tag("<catalog>")],
+    Discriminator(_dedup_kind),
+]
 
 
 class SinkConfig(Settings):
@@ -127,7 +157,7 @@ class SinkConfig(Settings):
     shards: int | None = Field(default=None, ge=1, le=4096)
     sink_name: str | None = None
     # True: the catalog in redis_url (or $EXACTLYONCE_REDIS_URL); False: off.
-    dedup: bool | DedupSettings | InstanceOf[DedupConfig] = True
+    dedup: Dedup = True
     redis_url: SecretStr | None = None
     write_retries: int = Field(default=3, ge=0)
 
@@ -248,6 +278,8 @@ def error_path(error: Any, data: Any) -> str:
     loc = error["loc"]
     current = data
     for i, part in enumerate(loc):
+        if isinstance(part, str) and part.startswith("<") and part.endswith(">"):
+            continue  # a discriminated union's tag (see Dedup)
         tag = isinstance(current, dict) and part not in current
         if tag and (i < len(loc) - 1 or current.get("type") == part):
             continue  # a union's tag, e.g. 'postgres' in ('sink', 'postgres', 'table')

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, InstanceOf, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    InstanceOf,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from exactlyonce.connectors.base.config import Names, SinkConfig, field_error
 from exactlyonce.connectors.base.upsert import check_upsert, upsert_defaults
@@ -50,8 +58,10 @@ class ElasticsearchSinkConfig(SinkConfig):
     control_index: str = CONTROL_INDEX
     epoch_field: str = Field(default="epoch", min_length=1)
     mapping: dict[str, Any] | None = None
-    max_retries: int = Field(default=5, ge=0)
-    # Attempts and waits of every request (default: from max_retries); not in pipeline files.
+    # Retries of a request to the cluster (every sink's name for it; ``max_retries``, the
+    # former name, is still read).
+    retries: int = Field(default=5, ge=0, validation_alias=AliasChoices("retries", "max_retries"))
+    # Attempts and waits of every request (default: from retries); not in pipeline files.
     retry_policy: InstanceOf[RetryPolicy] | None = Field(default=None, exclude=True)
     bulk_max_actions: int = Field(default=1000, ge=1)
     bulk_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)

@@ -3,7 +3,7 @@
 Transient: timeouts, lost connections (TLS failures excepted: those are configuration), and
 HTTP 429 and 5xx (:data:`RETRY_STATUSES`), for whole requests and for single bulk items. The
 waits and the number of attempts are an :class:`exactlyonce.retry.RetryPolicy`; the sink's
-``max_retries`` builds :func:`default_policy`.
+``retries`` builds :func:`default_policy`.
 
 :class:`RetryPolicy` here is the sink's former policy type, kept so existing code that builds
 ``RetryPolicy(max_retries=..., initial_backoff=..., max_backoff=...)`` keeps working.

@@ -52,7 +52,7 @@ class ElasticsearchSink(ExactlyOnceSink):
     Mechanism: deterministic ``_id``\\ s make every re-send a 409 (``create``) or an identical
     overwrite (``index``); a task writes its shard-commit document only after every item is
     acknowledged; the driver then advances the head document with optimistic concurrency.
-    Retries follow ``retry_policy`` (by default ``max_retries`` retries, waits from 0.5 s
+    Retries follow ``retry_policy`` (by default ``retries`` retries, waits from 0.5 s
     doubling up to 30 s). The whole story is in :mod:`exactlyonce.connectors.elasticsearch`.
 
     ``mode="upsert"``: one document per key, at the latest epoch that wrote it; an older
@@ -91,7 +91,7 @@ class ElasticsearchSink(ExactlyOnceSink):
         control_index: str | Unset = UNSET,
         epoch_field: str | Unset = UNSET,
         mapping: dict[str, Any] | None | Unset = UNSET,
-        max_retries: int | Unset = UNSET,
+        retries: int | Unset = UNSET,
         retry_policy: RetryPolicy | None | Unset = UNSET,
         bulk_max_actions: int | Unset = UNSET,
         bulk_max_bytes: int | Unset = UNSET,
@@ -127,7 +127,7 @@ class ElasticsearchSink(ExactlyOnceSink):
         self.op_type: OpType = config.op_type
         self.epoch_field = config.epoch_field
         self.mapping = config.mapping
-        self.retry = config.retry_policy or default_policy(config.max_retries)
+        self.retry = config.retry_policy or default_policy(config.retries)
         self.bulk_max_actions = config.bulk_max_actions
         self.bulk_max_bytes = config.bulk_max_bytes
         self._es: Elasticsearch | None = None
