@@ -1,12 +1,18 @@
-"""The exactly-once Kafka sink (:class:`KafkaSink`, guarantee and mechanism in
-:mod:`.sink`) and the recipe to read its topic exactly once (:mod:`.reader`).
+"""The exactly-once Kafka sink (:class:`KafkaSink`: its class docstring states the guarantee
+and mechanism) and the recipe to read its topic exactly once (:mod:`.reader`).
 
 - :mod:`.protocol`: header names, control-topic keys, the head record;
 - :mod:`.sink`: :class:`KafkaSink`, the driver side; :mod:`.preflight` (topics, broker
   probe), :mod:`.head` (the head store on the control topic), :mod:`.projection` (Spark
   columns), :mod:`.clients` (the driver's Kafka clients);
-- :mod:`.task`, :mod:`.transaction`, :mod:`.target`, :mod:`.frames`: the executor side, one
-  transaction per shard;
+- :mod:`.writer`, :mod:`.task`, :mod:`.transaction`, :mod:`.target`: the executor side, one
+  transaction per shard (a buffer's frames: :mod:`exactlyonce.connectors.base.frames`);
+- :mod:`.partition_task`, :mod:`.fingerprint`, :mod:`.datasource`: the Spark data source
+  path's tasks and driver hooks;
+- :mod:`.buffer`, :mod:`.buffer_config`, :mod:`.buffer_check`: a Kafka buffer in front of
+  another sink (the Spark side);
+- :mod:`.kind` (the registry entry), :mod:`.audit` (the audit reader), :mod:`.parts` (what
+  the preflight and check use of the sink);
 - :mod:`.reader` (with :mod:`.consume`, :mod:`.range_reader`): reading it back;
 - :mod:`.connect_json`: Kafka Connect's JSON envelope (``value="json-with-schema"``).
 """

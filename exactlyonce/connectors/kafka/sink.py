@@ -1,54 +1,4 @@
-"""Exactly-once Kafka sink.
-
-Guarantee: every record of the stream is in the topic exactly once for a reader that follows
-the recipe of :mod:`exactlyonce.connectors.kafka.reader`, through driver crashes, executor
-loss, re-run micro-batches and duplicate input, provided the source replays and the catalog
-(Redis) keeps IDs for ``retention_epochs``. On a broker that hides aborted records from
-``read_committed`` consumers (Apache Kafka), a plain ``read_committed`` consumer sees each
-record exactly once too.
-
-Mechanism, per epoch:
-
-- each record gets a deterministic ID (hashed ``id_columns``, or with ``id_from="content"``
-  the row and its occurrence number in the epoch) and a shard (ID hash);
-- each executor task writes its shard in ONE Kafka transaction, from an idempotent producer
-  whose ``transactional.id`` is ``eo-<query>-<sha1(sink)[:8]>-<shard>``: stable across
-  re-runs, so a new attempt's ``init_transactions()`` fences the zombie of an older one and
-  aborts its open transaction;
-- every data record carries the headers ``eo-query``, ``eo-epoch``, ``eo-shard``,
-  ``eo-record-id`` and ``eo-attempt`` (a nonce per task attempt);
-- inside the same transaction, a commit marker goes to the compacted control topic; after
-  ``commit_transaction()`` succeeded, a second small transaction writes a CONFIRMATION of the
-  attempt. On a broker that delivers aborted records (Tansu), the marker may belong to an
-  aborted transaction, so only the confirmation says "this attempt committed". A crash
-  between commit and confirmation makes the next attempt write the shard again, under a new
-  nonce; readers count only confirmed attempts. On Apache Kafka, the marker is trusted
-  (read_committed hides aborted ones): the next attempt confirms the committed attempt
-  instead of writing again, so plain consumers see no duplicate;
-- the driver writes the head (epoch, Spark query id, and the topic's end offsets: the
-  "frontier") to the control topic after every shard was confirmed, and skips epochs at or
-  below it after a restart.
-
-Which of the two kinds of broker it talks to, the sink measures once at preflight: it aborts
-a transaction and checks whether a ``read_committed`` consumer still sees its record.
-
-Through Spark's format API (``df.writeStream.format("exactlyonce").option("sink", "kafka")``)
-tasks are Spark partitions, not shards: there the transactions are per partition, their
-markers carry the partition's input fingerprint, and IDs are claimed in the catalog before
-they are written (:mod:`.partition_task`; the guarantee and why it holds:
-:mod:`exactlyonce.integration.datasource`). Apache Kafka only.
-
-The package's modules: :mod:`.protocol` (headers, control-topic keys), :mod:`.preflight`
-(topics and the broker probe), :mod:`.head` (the head store), :mod:`.projection` (the Spark
-columns), :mod:`.task` and :mod:`.transaction` (the executor side), :mod:`.frames` (a
-buffer's packing), :mod:`.reader` (the consumption recipe), :mod:`.partition_task` and
-:mod:`.fingerprint` (the Spark data source path's tasks).
-
-Example::
-
-    sink = KafkaSink("broker:9092", "events-out", ["event_id"], "clicks-to-kafka")
-    df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
-"""
+"""The Kafka sink, driver side; its guarantee and mechanism: :class:`KafkaSink`."""
 
 from __future__ import annotations
 
@@ -90,7 +40,51 @@ log = logging.getLogger("exactlyonce.kafka")
 
 
 class KafkaSink(ExactlyOnceSink):
-    """Writes a stream into a Kafka topic exactly once. See the module docstring."""
+    """Writes a stream into a Kafka topic exactly once.
+
+    Guarantee: every record of the stream is in the topic exactly once for a reader that follows
+    the recipe of :mod:`exactlyonce.connectors.kafka.reader`, through driver crashes, executor
+    loss, re-run micro-batches and duplicate input, provided the source replays and the catalog
+    (Redis) keeps IDs for ``retention_epochs``. On a broker that hides aborted records from
+    ``read_committed`` consumers (Apache Kafka), a plain ``read_committed`` consumer sees each
+    record exactly once too.
+
+    Mechanism, per epoch:
+
+    - each record gets a deterministic ID (hashed ``id_columns``, or with ``id_from="content"``
+      the row and its occurrence number in the epoch) and a shard (ID hash);
+    - each executor task writes its shard in ONE Kafka transaction, from an idempotent producer
+      whose ``transactional.id`` is ``eo-<query>-<sha1(sink)[:8]>-<shard>``: stable across
+      re-runs, so a new attempt's ``init_transactions()`` fences the zombie of an older one and
+      aborts its open transaction;
+    - every data record carries the headers ``eo-query``, ``eo-epoch``, ``eo-shard``,
+      ``eo-record-id`` and ``eo-attempt`` (a nonce per task attempt);
+    - inside the same transaction, a commit marker goes to the compacted control topic; after
+      ``commit_transaction()`` succeeded, a second small transaction writes a CONFIRMATION of the
+      attempt. On a broker that delivers aborted records (Tansu), the marker may belong to an
+      aborted transaction, so only the confirmation says "this attempt committed". A crash
+      between commit and confirmation makes the next attempt write the shard again, under a new
+      nonce; readers count only confirmed attempts. On Apache Kafka, the marker is trusted
+      (read_committed hides aborted ones): the next attempt confirms the committed attempt
+      instead of writing again, so plain consumers see no duplicate;
+    - the driver writes the head (epoch, Spark query id, and the topic's end offsets: the
+      "frontier") to the control topic after every shard was confirmed, and skips epochs at or
+      below it after a restart.
+
+    Which of the two kinds of broker it talks to, the sink measures once at preflight: it aborts
+    a transaction and checks whether a ``read_committed`` consumer still sees its record.
+
+    Through Spark's format API (``df.writeStream.format("exactlyonce").option("sink", "kafka")``)
+    tasks are Spark partitions, not shards: there the transactions are per partition, their
+    markers carry the partition's input fingerprint, and IDs are claimed in the catalog before
+    they are written (:mod:`exactlyonce.connectors.kafka.partition_task`; the guarantee and
+    why it holds: :mod:`exactlyonce.integration.datasource`). Apache Kafka only.
+
+    Example::
+
+        sink = KafkaSink("broker:9092", "events-out", ["event_id"], "clicks-to-kafka")
+        df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+    """
 
     kind = "kafka"
     id_column = ID_COLUMN

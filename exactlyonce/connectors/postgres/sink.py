@@ -1,43 +1,4 @@
-"""Exactly-once PostgreSQL sink.
-
-Guarantee: every record of the stream is in the target table exactly once, through driver
-crashes, executor loss, re-run micro-batches and duplicate input, provided the source replays
-(Spark's file, Kafka and rate sources do) and nothing else deletes from the table.
-
-Mechanism:
-
-- each record gets a deterministic ID (``record_id``, a uuid) and its epoch (``epoch``);
-- ``mode="insert"`` (default) keeps a unique index on ``record_id``: a re-written ID is a
-  no-op (``ON CONFLICT DO NOTHING``), so the first version of a record wins;
-- executor tasks COPY their shard straight into the table and commit it together with a
-  shard-commit row, in one transaction (see :mod:`.writer`);
-- ``mode="insert"`` with IDs that are never null (content IDs, or key columns Spark knows
-  are not nullable) skips the shuffle by ID: each task COPYs its Spark partition as it is,
-  in one transaction, with no shard-commit row; a re-run of a partly committed epoch writes
-  every partition again, and the unique index turns each record already written into a
-  no-op (the batch falls back to ``ON CONFLICT DO NOTHING``). The catalog still keeps each
-  ID under its shard, ``pmod(hash(id), shards)``;
-- the driver advances the head row in ``exactlyonce_heads`` after every task committed, and
-  skips whole epochs at or below it after a restart.
-
-``mode="upsert"``, for update and changelog streams (an aggregation in ``update`` output
-mode): ``id_columns`` name a row that changes over time. Guarantee: per key, the table holds
-the value of the latest epoch that wrote it (no row if that epoch deleted it), through the
-same crashes and re-runs; a re-run of an older epoch never rolls a row back nor brings a
-deleted key back (DESIGN invariant 12). Mechanism (:mod:`.upsert`): each task COPYs its rows
-into a temporary staging table and applies each batch with one ``INSERT ... SELECT ... ON
-CONFLICT (record_id) DO UPDATE ... WHERE t.epoch <= EXCLUDED.epoch``, in the shard's
-transaction with its shard-commit row; a ``tombstone_column`` deletes under the same guard
-and keeps (table, record ID, epoch) in ``exactlyonce_tombstones``, which every upsert
-consults. One row per key and epoch (``connectors/base/upsert.py``: the row whose JSON form
-sorts last wins). No dedup catalog: the key and the epoch guard are the idempotence.
-
-Example::
-
-    sink = PostgresSink(dsn="postgresql://app@db/app", table="events",
-                        id_columns=["event_id"], query_name="clicks-to-pg")
-    df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
-"""
+"""The PostgreSQL sink, driver side; its guarantee and mechanism: :class:`PostgresSink`."""
 
 from __future__ import annotations
 
@@ -83,8 +44,50 @@ log = logging.getLogger("exactlyonce.postgres")
 
 class PostgresSink(ExactlyOnceSink):
     """Writes a stream into a PostgreSQL table exactly once (``mode="insert"``/``"append"``),
-    or keeps one row per key at its latest epoch (``mode="upsert"``). Guarantee and
-    mechanism of each: the module docstring."""
+    or keeps one row per key at its latest epoch (``mode="upsert"``).
+
+    Guarantee: every record of the stream is in the target table exactly once, through driver
+    crashes, executor loss, re-run micro-batches and duplicate input, provided the source replays
+    (Spark's file, Kafka and rate sources do) and nothing else deletes from the table.
+
+    Mechanism:
+
+    - each record gets a deterministic ID (``record_id``, a uuid) and its epoch (``epoch``);
+    - ``mode="insert"`` (default) keeps a unique index on ``record_id``: a re-written ID is a
+      no-op (``ON CONFLICT DO NOTHING``), so the first version of a record wins;
+    - ``mode="append"`` has no unique index (a second write would be a second row): the
+      head, the shard-commit rows and the dedup catalog (required in this mode) keep each
+      record single;
+    - executor tasks COPY their shard straight into the table and commit it together with a
+      shard-commit row, in one transaction (see :mod:`exactlyonce.connectors.postgres.writer`);
+    - ``mode="insert"`` with IDs that are never null (content IDs, or key columns Spark knows
+      are not nullable) skips the shuffle by ID: each task COPYs its Spark partition as it is,
+      in one transaction, with no shard-commit row; a re-run of a partly committed epoch writes
+      every partition again, and the unique index turns each record already written into a
+      no-op (the batch falls back to ``ON CONFLICT DO NOTHING``). The catalog still keeps each
+      ID under its shard, ``pmod(hash(id), shards)``;
+    - the driver advances the head row in ``exactlyonce_heads`` after every task committed, and
+      skips whole epochs at or below it after a restart.
+
+    ``mode="upsert"``, for update and changelog streams (an aggregation in ``update`` output
+    mode): ``id_columns`` name a row that changes over time. Guarantee: per key, the table holds
+    the value of the latest epoch that wrote it (no row if that epoch deleted it), through the
+    same crashes and re-runs; a re-run of an older epoch never rolls a row back nor brings a
+    deleted key back (DESIGN invariant 12). Mechanism
+    (:mod:`exactlyonce.connectors.postgres.upsert`): each task COPYs its rows into a
+    temporary staging table and applies each batch with one ``INSERT ... SELECT ... ON
+    CONFLICT (record_id) DO UPDATE ... WHERE t.epoch <= EXCLUDED.epoch``, in the shard's
+    transaction with its shard-commit row; a ``tombstone_column`` deletes under the same guard
+    and keeps (table, record ID, epoch) in ``exactlyonce_tombstones``, which every upsert
+    consults. One row per key and epoch (``connectors/base/upsert.py``: the row whose JSON form
+    sorts last wins). No dedup catalog: the key and the epoch guard are the idempotence.
+
+    Example::
+
+        sink = PostgresSink(dsn="postgresql://app@db/app", table="events",
+                            id_columns=["event_id"], query_name="clicks-to-pg")
+        df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+    """
 
     kind = "postgres"
     sort_within_shard = True
