@@ -95,23 +95,25 @@ class Progress:
             return None
         return (self.done - done) / seconds
 
-    def line(self) -> str:
-        """Where the task is, in words: done/total, percent, rate and ETA when known."""
+    def line(self, *, eta: bool = True) -> str:
+        """Where the task is, in words: done/total, percent, rate and (unless ``eta`` is
+        False: a task that has ended) ETA when known."""
         text = f"{self.what}: {self.done:,}"
         if self.total:
             text += f"/{self.total:,} {self.unit} ({self.done / self.total:.0%})"
         else:
             text += f" {self.unit}"
-        rate = self._rate_text()
+        rate = self._rate_text(eta=eta)
         return f"{text}, {rate}" if rate else text
 
-    def _rate_text(self) -> str:
-        """``410,000 IDs/s, ETA 4 s``; empty while the rate is unknown."""
+    def _rate_text(self, *, eta: bool = True) -> str:
+        """``410,000 IDs/s, ETA 4 s`` (no ETA unless ``eta``); empty while the rate is
+        unknown."""
         rate = self.rate()
         if rate is None:
             return ""
         text = f"{rate:,.0f} {self.unit}/s"
-        if self.total and rate > 0 and self.done < self.total:
+        if eta and self.total and rate > 0 and self.done < self.total:
             text += f", ETA {(self.total - self.done) / rate:,.0f} s"
         return text
 
@@ -119,14 +121,15 @@ class Progress:
         return BAR_FORMAT if self.total else COUNT_FORMAT
 
     def close(self) -> None:
-        """The last line: what was done and in how long."""
+        """The last line: what was done and in how long (no ETA: the task has ended, even
+        if short of its total)."""
         if self._bar is not None:
-            self._bar.set_postfix_str(self._rate_text(), refresh=False)
+            self._bar.set_postfix_str(self._rate_text(eta=False), refresh=False)
             self._bar.close()
             self._bar = None
             return
         seconds = time.monotonic() - self.began
-        text = self.line()
+        text = self.line(eta=False)
         if self.rate() is None and self.done and seconds > 0:  # all in one update: the average
             text += f", {self.done / seconds:,.0f} {self.unit}/s"
         self._line(f"{text}; done in {seconds:,.1f} s")

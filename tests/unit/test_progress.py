@@ -99,7 +99,7 @@ def test_the_wait_before_the_first_rows_is_not_throughput(monkeypatch: MonkeyPat
     clock.now += 2.0
     progress.close()  # the whole time is still told
     assert out.getvalue().splitlines()[-1] == (
-        "pg stream: 796/7,311 rows (11%), 100 rows/s, ETA 65 s; done in 24.0 s"
+        "pg stream: 796/7,311 rows (11%), 100 rows/s; done in 24.0 s"
     )
 
 
@@ -113,5 +113,29 @@ def test_the_bar_shows_the_same_rate(monkeypatch: MonkeyPatch) -> None:
     assert "rows/s" not in (progress._bar.postfix or "")
     clock.now += 2.0
     progress.update(398)
-    progress.close()
-    assert "199 rows/s, ETA 33 s]" in out.getvalue().split("\r")[-1]
+    assert progress._bar.postfix == "199 rows/s, ETA 33 s"
+    progress.close()  # ended: the rate, no ETA
+    assert out.getvalue().split("\r")[-1].endswith("199 rows/s]\n"), out.getvalue()
+
+
+def test_a_task_that_ends_short_of_its_total_shows_no_eta(monkeypatch: MonkeyPatch) -> None:
+    """A demo stream can end below its total (the line of a batch a kill cut off is lost):
+    its last line read '6,386/7,183 rows (89%), 47 rows/s, ETA 17 s; done in 135.2 s'. Done
+    is done: the last line (plain, or the bar's) tells the rate, not an ETA."""
+    clock = Clock()
+    monkeypatch.setattr("exactlyonce.progress.time.monotonic", clock)
+    out = io.StringIO()
+    with Progress("kafka stream", total=7183, unit="rows", stream=out, every_s=60) as plain:
+        for _ in range(3):
+            clock.now += 2.0
+            plain.update(400)
+    assert out.getvalue().splitlines()[-1] == (
+        "kafka stream: 1,200/7,183 rows (17%), 200 rows/s; done in 6.0 s"
+    )
+    drawn = io.StringIO()
+    with Progress("kafka stream", total=7183, unit="rows", stream=drawn, bar=True) as bar:
+        for _ in range(3):
+            clock.now += 2.0
+            bar.update(400)
+    last = drawn.getvalue().split("\r")[-1]
+    assert "200 rows/s]" in last and "ETA" not in last, last
