@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from exactlyonce.connectors.kafka.consume import client_log as client_log  # re-exported
 from exactlyonce.connectors.kafka.consume import consumer
 from exactlyonce.connectors.kafka.protocol import shared_config
 from exactlyonce.secrets import Secret, scrub
-
-client_log = logging.getLogger("exactlyonce.kafka.client")
 
 
 def init_transactions(producer: Producer, topic: str, timeout_s: float) -> None:

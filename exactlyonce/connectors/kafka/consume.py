@@ -7,6 +7,7 @@ its ListOffsets end (:func:`exact_end_offsets` reads to the end-of-partition eve
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Generator, Iterable, Iterator, Mapping
@@ -21,6 +22,10 @@ from exactlyonce.connectors.kafka.protocol import (
     shared_config,
 )
 from exactlyonce.errors import SinkUnavailableError
+
+# librdkafka's own lines (connections, retries) of every Kafka client of the sink: Python
+# logging, never straight to stderr. Defined here, the lowest module; clients.py re-exports.
+client_log = logging.getLogger("exactlyonce.kafka.client")
 
 
 def consumer(
@@ -49,6 +54,7 @@ def consumer(
             # sat idle for a second. 0.25 s -> 1.2-1.3 s for 200k records in 2 of 6 reads
             # here; 0 of 6 with 10 ms.
             "fetch.queue.backoff.ms": 10,
+            "logger": client_log,
         }
     )
 

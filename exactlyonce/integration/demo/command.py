@@ -4,7 +4,8 @@ each SIGKILLed mid-stream and restarted, still write exactly once.
 This module is its command line: parse the options, check the two pipeline files, then fresh
 state (:mod:`.reset`), the at-least-once input (:mod:`.inputs`, :mod:`.producer`), runs and
 kills of each pipeline (:mod:`.runs`) and both audits (:mod:`.audit`, :mod:`.topic_audit`),
-in that order. Exit 0 only if both audits say exactly once.
+in that order, with the client libraries' log lines in a file (:mod:`.logs`). Exit 0 only if
+both audits say exactly once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from exactlyonce.integration.config import PipelineConfig, load_config
 from exactlyonce.integration.demo.audit import print_audit, read_audit
 from exactlyonce.integration.demo.echo import print_dedup_totals
 from exactlyonce.integration.demo.inputs import Expected, generate
+from exactlyonce.integration.demo.logs import DEMO_LOG, logs_to
 from exactlyonce.integration.demo.pipeline import demo_pipelines
 from exactlyonce.integration.demo.producer import produce
 from exactlyonce.integration.demo.reset import reset_state
@@ -45,13 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
 
-    expected = _fresh_input(pg, kafka, seed, args.events)
     log_dir = Path(pg.checkpoint).parent.parent / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    pg_kills, kafka_kills = _run_both(pg, kafka, args, seed, log_dir, expected.records)
-
-    print_dedup_totals()
-    ok = _audits(pg, kafka, expected, (pg_kills, kafka_kills))
+    with logs_to(log_dir / DEMO_LOG):  # the clients' lines: not on the terminal
+        expected = _fresh_input(pg, kafka, seed, args.events)
+        pg_kills, kafka_kills = _run_both(pg, kafka, args, seed, log_dir, expected.records)
+        print_dedup_totals()
+        ok = _audits(pg, kafka, expected, (pg_kills, kafka_kills))
     print(f"RESULT: {'EXACTLY ONCE' if ok else 'FAILED'}")
     print(f"seed {seed}, {time.monotonic() - began:.0f} s, logs in {log_dir}")
     return 0 if ok else 1

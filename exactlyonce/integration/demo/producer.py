@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from exactlyonce.connectors.kafka.clients import client_log
 from exactlyonce.integration.demo.inputs import Record
 from exactlyonce.progress import Progress
 
@@ -18,12 +19,14 @@ FLUSH_TIMEOUT_S = 60.0
 
 
 def producer_config(bootstrap: str) -> dict[str, Any]:
-    """At least once: acks from every in-sync replica, retries that may duplicate."""
+    """At least once: acks from every in-sync replica, retries that may duplicate. Its log
+    goes to Python's logging (:mod:`.logs`), not straight to stderr."""
     return {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": False,
         "acks": "all",
         "linger.ms": 20,
+        "logger": client_log,
     }
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from exactlyonce.connectors.kafka.clients import client_log
 from exactlyonce.connectors.kafka.consume import headers_of
 from exactlyonce.connectors.kafka.protocol import H_QUERY, H_RECORD_ID
 from exactlyonce.progress import Progress
@@ -97,6 +98,7 @@ def read_headers(bootstrap: str, topic: str, expected: int | None = None) -> lis
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            "logger": client_log,
         }
     )
     try:

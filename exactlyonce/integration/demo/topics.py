@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from exactlyonce.connectors.kafka.clients import client_log
 
 TOPIC_TIMEOUT_S = 60.0
 
@@ -16,7 +19,8 @@ TOPIC_TIMEOUT_S = 60.0
 def recreate_topics(bootstrap: str, delete: Collection[str], create: Mapping[str, int]) -> None:
     """Delete ``delete`` and ``create``'s topics, wait until the broker has forgotten them,
     then create each of ``create`` with its number of partitions. Idempotent."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})  # errors only
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 3, "logger": client_log}
+    admin = AdminClient(config)  # errors only, into Python's logging
     doomed = set(delete) | set(create)
     present = doomed & _topics(admin)
     if present:
