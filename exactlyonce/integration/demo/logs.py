@@ -38,7 +38,7 @@ def logs_to(path: Path) -> Iterator[None]:
     client library's. These two handlers are the package logger's only ones meanwhile (none
     set up earlier, nor the root logger's, sees its lines); all is as it was afterwards."""
     package, warned = logging.getLogger(PACKAGE), logging.getLogger("py.warnings")
-    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file = logging.FileHandler(path, mode="w", encoding="utf-8")  # this run's, as the runs'
     to_file.setFormatter(logging.Formatter(FILE_FORMAT))
     to_terminal = logging.StreamHandler(sys.stderr)
     to_terminal.setFormatter(logging.Formatter(TERMINAL_FORMAT))
