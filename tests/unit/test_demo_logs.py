@@ -41,6 +41,25 @@ def test_client_lines_go_to_the_file_and_the_package_warnings_to_the_terminal(
     assert "after the demo" not in path.read_text()
 
 
+def test_the_demo_log_is_the_only_place_meanwhile(tmp_path: Path) -> None:
+    """A handler set up earlier on the package logger (a CLI's, a test's) sees nothing while
+    the demo routes the lines, and is back afterwards."""
+    seen: list[str] = []
+
+    class Earlier(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    package, earlier = logging.getLogger("exactlyonce"), Earlier()
+    package.addHandler(earlier)
+    try:
+        with logs_to(tmp_path / "demo.log"):
+            client_log.warning(GETPID)
+        assert seen == [] and earlier in package.handlers
+    finally:
+        package.removeHandler(earlier)
+
+
 def test_the_demo_producer_logs_through_python(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -35,18 +35,19 @@ TERMINAL_FORMAT = "%(levelname)s %(name)s: %(message)s"
 def logs_to(path: Path) -> Iterator[None]:
     """While inside: the package's log lines (INFO and up, the clients' included) and Python
     warnings into ``path``; on stderr only the package's warnings and errors that are not a
-    client library's. Everything is as it was again afterwards."""
+    client library's. These two handlers are the package logger's only ones meanwhile (none
+    set up earlier, nor the root logger's, sees its lines); all is as it was afterwards."""
     package, warned = logging.getLogger(PACKAGE), logging.getLogger("py.warnings")
-    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file = logging.FileHandler(path, mode="w", encoding="utf-8")  # this run's, as the runs'
     to_file.setFormatter(logging.Formatter(FILE_FORMAT))
     to_terminal = logging.StreamHandler(sys.stderr)
     to_terminal.setFormatter(logging.Formatter(TERMINAL_FORMAT))
     to_terminal.setLevel(logging.WARNING)
     to_terminal.addFilter(_not_a_client_line)
-    level, propagate = package.level, warned.propagate
-    package.addHandler(to_file)
-    package.addHandler(to_terminal)
+    saved = (package.handlers[:], package.level, package.propagate, warned.propagate)
+    package.handlers = [to_file, to_terminal]
     package.setLevel(logging.INFO)
+    package.propagate = False
     warned.addHandler(to_file)
     warned.propagate = False
     logging.captureWarnings(True)
@@ -58,10 +59,8 @@ def logs_to(path: Path) -> Iterator[None]:
         raise
     finally:
         logging.captureWarnings(False)
-        warned.propagate = propagate
         warned.removeHandler(to_file)
-        package.removeHandler(to_terminal)
-        package.removeHandler(to_file)
+        package.handlers, level, package.propagate, warned.propagate = saved
         package.setLevel(level)
         to_file.close()
 
