@@ -26,6 +26,10 @@ from exactlyonce.errors import SinkUnavailableError
 # librdkafka's own lines (connections, retries) of every Kafka client of the sink: Python
 # logging, never straight to stderr. Defined here, the lowest module; clients.py re-exports.
 client_log = logging.getLogger("exactlyonce.kafka.client")
+# Without logging set up, Python's last-resort handler would print these warnings (a
+# coordinator still loading, a retried connection: librdkafka retries them itself, and what
+# matters reaches the caller as an error). A configured logging still gets every record.
+client_log.addHandler(logging.NullHandler())
 
 
 def consumer(
