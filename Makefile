@@ -54,7 +54,7 @@ system-packages:
 
 # Apache Kafka's broker jars and Spark's Kafka/Avro connector jars, from Maven Central into
 # ~/.cache/exactlyonce/jars (once; later runs find them there). Then the class-data archive
-# that makes Spark's driver JVM start faster (exactlyonce/integration/jvm_archive.py; once).
+# that makes Spark's driver JVM start faster (exactlyonce/integration/jvm_archive/; once).
 jars: install system-packages
 	$(BIN)/python -m exactlyonce.integration.jars
 	$(BIN)/python -m exactlyonce.integration.jvm_archive
@@ -101,13 +101,16 @@ bench: services
 soak: services
 	$(BIN)/python -m bench soak $(SOAK_ARGS)
 
-# ruff (lint), mypy --strict on the package, import-linter's layers contract (pyproject.toml),
-# and the docs site (mkdocs.yml) built with --strict: a broken link or a docstring mkdocstrings
-# cannot render fails the build. It builds offline, into the virtualenv.
+# ruff (lint), mypy --strict on the package, import-linter's contracts (pyproject.toml), no
+# import cycle between the package's modules (tools/check_cycles.py: function-level and
+# TYPE_CHECKING imports count too), and the docs site (mkdocs.yml) built with --strict: a
+# broken link or a docstring mkdocstrings cannot render fails the build. It builds offline,
+# into the virtualenv.
 lint: install
-	$(BIN)/ruff check exactlyonce tests bench examples docs
+	$(BIN)/ruff check exactlyonce tests bench examples docs tools
 	$(BIN)/mypy exactlyonce
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_cycles.py exactlyonce
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true \
 	  $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 

@@ -3,7 +3,8 @@
 Starting a SparkSession spends most of its seconds loading and verifying Spark's classes.
 Java's class-data sharing (CDS) maps them from an archive written by an earlier run instead.
 ``python -m exactlyonce.integration.jvm_archive`` (``make jars`` runs it) writes that archive
-once: it runs a small batch and streaming job in a JVM started with
+once: it runs a small batch and streaming job (:mod:`.train`, in a process of its own: the
+job needs :mod:`exactlyonce.integration.spark`, which needs this module) in a JVM started with
 ``-XX:ArchiveClassesAtExit``. From then on :func:`exactlyonce.integration.spark.session`
 starts the driver JVM with ``-XX:SharedArchiveFile`` pointing at it (:func:`java_options`).
 
@@ -24,16 +25,11 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from exactlyonce.integration.jars import require_java
 from exactlyonce.integration.locking import exclusive
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 BUILD_TIMEOUT_S = 300.0
 
@@ -95,7 +91,7 @@ def build(force: bool = False) -> Path:
         partial = path.with_suffix(".partial")
         partial.unlink(missing_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "exactlyonce.integration.jvm_archive", "--train", str(partial)],
+            [sys.executable, "-m", "exactlyonce.integration.jvm_archive.train", str(partial)],
             check=True,
             timeout=BUILD_TIMEOUT_S,
             stdout=subprocess.DEVNULL,
@@ -129,46 +125,7 @@ def _newer(first: Path, than: Path) -> bool:
     return first.stat().st_mtime_ns > than.stat().st_mtime_ns
 
 
-def train(partial: Path) -> None:
-    """The job whose classes go in the archive: a session, a batch query, a short streaming
-    query through ``foreachBatch``; the JVM writes the archive when it exits."""
-    from exactlyonce.integration.spark import session
-
-    spark = session(
-        "exactlyonce-jvm-archive",
-        master="local[2]",
-        extra={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial}"},
-    )
-    spark.range(1000).selectExpr("id % 7 AS k").groupBy("k").count().collect()
-    with tempfile.TemporaryDirectory() as folder:
-        data = Path(folder) / "in"
-        data.mkdir()
-        (data / "part-0.json").write_text('{"event_id": "a", "amount": 1}\n')
-        stream = spark.readStream.schema("event_id STRING, amount BIGINT").json(str(data))
-        query = (
-            stream.writeStream.foreachBatch(_count)
-            .option("checkpointLocation", str(Path(folder) / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-    gateway = spark.sparkContext._gateway
-    spark.stop()
-    # The JVM writes the archive as it exits, which it does once its stdin closes; wait.
-    jvm = getattr(gateway, "proc", None)
-    if jvm is not None:
-        jvm.stdin.close()
-        jvm.wait(timeout=BUILD_TIMEOUT_S)
-
-
-def _count(df: DataFrame, _epoch: int) -> None:
-    df.count()
-
-
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--train"]:
-        train(Path(argv[1]))
-        return 0
     started = time.monotonic()
     try:
         path = archive_path()
@@ -185,7 +142,3 @@ def main(argv: list[str]) -> int:
         f"{time.monotonic() - started:.1f} s)"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
