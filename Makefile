@@ -60,13 +60,13 @@ jars: install system-packages
 	$(BIN)/python -m exactlyonce.integration.jvm_archive
 
 services: install system-packages jars
-	$(BIN)/python -m exactlyonce.integration.services up
+	$(BIN)/python -m exactlyonce.integration.lab.services up
 
 services-down:
-	$(BIN)/python -m exactlyonce.integration.services down
+	$(BIN)/python -m exactlyonce.integration.lab.services down
 
 status:
-	$(BIN)/python -m exactlyonce.integration.services status
+	$(BIN)/python -m exactlyonce.integration.lab.services status
 
 # pytest-xdist workers (this machine has 2 cores): the crash jobs spend much of their time
 # waiting for JVM starts, kills, restarts and holds. TEST_WORKERS=0 runs in one process.
@@ -84,7 +84,7 @@ test-crash: services
 	$(BIN)/python -m pytest tests/crash -s
 
 demo: services
-	$(BIN)/python -m exactlyonce.integration.demo
+	$(BIN)/python -m exactlyonce.integration.lab.demo
 
 # Every benchmark in turn (PostgreSQL, dedup, Kafka, buffer, Elasticsearch, Redis, recovery,
 # cluster catalog, session start; about 20-25 minutes on 2 cores), each writing its

@@ -13,7 +13,7 @@ from pathlib import Path
 from elasticsearch import Elasticsearch
 
 from exactlyonce.connectors import ElasticsearchSink
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 from exactlyonce.integration.spark import session, start_stream
 
 name = os.environ.get("EXAMPLE_NAME", "es-example")  # query and index name

@@ -60,7 +60,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def services() -> dict[str, str]:
-    from exactlyonce.integration.services import service_env
+    from exactlyonce.integration.envfile import service_env
 
     try:
         env = service_env()
@@ -93,8 +93,8 @@ def tansu_bootstrap(services: dict[str, str]) -> str:
     """Tansu, a Kafka-protocol broker that delivers aborted records to read_committed readers
     and never times out a transaction: started here (it is not in ``make services``), for
     the tests that keep the consumption recipe for such brokers honest."""
-    from exactlyonce.integration.services import start_service
-    from exactlyonce.integration.services.tansu import bootstrap as tansu
+    from exactlyonce.integration.lab.services import start_service
+    from exactlyonce.integration.lab.services.tansu import bootstrap as tansu
 
     try:
         start_service("tansu")

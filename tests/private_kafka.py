@@ -2,7 +2,7 @@
 
 The shared broker (``make services``) serves every other test and must never stop; a test
 that SIGKILLs or restarts a broker starts its own with
-:mod:`exactlyonce.integration.services.kafka` under a home of its own, on free ports, and
+:mod:`exactlyonce.integration.lab.services.kafka` under a home of its own, on free ports, and
 bounces that one: hard (SIGKILL, then start again on the same data) or soft (SIGTERM, a clean
 shutdown, then start). Every bounce is counted, with the pids before and after.
 """
@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exactlyonce.integration.services import kafka
-from exactlyonce.integration.services.env import HOST, PORT_ENV
-from exactlyonce.integration.services.processes import pid_alive, tcp_open
+from exactlyonce.integration.lab.services import kafka
+from exactlyonce.integration.lab.services.env import HOST, PORT_ENV
+from exactlyonce.integration.lab.services.processes import pid_alive, tcp_open
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 
 The shared server (``make services``) serves every other test and must never stop; a test
 that SIGKILLs or restarts PostgreSQL starts its own cluster with
-:mod:`exactlyonce.integration.services.postgres` under a home of its own, on a free port, and
+:mod:`exactlyonce.integration.lab.services.postgres` under a home of its own, on a free port, and
 restarts that one: ``hard`` (SIGKILL of the postmaster and every backend, as a crash of the
 server; the next start runs crash recovery) or ``clean`` (``pg_ctl stop -m fast``: sessions
 are cut, the shutdown checkpoint is written). Every restart is counted, pids before and after.
@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exactlyonce.integration.chaos import servers
-from exactlyonce.integration.services import postgres
-from exactlyonce.integration.services.env import HOST, PG_DB, PG_PASSWORD, PG_USER, PORT_ENV
-from exactlyonce.integration.services.processes import pid_alive
+from exactlyonce.integration.lab.chaos import servers
+from exactlyonce.integration.lab.services import postgres
+from exactlyonce.integration.lab.services.env import HOST, PG_DB, PG_PASSWORD, PG_USER, PORT_ENV
+from exactlyonce.integration.lab.services.processes import pid_alive
 from tests.private_kafka import free_port
 
 

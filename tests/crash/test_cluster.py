@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from exactlyonce.integration.cluster import Cluster, ancestry, cmdline
+from exactlyonce.integration.lab.cluster import Cluster, ancestry, cmdline
 from tests.crash import test_elasticsearch_crash as es_crash
 from tests.crash import test_kafka_crash as kafka_crash
 from tests.crash import test_redis_crash as redis_crash

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from exactlyonce.connectors import PostgresSink
-from exactlyonce.integration.fault_proxy import FaultProxy
+from exactlyonce.integration.lab.fault_proxy import FaultProxy
 from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import Input, Job, crash_seed, make_input, wait_until
 from tests.private_postgres import PrivatePostgres
