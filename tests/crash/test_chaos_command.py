@@ -46,9 +46,9 @@ from exactlyonce.integration.lab.chaos.schedule import (
 )
 from exactlyonce.integration.lab.services import redis as local_redis
 from exactlyonce.integration.lab.services.env import PORT_ENV
-from tests.audit import install_audit, write_counts
 from tests.crash.harness import ROOT, crash_seed, make_input
-from tests.private_kafka import free_port
+from tests.support.audit import install_audit, write_counts
+from tests.support.private_kafka import free_port
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

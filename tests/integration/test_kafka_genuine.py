@@ -39,9 +39,9 @@ from exactlyonce.connectors.kafka import (
     KafkaTarget,
 )
 from exactlyonce.dedup.ids import record_id
-from tests.events import events, ids
 from tests.integration.test_kafka_sink import _batch
-from tests.kafka_audit import (
+from tests.support.events import events, ids
+from tests.support.kafka_audit import (
     PLAIN_CLIENTS,
     assert_plain_exactly_once,
     audit,

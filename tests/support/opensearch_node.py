@@ -1,9 +1,9 @@
-"""A genuine OpenSearch 2.19.6 node as a plain process, for checking tests/es_server.py.
+"""A genuine OpenSearch 2.19.6 node as a plain process, for checking tests/support/es_server/.
 
 There is no Elasticsearch server in any registry this project can reach (ENVIRONMENT.md), but
 OpenSearch's server jars are on Maven Central. :func:`resolve` copies them (and their
-dependencies) with Maven from ``tests/opensearch/pom.xml`` into a cache directory, once, and
-compiles ``tests/opensearch/OpenSearchNode.java`` (a ``Node`` with the netty4 plugin on the
+dependencies) with Maven from ``tests/support/opensearch/pom.xml`` into a cache directory, once, and
+compiles ``tests/support/opensearch/OpenSearchNode.java`` (a ``Node`` with the netty4 plugin on the
 classpath) next to them. :class:`OpenSearchNode` runs one single-node cluster on loopback with
 free HTTP and transport ports, ``-Xmx512m``, data in a temporary directory.
 
@@ -100,7 +100,7 @@ def resolve() -> Resolved:
         classes.mkdir()
         _run(
             [javac, "-d", str(classes), "-cp", f"{lib}{os.sep}*", str(MAIN)],
-            "compiling tests/opensearch/OpenSearchNode.java",
+            "compiling tests/support/opensearch/OpenSearchNode.java",
         )
         try:
             build.rename(ready)

@@ -1,9 +1,10 @@
 """The ``es`` fixture: a real Elasticsearch when ``ELASTICSEARCH_URL`` is set, else the test server.
 
-Import the fixtures into a test module (``from tests.es_fixtures import es, es_backend``).
+``tests/conftest.py`` loads this module as a plugin (``pytest_plugins``): the fixtures need no
+import.
 Which backend ran is printed, recorded as a ``user_properties`` entry of every test that uses
 it, and repeated in pytest's terminal summary, so a run says plainly whether it checked real
-Elasticsearch or ``tests/es_server.py``.
+Elasticsearch or ``tests/support/es_server/``.
 
 Write counts come from the test server's per-``_id`` write counters; against a real cluster
 they come from ``_version`` (every successful index/create of an ``_id`` bumps it, a 409 does
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from tests.es_server import EsTestServer
+from tests.support.es_server import EsTestServer
 
 _RAN_AGAINST: set[str] = set()
 
@@ -38,7 +39,7 @@ class EsHandle:
 
     def describe(self) -> str:
         if self.server is not None:
-            return f"the in-process test server tests/es_server.py at {self.url}"
+            return f"the in-process test server tests/support/es_server/ at {self.url}"
         return f"REAL Elasticsearch at {self.url} (ELASTICSEARCH_URL)"
 
     def client(self) -> Elasticsearch:

@@ -8,7 +8,7 @@ import org.opensearch.node.Node;
 import org.opensearch.transport.Netty4Plugin;
 
 /**
- * One OpenSearch node on loopback with HTTP (netty4), for tests/opensearch_node.py.
+ * One OpenSearch node on loopback with HTTP (netty4), for tests/support/opensearch_node.py.
  *
  * Usage: java OpenSearchNode HOME_DIR HTTP_PORT TRANSPORT_PORT. It prints "OPENSEARCH STARTED"
  * once the node is started, then runs until its stdin closes (or it is killed). The netty4

@@ -38,7 +38,7 @@ Reproduced, as documented for Elasticsearch 8:
 - optional basic-auth/API-key requirement: 401 ``security_exception``.
 
 Checked against a genuine engine: tests/integration/test_es_stand_in.py sends the sink's
-requests to this server and to OpenSearch 2.19.6 (tests/opensearch_node.py) and compares
+requests to this server and to OpenSearch 2.19.6 (tests/support/opensearch_node.py) and compares
 statuses, item statuses, error types, versions, sequence numbers, ``found``, ``_source``,
 counts and mappings. OpenSearch keeps Elasticsearch 7's ``mapper_parsing_exception`` where
 this server answers Elasticsearch 8's ``document_parsing_exception``.
@@ -54,7 +54,7 @@ documents, and fault injection
 :meth:`~EsTestServer.drop_after_apply`, :meth:`~EsTestServer.slow`).
 
 ``with EsTestServer() as es: ...`` runs it in a background thread; ``python -m
-tests.es_server --port 9200`` runs it as its own process until SIGTERM/SIGINT.
+tests.support.es_server --port 9200`` runs it as its own process until SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -1524,7 +1524,7 @@ def serve(
 
 def main(argv: Iterable[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.es_server", description="An Elasticsearch 8 test server."
+        prog="python -m tests.support.es_server", description="An Elasticsearch 8 test server."
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")

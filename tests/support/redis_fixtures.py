@@ -10,9 +10,9 @@ The AOF doubles as a write counter: every command that changed data is in it, in
 AOF rewrites are off, so :meth:`SinkRedis.write_counts` sees every write ever made, across
 restarts. A unique key hides a second write; the AOF does not.
 
-Use it with ``from tests.redis_fixtures import sink_redis_fixture  # noqa: F401``. One server serves
-the whole session (a module-level singleton, so two test modules importing the fixture share
-it); it is SIGKILLed at exit.
+The ``sink_redis`` fixture needs no import (``tests/conftest.py`` loads this module with
+``pytest_plugins``). One server serves the whole session (a module-level singleton, shared by
+every test module); it is SIGKILLed at exit.
 """
 
 from __future__ import annotations

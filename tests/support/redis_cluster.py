@@ -7,9 +7,9 @@ create``. Each master keeps an AOF with ``appendfsync always``, so a SIGKILL and
 its ``nodes.conf``; ``restart(..., empty=True)`` deletes its AOF first: the master comes back
 owning its slots with no data (a total loss of that master's shards).
 
-Use the session fixture ``redis_cluster`` (``from tests.redis_cluster import
-redis_cluster  # noqa: F401``): one cluster per session (per pytest-xdist worker),
-SIGKILLed at exit.
+Use the session fixture ``redis_cluster`` (no import: ``tests/conftest.py`` loads this module
+with ``pytest_plugins``): one cluster per session (per pytest-xdist worker), SIGKILLed at
+exit.
 """
 
 from __future__ import annotations

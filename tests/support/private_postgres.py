@@ -21,7 +21,7 @@ from exactlyonce.integration.lab.chaos import servers
 from exactlyonce.integration.lab.services import postgres
 from exactlyonce.integration.lab.services.env import HOST, PG_DB, PG_PASSWORD, PG_USER, PORT_ENV
 from exactlyonce.integration.lab.services.processes import pid_alive
-from tests.private_kafka import free_port
+from tests.support.private_kafka import free_port
 
 
 @dataclass
