@@ -54,19 +54,19 @@ system-packages:
 
 # Apache Kafka's broker jars and Spark's Kafka/Avro connector jars, from Maven Central into
 # ~/.cache/exactlyonce/jars (once; later runs find them there). Then the class-data archive
-# that makes Spark's driver JVM start faster (exactlyonce/integration/jvm_archive.py; once).
+# that makes Spark's driver JVM start faster (exactlyonce/integration/jvm_archive/; once).
 jars: install system-packages
 	$(BIN)/python -m exactlyonce.integration.jars
 	$(BIN)/python -m exactlyonce.integration.jvm_archive
 
 services: install system-packages jars
-	$(BIN)/python -m exactlyonce.integration.services up
+	$(BIN)/python -m exactlyonce.integration.lab.services up
 
 services-down:
-	$(BIN)/python -m exactlyonce.integration.services down
+	$(BIN)/python -m exactlyonce.integration.lab.services down
 
 status:
-	$(BIN)/python -m exactlyonce.integration.services status
+	$(BIN)/python -m exactlyonce.integration.lab.services status
 
 # pytest-xdist workers (this machine has 2 cores): the crash jobs spend much of their time
 # waiting for JVM starts, kills, restarts and holds. TEST_WORKERS=0 runs in one process.
@@ -84,7 +84,7 @@ test-crash: services
 	$(BIN)/python -m pytest tests/crash -s
 
 demo: services
-	$(BIN)/python -m exactlyonce.integration.demo
+	$(BIN)/python -m exactlyonce.integration.lab.demo
 
 # Every benchmark in turn (PostgreSQL, dedup, Kafka, buffer, Elasticsearch, Redis, recovery,
 # cluster catalog, session start; about 20-25 minutes on 2 cores), each writing its
@@ -101,13 +101,16 @@ bench: services
 soak: services
 	$(BIN)/python -m bench soak $(SOAK_ARGS)
 
-# ruff (lint), mypy --strict on the package, import-linter's layers contract (pyproject.toml),
-# and the docs site (mkdocs.yml) built with --strict: a broken link or a docstring mkdocstrings
-# cannot render fails the build. It builds offline, into the virtualenv.
+# ruff (lint), mypy --strict on the package, import-linter's contracts (pyproject.toml), no
+# import cycle between the package's modules (tools/check_cycles.py: function-level and
+# TYPE_CHECKING imports count too), and the docs site (mkdocs.yml) built with --strict: a
+# broken link or a docstring mkdocstrings cannot render fails the build. It builds offline,
+# into the virtualenv.
 lint: install
-	$(BIN)/ruff check exactlyonce tests bench examples docs
+	$(BIN)/ruff check exactlyonce tests bench examples docs tools
 	$(BIN)/mypy exactlyonce
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_cycles.py exactlyonce
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true \
 	  $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 

@@ -20,7 +20,7 @@ the same figures as PostgreSQL's, under the same keys:
     >= 0.8). Every target must end with exactly the rows written.
 
 Redis: a throwaway ``redis-server`` (:class:`bench.redis_sink.Server`), ``write="hash"``.
-Elasticsearch: ``$ELASTICSEARCH_URL``, else the stand-in ``tests/es_server.py`` in its own
+Elasticsearch: ``$ELASTICSEARCH_URL``, else the stand-in ``tests/support/es_server/`` in its own
 process (:class:`bench.elasticsearch.Server`), ``op_type="create"``.
 """
 

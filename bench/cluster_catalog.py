@@ -41,8 +41,8 @@ from bench.common import (
     write_results,
 )
 from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
-from tests.redis_cluster import RedisClusterNodes, free_cluster_ports
-from tests.redis_fixtures import SinkRedis, free_port
+from tests.support.redis_cluster import RedisClusterNodes, free_cluster_ports
+from tests.support.redis_fixtures import SinkRedis, free_port
 
 QUERY = "bench-cluster-catalog"
 

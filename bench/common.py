@@ -291,12 +291,12 @@ def services_value(
     key: str, homes: Sequence[Path | None] = (PROJECT_ROOT / ".exactlyonce",)
 ) -> str | None:
     """``key`` from the environment, else from the first services file among ``homes`` that
-    has it (written by ``python -m exactlyonce.integration.services up``; None: the default
+    has it (written by ``python -m exactlyonce.integration.lab.services up``; None: the default
     place); None when none has it."""
     if os.environ.get(key):
         return os.environ[key]
     try:
-        from exactlyonce.integration.services import service_env
+        from exactlyonce.integration.envfile import service_env
     except ImportError:
         return None
     for home in homes:
@@ -313,7 +313,7 @@ def use_catalog_from_services() -> None:
     if not catalog_url:
         raise BenchError(
             "the sink's ID catalog needs the catalog's Redis: run "
-            "`python -m exactlyonce.integration.services up` or set EXACTLYONCE_REDIS_URL"
+            "`python -m exactlyonce.integration.lab.services up` or set EXACTLYONCE_REDIS_URL"
         )
     os.environ["EXACTLYONCE_REDIS_URL"] = catalog_url
 

@@ -42,7 +42,7 @@ from bench.common import (
 from exactlyonce.dedup.bloom import BACKENDS, BloomSpec, ids_from_hex
 from exactlyonce.dedup.catalog import DedupConfig, Layout, RedisCatalog
 from exactlyonce.dedup.shard import DedupPlan, TaskDedup
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 
 ARROW_BATCH = 10_000
 

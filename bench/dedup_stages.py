@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.common import forget_catalog, progress
 from bench.dedup import DUP_FRACTION, _drop, write_input
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 
 SCHEMA = "event_id STRING, amount BIGINT, ts TIMESTAMP"
 

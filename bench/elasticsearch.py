@@ -3,7 +3,7 @@
 ``python -m bench.elasticsearch --rows 200000`` writes the same N generated rows two ways, in
 one Spark session (``local[2]``), into one Elasticsearch: the cluster at ``$ELASTICSEARCH_URL``
 when it is set (``"server": "real"`` in the results), else the HTTP test server
-``tests/es_server.py``, started here as its own process on a free port (``"server": "test"``),
+``tests/support/es_server/``, started here as its own process on a free port (``"server": "test"``),
 as the tests do. Both paths meet the same server process; each run writes a new index, which
 is counted and deleted afterwards.
 
@@ -89,7 +89,7 @@ class Server:
             self.kind = "real"
         else:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.es_server", "--port", "0"],
+                [sys.executable, "-m", "tests.support.es_server", "--port", "0"],
                 cwd=common.PROJECT_ROOT,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -120,7 +120,7 @@ class Server:
 
     def describe(self) -> str:
         if self.proc is not None:
-            return f"the test server tests/es_server.py (own process, pid {self.proc.pid})"
+            return f"the test server tests/support/es_server/ (own process, pid {self.proc.pid})"
         version = self.info.get("version", {}).get("number")
         return f"real Elasticsearch {version} at $ELASTICSEARCH_URL"
 

@@ -78,7 +78,7 @@ PRODUCER_TUNING = {
 def service(key: str) -> str:
     if os.environ.get(key):
         return os.environ[key]
-    from exactlyonce.integration.services import service_env
+    from exactlyonce.integration.envfile import service_env
 
     try:
         return service_env()[key]

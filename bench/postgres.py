@@ -102,7 +102,7 @@ def resolve_dsn(explicit: str | None) -> str:
     if not dsn:
         raise BenchError(
             "no PostgreSQL to benchmark against: start one with "
-            "`python -m exactlyonce.integration.services up`, set EXACTLYONCE_PG_DSN, "
+            "`python -m exactlyonce.integration.lab.services up`, set EXACTLYONCE_PG_DSN, "
             "or pass --dsn."
         )
     return dsn

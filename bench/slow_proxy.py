@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from exactlyonce.integration.fault_proxy import ThreadedProxy
+from exactlyonce.integration.lab.fault_proxy import ThreadedProxy
 
 
 class LatencyProxy(ThreadedProxy):

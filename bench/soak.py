@@ -311,7 +311,7 @@ def _write(out: Path, ledger: Ledger, reduced: bool, params: dict[str, Any]) -> 
 
 
 def _masked(dsn: str) -> str:
-    from exactlyonce.integration.services.env import mask_dsn
+    from exactlyonce.integration.lab.services.env import mask_dsn
 
     return mask_dsn(dsn)
 

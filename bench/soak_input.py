@@ -2,7 +2,7 @@
 with at least ``replay_fraction`` of them sent again.
 
 ``exactlyonce chaos --events N`` writes the demo's input
-(:mod:`exactlyonce.integration.demo.inputs`): 8% retries and 3 replayed blocks of 150-400
+(:mod:`exactlyonce.integration.lab.events`): 8% retries and 3 replayed blocks of 150-400
 events, so about 9% re-sent records at 100,000 events (13% at 20,000). The soak wants at
 least 20%: it starts from the same plan and re-sends more blocks of earlier records (a
 producer restarted from an old position) until the re-sent records reach ``replay_fraction``
@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from exactlyonce.integration.demo.inputs import generate
+from exactlyonce.integration.lab.events import generate
 
 FILE_PREFIX = "soak-part-"
 EXTRA_BLOCK = (0.005, 0.02)  # records per extra replayed block, as a share of the events

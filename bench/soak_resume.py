@@ -26,7 +26,8 @@ SOAK_FILES = (
     "bench/soak_report.py",
     "bench/soak_resume.py",
     "bench/soak_servers.py",
-    "tests/es_server.py",  # the Elasticsearch cell's server
+    "tests/support/es_server/server.py",  # the Elasticsearch cell's server
+    "tests/support/es_server/__main__.py",
 )
 SOAK_GLOBS = ("examples/soak/*.yaml",)
 FINGERPRINT_CHARS = 16

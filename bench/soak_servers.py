@@ -1,7 +1,7 @@
 """The soak's own servers, apart from the local services (``exactlyonce services``) that
 chaos restarts:
 
-- the Elasticsearch stand-in (``python -m tests.es_server``): there is no Elasticsearch
+- the Elasticsearch stand-in (``python -m tests.support.es_server``): there is no Elasticsearch
   server here; chaos does not restart it (not a local service), so its faults are skipped;
 - the Redis SINK's redis-server, with AOF (``appendfsync always``) as a sink's Redis must
   have: the local Redis service has no persistence, so a hard restart of a Redis holding the
@@ -74,8 +74,8 @@ def _process(
 def es_stand_in(root: Path) -> Iterator[str]:
     """The Elasticsearch stand-in on a free port; yields its URL."""
     port = free_port()
-    argv = [sys.executable, "-m", "tests.es_server", "--port", str(port)]
-    with _process(argv, port, "Elasticsearch stand-in (tests/es_server.py)", root / "es.log"):
+    argv = [sys.executable, "-m", "tests.support.es_server", "--port", str(port)]
+    with _process(argv, port, "Elasticsearch stand-in (tests/support/es_server/)", root / "es.log"):
         yield f"http://{HOST}:{port}"
 
 

@@ -11,7 +11,7 @@ from psycopg import sql
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
 from exactlyonce.connectors import PostgresSink
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 from exactlyonce.integration.spark import session, start_stream
 
 name = os.environ.get("EXAMPLE_NAME", "buffer_example")  # query, table and topic name

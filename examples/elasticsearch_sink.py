@@ -4,7 +4,7 @@ make services && .venv/bin/python examples/elasticsearch_sink.py
 
 Uses the cluster at $ELASTICSEARCH_URL (``docker compose up -d elasticsearch``: security off,
 http://localhost:9200). Without it, it starts the repository's Elasticsearch test server
-(tests/es_server.py), which speaks the part of the REST API the sink uses.
+(tests/support/es_server/), which speaks the part of the REST API the sink uses.
 """
 
 import os
@@ -13,7 +13,7 @@ from pathlib import Path
 from elasticsearch import Elasticsearch
 
 from exactlyonce.connectors import ElasticsearchSink
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 from exactlyonce.integration.spark import session, start_stream
 
 name = os.environ.get("EXAMPLE_NAME", "es-example")  # query and index name
@@ -22,7 +22,7 @@ if not url:
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
-    from tests.es_server import EsTestServer
+    from tests.support.es_server import EsTestServer
 
     url = EsTestServer().start().url
     print(f"no ELASTICSEARCH_URL: using the test server at {url}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from exactlyonce.connectors import KafkaSink
 from exactlyonce.connectors.kafka.reader import read_exactly_once
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 from exactlyonce.integration.spark import session, start_stream
 
 name = os.environ.get("EXAMPLE_NAME", "kafka-example")  # query and topic name

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from exactlyonce.connectors import PostgresSink
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 from exactlyonce.integration.spark import session, start_stream
 
 name = os.environ.get("EXAMPLE_NAME", "quickstart")  # query and table name

@@ -13,7 +13,7 @@ from pathlib import Path
 import redis
 
 from exactlyonce.connectors import RedisSink
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 from exactlyonce.integration.spark import session, start_stream
 
 name = os.environ.get("EXAMPLE_NAME", "redis-example")  # query name and key prefix

@@ -15,7 +15,7 @@ from psycopg import sql
 from pyspark.sql import functions as F
 
 from exactlyonce.connectors import PostgresSink
-from exactlyonce.integration.services import service_env
+from exactlyonce.integration.envfile import service_env
 from exactlyonce.integration.spark import session, start_stream
 
 name = os.environ.get("EXAMPLE_NAME", "upsert_example")  # query and table name

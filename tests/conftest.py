@@ -16,6 +16,25 @@ from typing import Any
 import psycopg
 import pytest
 
+# The fixture modules of tests/support/, loaded as plugins (as psycopg's tests do): their
+# fixtures are everywhere without an import in each test module.
+pytest_plugins = [
+    "tests.support.es_fixtures",  # es, es_backend: Elasticsearch (real, or the stand-in)
+    "tests.support.redis_fixtures",  # sink_redis: the Redis sink's own redis-server
+    "tests.support.redis_cluster",  # redis_cluster: a local Redis Cluster for the catalog
+    "tests.support.opensearch_node",  # opensearch: a genuine OpenSearch node
+]
+
+# One marker per sink (registered in pyproject.toml), put on every test of a file whose name
+# says the sink: `pytest -m redis`, `pytest -m "not elasticsearch"`. A test file of the
+# stand-in (es_*) counts as Elasticsearch's, the Kafka broker's (broker_*) as Kafka's.
+SINK_MARKERS: dict[str, tuple[str, ...]] = {
+    "postgres": ("postgres",),
+    "kafka": ("kafka", "broker", "tansu"),
+    "redis": ("redis",),
+    "elasticsearch": ("elasticsearch", "test_es_"),
+}
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
@@ -44,23 +63,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest tests first (their seconds from tests/slow_tests.py; a crash test not listed
+    """Each test gets its file's sink markers (:data:`SINK_MARKERS`); then the longest tests
+    first (their seconds from tests/support/slow_tests.py; a crash test not listed
     counts a minute, any other nothing): xdist hands each worker a block of the list and a
     worker that runs out takes the tail of the other's, so a run ends on short tests instead
     of one worker finishing a long crash test while the other idles. The sort is stable and
     the same in every worker, as xdist requires."""
-    from tests.slow_tests import SECONDS
+    from tests.support.slow_tests import SECONDS
 
     def seconds(item: pytest.Item) -> int:
         default = 60 if item.get_closest_marker("crash") else 0
         return SECONDS.get(item.nodeid, default)
 
+    for item in items:
+        for marker in sink_markers(item.path.name):
+            item.add_marker(marker)
     items.sort(key=seconds, reverse=True)
+
+
+def sink_markers(file_name: str) -> list[str]:
+    """The sink markers of a test file, from its name (``test_upsert_redis.py``: redis)."""
+    return [m for m, words in SINK_MARKERS.items() if any(w in file_name for w in words)]
 
 
 @pytest.fixture(scope="session")
 def services() -> dict[str, str]:
-    from exactlyonce.integration.services import service_env
+    from exactlyonce.integration.envfile import service_env
 
     try:
         env = service_env()
@@ -93,8 +121,8 @@ def tansu_bootstrap(services: dict[str, str]) -> str:
     """Tansu, a Kafka-protocol broker that delivers aborted records to read_committed readers
     and never times out a transaction: started here (it is not in ``make services``), for
     the tests that keep the consumption recipe for such brokers honest."""
-    from exactlyonce.integration.services import start_service
-    from exactlyonce.integration.services.tansu import bootstrap as tansu
+    from exactlyonce.integration.lab.services import start_service
+    from exactlyonce.integration.lab.services.tansu import bootstrap as tansu
 
     try:
         start_service("tansu")

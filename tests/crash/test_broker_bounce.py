@@ -2,7 +2,7 @@
 
 The shape of Apache Kafka's own system test ``transactions_test.py`` (bounce rounds of the
 brokers, clean or hard, and of the transactional clients, then check the output once): a
-private genuine Kafka broker (tests/private_kafka.py; the shared one is never touched) is
+private genuine Kafka broker (tests/support/private_kafka.py; the shared one is never touched) is
 SIGKILLed and restarted (hard) or stopped with SIGTERM and restarted (soft) while the job is
 held at a named point (``EXACTLYONCE_HOLD_AT``, see exactlyonce/faults.py):
 
@@ -25,7 +25,7 @@ import pytest
 
 from tests.crash.harness import make_input
 from tests.crash.test_kafka_crash import prepare_on, verify
-from tests.private_kafka import PrivateKafka
+from tests.support.private_kafka import PrivateKafka
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

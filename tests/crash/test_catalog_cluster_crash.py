@@ -19,7 +19,7 @@ import pytest
 from exactlyonce.dedup.catalog import RedisCatalog
 from exactlyonce.dedup.config import DedupConfig
 from tests.crash.test_postgres_crash import prepare, verify
-from tests.redis_cluster import RedisClusterNodes, redis_cluster  # noqa: F401
+from tests.support.redis_cluster import RedisClusterNodes
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

@@ -18,10 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.audit import sink_ids, write_counts
 from tests.crash.harness import Job
 from tests.crash.test_postgres_crash import prepare, verify
-from tests.redis_fixtures import SinkRedis, free_port
+from tests.support.audit import sink_ids, write_counts
+from tests.support.redis_fixtures import SinkRedis, free_port
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

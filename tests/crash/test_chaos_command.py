@@ -35,20 +35,20 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors.postgres.schema import TableName, create_table_ddl
-from exactlyonce.integration.chaos import plan
-from exactlyonce.integration.chaos.schedule import (
+from exactlyonce.integration.config import load_config
+from exactlyonce.integration.lab.chaos import plan
+from exactlyonce.integration.lab.chaos.schedule import (
     LOST_REPLY,
     REFUSE,
     SERVER_HARD,
     STALL,
     Extras,
 )
-from exactlyonce.integration.config import load_config
-from exactlyonce.integration.services import redis as local_redis
-from exactlyonce.integration.services.env import PORT_ENV
-from tests.audit import install_audit, write_counts
+from exactlyonce.integration.lab.services import redis as local_redis
+from exactlyonce.integration.lab.services.env import PORT_ENV
 from tests.crash.harness import ROOT, crash_seed, make_input
-from tests.private_kafka import free_port
+from tests.support.audit import install_audit, write_counts
+from tests.support.private_kafka import free_port
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

@@ -16,14 +16,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from exactlyonce.integration.cluster import Cluster, ancestry, cmdline
+from exactlyonce.integration.lab.cluster import Cluster, ancestry, cmdline
 from tests.crash import test_elasticsearch_crash as es_crash
 from tests.crash import test_kafka_crash as kafka_crash
 from tests.crash import test_redis_crash as redis_crash
 from tests.crash.harness import Job, make_input
 from tests.crash.test_postgres_crash import prepare, verify
-from tests.es_fixtures import es, es_backend  # noqa: F401
-from tests.redis_fixtures import sink_redis_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.crash, pytest.mark.cluster, pytest.mark.integration]
 

@@ -26,8 +26,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.dedup.content import content_record_ids
-from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import Job, crash_seed
+from tests.support.audit import assert_exactly_once, install_audit
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

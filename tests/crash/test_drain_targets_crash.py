@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (test arguments shadow the imported fixtures, as pytest wants)
 """kill -9 ``exactlyonce drain`` (a real subprocess) while it drains ONE buffer into each sink a
 drainer writes besides a PostgreSQL table in mode insert (tests/crash/test_drainer_crash.py):
 Redis hash, string and stream, Elasticsearch, and a PostgreSQL table in mode append; restart it
@@ -14,9 +13,9 @@ writes (a seeded number of transactions in); every kill, the last one too, is as
 happened, the last one before the drain was done.
 
 The audit counts WRITES: Redis through the sink server's AOF (every HSET/SET/XADD a script ran,
-tests/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch through the
+tests/support/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch through the
 stand-in's per-``_id`` create attempts and successful writes, and ``_version`` (1 for every
-document); the append table through tests/audit.py's AFTER INSERT trigger (no unique index
+document); the append table through tests/support/audit.py's AFTER INSERT trigger (no unique index
 there hides a second write; a kill mid-write is checked to leave a transaction open).
 0 duplicates, 0 missing, and the stored offsets end at the buffer's frontier. The targets'
 offsets are kept apart by (query, sink name, topic): all of them drain one buffer, one after
@@ -50,13 +49,13 @@ from exactlyonce.connectors.postgres.drain import OFFSETS
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.config import build_sink, load_config
-from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import crash_seed, make_input
 from tests.crash.test_drainer_crash import DrainProcess
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
-from tests.kafka_audit import read_topic
-from tests.pipelines import buffered_pipeline, fill_buffer
-from tests.redis_fixtures import SinkRedis, sink_redis_fixture, sink_redis_server  # noqa: F401
+from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.es_fixtures import EsHandle
+from tests.support.kafka_audit import read_topic
+from tests.support.pipelines import buffered_pipeline, fill_buffer
+from tests.support.redis_fixtures import SinkRedis, sink_redis_server
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

@@ -30,11 +30,11 @@ from pyspark.sql import SparkSession
 from exactlyonce.connectors.kafka.buffer import Buffered
 from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.integration.config import load_config
-from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import ROOT, crash_seed, make_input, session_members
 from tests.integration.test_buffer import attempts, install_attempts, stored_offsets
-from tests.kafka_audit import read_topic
-from tests.pipelines import buffered_pipeline
+from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.kafka_audit import read_topic
+from tests.support.pipelines import buffered_pipeline
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (test arguments shadow the imported `es` fixture, as pytest wants)
 """kill -9 the real PySpark job writing to Elasticsearch at every named point; restart; audit.
 
 The job (tests/crash/es_job.py) runs in its own session and is SIGKILLed whole (driver, JVM,
@@ -18,7 +17,7 @@ from typing import ClassVar
 import pytest
 
 from tests.crash.harness import Input, Job, crash_seed, make_input
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
+from tests.support.es_fixtures import EsHandle
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

@@ -7,7 +7,8 @@ aborted records), two checks after the last run:
   confluent-kafka (librdkafka), no recipe: every record read, counted per ``eo-record-id``
   header, must number exactly one, with no ID missing; the dead letters once each;
 - the consumption recipe, implemented independently with kafka-python
-  (tests/kafka_audit.py): per record ID, the records of confirmed attempts number exactly one.
+  (tests/support/kafka_audit.py): per record ID, the records of confirmed attempts number
+  exactly one.
 
 Tansu, which delivers aborted records, is not used here: the recipe's own tests on it are in
 tests/integration (test_kafka_offsets.py, the abandoned-control-topic tests).
@@ -24,7 +25,7 @@ import pytest
 
 from exactlyonce.connectors.kafka import KafkaSink
 from tests.crash.harness import Input, Job, crash_seed, make_input
-from tests.kafka_audit import (
+from tests.support.kafka_audit import (
     PLAIN_CLIENTS,
     KafkaAudit,
     assert_plain_exactly_once,

@@ -16,10 +16,10 @@ import psycopg
 import pytest
 
 from exactlyonce.connectors import PostgresSink
-from exactlyonce.integration.fault_proxy import FaultProxy
-from tests.audit import assert_exactly_once, install_audit
+from exactlyonce.integration.lab.fault_proxy import FaultProxy
 from tests.crash.harness import Input, Job, crash_seed, make_input, wait_until
-from tests.private_postgres import PrivatePostgres
+from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

@@ -32,11 +32,11 @@ from typing import ClassVar
 import pytest
 
 from exactlyonce.dedup.ids import record_id
-from exactlyonce.integration.fault_proxy import FaultProxy
-from exactlyonce.integration.services.env import HOST
+from exactlyonce.integration.lab.fault_proxy import FaultProxy
+from exactlyonce.integration.lab.services.env import HOST
 from tests.crash.harness import Input, Job, crash_seed, make_input, wait_until
 from tests.crash.redis_job import key_template
-from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
+from tests.support.redis_fixtures import SinkRedis
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

@@ -25,7 +25,6 @@ import psycopg
 import pytest
 
 from exactlyonce.integration import cli
-from tests.audit import sink_ids, write_counts
 from tests.crash.harness import ROOT
 from tests.integration.test_rewind import (
     ALL,
@@ -38,6 +37,7 @@ from tests.integration.test_rewind import (
     stream_entries,
     write_pipeline,
 )
+from tests.support.audit import sink_ids, write_counts
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 LAST = len(EPOCHS) - 1

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (test arguments shadow the imported fixtures, as pytest wants)
 """kill -9 a real PySpark aggregation in update mode, upserted into each sink; restart; audit.
 
 The job (tests/crash/upsert_job.py) reads JSON event files with duplicate events (retries)
@@ -41,9 +40,9 @@ from psycopg import sql
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.dedup.ids import record_id
 from tests.crash.harness import Job, crash_seed
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
-from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
-from tests.upsert_audit import install_upsert_audit, upsert_writes
+from tests.support.es_fixtures import EsHandle
+from tests.support.redis_fixtures import SinkRedis
+from tests.support.upsert_audit import install_upsert_audit, upsert_writes
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 

@@ -17,11 +17,16 @@ from confluent_kafka import Producer
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration import cli
 from exactlyonce.integration.config import load_config
-from exactlyonce.integration.demo import print_audit, read_audit, read_expected_ids, read_headers
+from exactlyonce.integration.lab.demo import (
+    print_audit,
+    read_audit,
+    read_expected_ids,
+    read_headers,
+)
 from tests.crash.harness import service_passwords, wait_until
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.integration.test_rewind import EPOCHS, postgres_pipeline, run_query, write_pipeline
-from tests.pipelines import buffered_pipeline, fill_buffer
+from tests.support.es_fixtures import EsHandle
+from tests.support.pipelines import buffered_pipeline, fill_buffer
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from exactlyonce.connectors import PostgresSink
-from tests.audit import assert_exactly_once, install_audit
-from tests.events import events, ids
+from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration
 

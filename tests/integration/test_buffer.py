@@ -1,7 +1,7 @@
 """The Kafka buffer and its drainer, against real Spark, the local Kafka-protocol broker and
 real PostgreSQL.
 
-Writes are counted, not rows: tests/audit.py's AFTER INSERT trigger counts durable inserts,
+Writes are counted, not rows: tests/support/audit.py's AFTER INSERT trigger counts durable inserts,
 and a BEFORE INSERT trigger here counts committed insert ATTEMPTS (it fires before the unique
 index is checked, so a record the drainer wrote twice shows up even though ``ON CONFLICT DO
 NOTHING`` hides the second copy). Dead letters are read back with kafka-python.
@@ -39,10 +39,10 @@ from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres.drain import OFFSETS, PgDrainTarget
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
-from tests.audit import assert_exactly_once, install_audit
-from tests.events import events, ids
-from tests.kafka_audit import read_topic
-from tests.private_postgres import PrivatePostgres
+from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.events import events, ids
+from tests.support.kafka_audit import read_topic
+from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = pytest.mark.integration
 
@@ -608,7 +608,7 @@ def test_resetting_an_append_tables_offsets_is_refused_naming_the_risk(
     append table that is every record a second time. Refused, from Python and from
     ``exactlyonce drain --reset-offsets --yes``, with the offsets left as they were."""
     from exactlyonce.integration import cli
-    from tests.pipelines import buffered_pipeline
+    from tests.support.pipelines import buffered_pipeline
 
     target, buffer, buffered = new_pipeline(pg_dsn, bootstrap, unique_name, mode="append")
     prepared(pg, buffered, spark, unique_name)
@@ -650,7 +650,7 @@ def test_resetting_an_append_tables_offsets_is_refused_naming_the_risk(
 
 @pytest.fixture
 def private_pg(tmp_path: Path) -> Iterator[tuple[str, Any, Any]]:
-    """A PostgreSQL cluster of this test's own (tests/private_postgres.py), so stopping it
+    """A PostgreSQL cluster of this test's own (tests/support/private_postgres.py), so stopping it
     cannot disturb anyone else using the shared one. Yields (dsn, stop, start)."""
     server = PrivatePostgres(tmp_path / "pg-home")
     server.start()

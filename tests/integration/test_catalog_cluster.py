@@ -23,10 +23,10 @@ from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import CatalogKeeper
 from exactlyonce.dedup.layout import Layout, buckets
 from exactlyonce.errors import CatalogLostError
-from tests.catalog_usage import catalog_keys, held
 from tests.integration import test_catalog as catalog_tests
 from tests.integration.test_catalog import random_ids
-from tests.redis_cluster import RedisClusterNodes, redis_cluster  # noqa: F401
+from tests.support.catalog_usage import catalog_keys, held
+from tests.support.redis_cluster import RedisClusterNodes
 
 pytestmark = pytest.mark.integration
 

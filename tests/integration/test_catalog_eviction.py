@@ -27,8 +27,8 @@ from exactlyonce.dedup.keeper import CatalogKeeper
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.errors import CatalogLostError
 from exactlyonce.testing import MemoryRedis
-from tests.audit import assert_exactly_once, install_audit
-from tests.events import events, ids
+from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration
 

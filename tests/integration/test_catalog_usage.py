@@ -21,7 +21,7 @@ from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.testing import MemorySink, MemoryStore, run_in_process
 from exactlyonce.testing.epochs import in_process_write, schema_of
-from tests.catalog_usage import Held, held
+from tests.support.catalog_usage import Held, held
 
 pytestmark = pytest.mark.integration
 

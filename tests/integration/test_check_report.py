@@ -24,7 +24,7 @@ import redis
 from confluent_kafka.admin import AdminClient
 
 from exactlyonce.integration import cli
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
+from tests.support.es_fixtures import EsHandle
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from exactlyonce.dedup.catalog import RedisCatalog
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.errors import CatalogLostError
-from tests.redis_cluster import RedisClusterNodes, redis_cluster  # noqa: F401
+from tests.support.redis_cluster import RedisClusterNodes
 
 # The services fixture puts the catalog's Redis in the environment these tests read.
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]

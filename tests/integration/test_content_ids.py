@@ -27,8 +27,8 @@ from exactlyonce.dedup.content import (
     spark_kinds,
 )
 from exactlyonce.dedup.ids import RecordIdSpec
-from tests.audit import install_audit, sink_ids, write_counts
-from tests.kafka_audit import audit
+from tests.support.audit import install_audit, sink_ids, write_counts
+from tests.support.kafka_audit import audit
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,5 @@
-# ruff: noqa: F811  (test arguments shadow the imported `es` fixture, as pytest wants)
 """format("exactlyonce") into Elasticsearch: a real streaming query, the Elasticsearch
-stand-in (tests/es_server.py, or a real cluster with ELASTICSEARCH_URL) and the real catalog.
+stand-in (tests/support/es_server/, or a real cluster with ELASTICSEARCH_URL) and the real catalog.
 
 Writes are counted per ``_id`` (the stand-in's write counters, or ``_version``), so a second
 successful write of a document is caught though its ``_id`` is the same.
@@ -18,14 +17,14 @@ import pytest
 
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink
 from exactlyonce.dedup.ids import record_id
-from tests.datasource_streams import (
+from tests.support.datasource_streams import (
     RICH_SCHEMA,
     make_rich_input,
     rerun_after_losing_commit,
     start_format,
     through_both_paths,
 )
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
+from tests.support.es_fixtures import EsHandle
 
 # The services fixture puts the catalog's Redis in the environment these tests read.
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]

@@ -19,8 +19,8 @@ from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.reader import drain, exact_end_offsets, head_key, offset_of
 from exactlyonce.dedup.ids import record_id
 from tests.crash.harness import Input, make_input
-from tests.datasource_streams import through_both_paths
-from tests.kafka_audit import assert_plain_exactly_once, audit, plain_counts, read_topic
+from tests.support.datasource_streams import through_both_paths
+from tests.support.kafka_audit import assert_plain_exactly_once, audit, plain_counts, read_topic
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from exactlyonce.connectors import PostgresSink
-from tests.audit import assert_exactly_once, install_audit
 from tests.crash.harness import make_input
+from tests.support.audit import assert_exactly_once, install_audit
 
 # The services fixture puts the catalog's Redis in the environment these tests read.
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]

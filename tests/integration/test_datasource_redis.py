@@ -1,5 +1,5 @@
 """format("exactlyonce") into Redis (hash and string writes): a real streaming query, the
-sink's own redis-server (tests/redis_fixtures.py) and the real catalog.
+sink's own redis-server (tests/support/redis_fixtures.py) and the real catalog.
 
 Writes are counted in the sink's AOF (every HSET/SET a script ran), so a second write of a key
 is caught though it left the same value.
@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from exactlyonce.connectors.redis import RedisSink
-from tests.datasource_streams import (
+from tests.support.datasource_streams import (
     RICH_SCHEMA,
     make_rich_input,
     rerun_after_losing_commit,
     start_format,
     through_both_paths,
 )
-from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
+from tests.support.redis_fixtures import SinkRedis
 
 # The services fixture puts the catalog's Redis in the environment these tests read.
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]

@@ -1,5 +1,5 @@
-"""The dedup protocol's state machine (:mod:`tests.protocol_machine`) against real PostgreSQL
-and Redis.
+"""The dedup protocol's state machine (:mod:`tests.support.protocol_machine`) against real
+PostgreSQL and Redis.
 
 The sink is a :class:`PostgresSink` in ``mode="append"`` (no unique index), so exactly-once
 rests on the head, the shard commits and the catalog alone, and a double write would show up
@@ -16,7 +16,7 @@ import pytest
 
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.dedup.config import DedupConfig
-from tests.protocol_machine import ProtocolMachine, run_machine
+from tests.support.protocol_machine import ProtocolMachine, run_machine
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,12 @@ import pytest
 from confluent_kafka import Producer
 
 from exactlyonce.connectors.kafka.protocol import H_QUERY, H_RECORD_ID
-from exactlyonce.integration.demo import produce, read_headers, read_topic_audit, recreate_topics
+from exactlyonce.integration.lab.demo import (
+    produce,
+    read_headers,
+    read_topic_audit,
+    recreate_topics,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,6 @@
-# ruff: noqa: F811  (test arguments shadow the imported fixtures, as pytest wants)
 """The drainer into every sink: one buffer, filled once by real Spark, drained into Redis (hash,
 string, stream) and Elasticsearch; the local broker, the sink's own redis-server
-(tests/redis_fixtures.py) and the Elasticsearch stand-in (tests/es_fixtures.py).
+(tests/support/redis_fixtures.py) and the Elasticsearch stand-in (tests/support/es_fixtures.py).
 
 Writes are counted, not keys: Redis through the sink's AOF (every HSET/SET/XADD a script ran
 is in it), stream appends through the entries per record ID; Elasticsearch through the
@@ -34,11 +33,11 @@ from exactlyonce.connectors.redis.drain import RedisDrainTarget
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError, OffsetsMovedError
 from exactlyonce.integration.config import build_sink, load_config
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
-from tests.events import events, ids
-from tests.kafka_audit import read_topic
-from tests.pipelines import buffered_pipeline
-from tests.redis_fixtures import SinkRedis, sink_redis_fixture, sink_redis_server  # noqa: F401
+from tests.support.es_fixtures import EsHandle
+from tests.support.events import events, ids
+from tests.support.kafka_audit import read_topic
+from tests.support.pipelines import buffered_pipeline
+from tests.support.redis_fixtures import SinkRedis, sink_redis_server
 
 pytestmark = pytest.mark.integration
 

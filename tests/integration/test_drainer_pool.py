@@ -1,7 +1,7 @@
 """Several drainers over one buffer, each draining its own partitions (``member=(i, n)``):
 as threads, as a :class:`~exactlyonce.buffer.pool.DrainerPool` of processes, and as
 ``exactlyonce drain --processes N``. Real Spark, the local broker and PostgreSQL; writes are
-counted by triggers (tests/audit.py, and the BEFORE INSERT attempts log of test_buffer)."""
+counted by triggers (tests/support/audit.py, and the BEFORE INSERT attempts log of test_buffer)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.cli import parse_member
-from tests.audit import assert_exactly_once
 from tests.integration.test_buffer import attempts, events, ids, prepared, stored_offsets
-from tests.pipelines import buffered_pipeline
+from tests.support.audit import assert_exactly_once
+from tests.support.pipelines import buffered_pipeline
 
 pytestmark = pytest.mark.integration
 

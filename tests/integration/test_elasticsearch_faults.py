@@ -1,9 +1,9 @@
-# ruff: noqa: F811  (test arguments shadow the imported `es` fixture, as pytest wants)
-"""Elasticsearch faults of issue 16, against the test server (tests/es_server.py), through real
-Spark: a document too large for the server (HTTP 413) goes to the dead letters and the rest of
-its batch is written; 429 and 5xx storms and refused connections (F7) strike at seeded moments
-WHILE the batches are written, and every ``_id`` ends written exactly once (write counts and
-``_version`` per ``_id``), a failed batch being re-run by a new sink as Spark's restart would.
+"""Elasticsearch faults of issue 16, against the test server (tests/support/es_server/),
+through real Spark: a document too large for the server (HTTP 413) goes to the dead letters and
+the rest of its batch is written; 429 and 5xx storms and refused connections (F7) strike at
+seeded moments WHILE the batches are written, and every ``_id`` ends written exactly once
+(write counts and ``_version`` per ``_id``), a failed batch being re-run by a new sink as
+Spark's restart would.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
 from exactlyonce.dedup.ids import record_id
 from tests.crash.harness import crash_seed
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
-from tests.es_server import EsTestServer
-from tests.events import events, ids
+from tests.support.es_fixtures import EsHandle
+from tests.support.es_server import EsTestServer
+from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration
 

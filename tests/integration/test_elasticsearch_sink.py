@@ -1,7 +1,6 @@
-# ruff: noqa: F811  (test arguments shadow the imported `es` fixture, as pytest wants)
 """ElasticsearchSink through real Spark (local[2]), batch by batch.
 
-Runs against a real cluster when ELASTICSEARCH_URL is set, else against tests/es_server.py
+Runs against a real cluster when ELASTICSEARCH_URL is set, else against tests/support/es_server/
 (the pytest summary says which). Write counts are per-``_id`` write counters (test server)
 or ``_version`` (real cluster): a second write of an ``_id`` is seen even when it overwrote
 the first. Fault injection (429s, lost replies) needs the test server; against a real
@@ -19,9 +18,9 @@ from pyspark.sql import functions as F
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError, SinkUnavailableError
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
-from tests.es_server import EsTestServer
-from tests.events import events, ids
+from tests.support.es_fixtures import EsHandle
+from tests.support.es_server import EsTestServer
+from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration
 

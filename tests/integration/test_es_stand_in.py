@@ -1,15 +1,15 @@
-# ruff: noqa: F811  (test arguments shadow the imported `opensearch` fixture, as pytest wants)
-"""tests/es_server.py (the Elasticsearch stand-in) checked against a genuine engine, OpenSearch.
+"""tests/support/es_server/ (the Elasticsearch stand-in) checked against a genuine engine,
+OpenSearch.
 
 No Elasticsearch server can be installed here (ENVIRONMENT.md); OpenSearch 2.19.6, a fork of
 Elasticsearch 7.10 that kept its document and bulk APIs, runs from Maven Central jars
-(tests/opensearch_node.py). Each test sends the same raw HTTP requests to the stand-in and to
-OpenSearch, requests the Elasticsearch sink makes (exactlyonce/connectors/elasticsearch):
-index exists/create with the sink's own mappings, realtime GET, ``_create``, writes guarded
-by ``if_seq_no``/``if_primary_term``, ``_bulk`` with create/index/delete, ``_mget`` with
-``_source=false``, ``_refresh``, ``_search``, ``_count``. It then compares what the sink
-reads: status codes, per-item status and error type, ``result``, ``_version``, ``_seq_no``,
-``_primary_term``, ``found``, ``_source``, ``count`` and hits.
+(tests/support/opensearch_node.py). Each test sends the same raw HTTP requests to the stand-in
+and to OpenSearch, requests the Elasticsearch sink makes
+(exactlyonce/connectors/elasticsearch): index exists/create with the sink's own mappings,
+realtime GET, ``_create``, writes guarded by ``if_seq_no``/``if_primary_term``, ``_bulk`` with
+create/index/delete, ``_mget`` with ``_source=false``, ``_refresh``, ``_search``, ``_count``.
+It then compares what the sink reads: status codes, per-item status and error type, ``result``,
+``_version``, ``_seq_no``, ``_primary_term``, ``found``, ``_source``, ``count`` and hits.
 
 Known and accepted differences, normalised before comparing (the stand-in follows
 Elasticsearch 8, where OpenSearch kept Elasticsearch 7's form):
@@ -37,8 +37,8 @@ from exactlyonce.connectors.elasticsearch.schema import (
     DEAD_LETTER_MAPPING,
     target_mapping,
 )
-from tests.es_server import EsTestServer
-from tests.opensearch_node import OpenSearchNode, opensearch  # noqa: F401
+from tests.support.es_server import EsTestServer
+from tests.support.opensearch_node import OpenSearchNode
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The fault proxy (exactlyonce/integration/fault_proxy.py) against a real Redis: a request
+"""The fault proxy (exactlyonce/integration/lab/fault_proxy.py) against a real Redis: a request
 armed for is applied by the server and its reply is lost; refused connections; open
 connections cut; replies held; the latency proxy of the benchmarks shares its thread and
 loop."""
@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from bench.slow_proxy import LatencyProxy
-from exactlyonce.integration.fault_proxy import FaultProxy
+from exactlyonce.integration.lab.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from exactlyonce.integration import cli
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
 from tests.integration.test_rewind import EPOCHS, heads_json, run_query, write_pipeline
+from tests.support.es_fixtures import EsHandle
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@
 - An ABANDONED transaction (its writer SIGKILLed inside it, its ``transactional.id`` never
   used again) is aborted BY THE BROKER once it is older than its ``transaction.timeout.ms``
   (10,000 ms here, the sink's minimum; the broker's sweep runs every second, see
-  exactlyonce/integration/services/kafka.py). Until then it holds back read_committed
+  exactlyonce/integration/lab/services/kafka.py). Until then it holds back read_committed
   readers of every partition it wrote, the sink's own read of its control partition
   included; after, they see what was written behind it and never the abandoned records.
 
@@ -39,9 +39,9 @@ from exactlyonce.connectors.kafka import (
     KafkaTarget,
 )
 from exactlyonce.dedup.ids import record_id
-from tests.events import events, ids
 from tests.integration.test_kafka_sink import _batch
-from tests.kafka_audit import (
+from tests.support.events import events, ids
+from tests.support.kafka_audit import (
     PLAIN_CLIENTS,
     assert_plain_exactly_once,
     audit,

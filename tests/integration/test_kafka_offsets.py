@@ -42,7 +42,7 @@ from exactlyonce.connectors.kafka.reader import (
     load_commits,
     log_start_offset,
 )
-from tests.kafka_audit import read_topic
+from tests.support.kafka_audit import read_topic
 
 pytestmark = pytest.mark.integration
 

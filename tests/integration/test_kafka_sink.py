@@ -1,6 +1,6 @@
 """KafkaSink against the local Kafka-protocol broker and real Spark (local[2]), batch by batch.
 
-Output is checked with kafka-python (tests/kafka_audit.py), which implements the consumption
+Output is checked with kafka-python (tests/support/kafka_audit.py), which implements the consumption
 recipe independently of the sink's own reader. Where the preflight probe measured that the
 broker hides aborted records (Apache Kafka), a plain read_committed read must be exactly-once
 too; on a broker that does not (Tansu), only the recipe is.
@@ -44,8 +44,8 @@ from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import AmbiguousCommitError
 from exactlyonce.secrets import Secret
-from tests.events import events, ids
-from tests.kafka_audit import KafkaAudit, audit
+from tests.support.events import events, ids
+from tests.support.kafka_audit import KafkaAudit, audit
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 
 from exactlyonce.connectors import ConfigError, PostgresSink, SinkUnavailableError
 from exactlyonce.dedup.ids import record_id
-from tests.audit import assert_exactly_once, install_audit, write_counts
-from tests.events import events, ids
+from tests.support.audit import assert_exactly_once, install_audit, write_counts
+from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration
 

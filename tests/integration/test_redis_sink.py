@@ -1,8 +1,8 @@
 """RedisSink against a real redis-server and real Spark (local[2]), batch by batch.
 
-The sink's Redis is its own server (tests/redis_fixtures.py), apart from the catalog's. Writes
-are counted, not keys: hash and string writes through the sink's AOF (every HSET/SET a script
-ran is in it), stream appends through the entries per record ID.
+The sink's Redis is its own server (tests/support/redis_fixtures.py), apart from the
+catalog's. Writes are counted, not keys: hash and string writes through the sink's AOF (every
+HSET/SET a script ran is in it), stream appends through the entries per record ID.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from exactlyonce.connectors.redis import task as task_module
 from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.spark import start_stream
-from tests.events import events, ids
-from tests.redis_fixtures import PASSWORD, SinkRedis, sink_redis_fixture  # noqa: F401
+from tests.support.events import events, ids
+from tests.support.redis_fixtures import PASSWORD, SinkRedis
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration import cli
 from exactlyonce.integration.config import load_config
 from exactlyonce.integration.spark import start_stream
-from tests.audit import install_audit, sink_ids, write_counts
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
-from tests.pipelines import buffered_pipeline, fill_buffer
+from tests.support.audit import install_audit, sink_ids, write_counts
+from tests.support.es_fixtures import EsHandle
+from tests.support.pipelines import buffered_pipeline, fill_buffer
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ import psycopg
 import pytest
 
 from exactlyonce.integration import cli
-from tests.audit import sink_ids, write_counts
 from tests.integration.test_rewind import (
     ALL,
     EPOCHS,
@@ -23,6 +22,7 @@ from tests.integration.test_rewind import (
     postgres_pipeline,
     run_query,
 )
+from tests.support.audit import sink_ids, write_counts
 
 pytestmark = pytest.mark.integration
 TO = 0

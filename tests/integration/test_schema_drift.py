@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from exactlyonce.connectors import ConfigError, PostgresSink
-from tests.audit import assert_exactly_once, install_audit
-from tests.events import events, ids
+from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,6 @@
-# ruff: noqa: F811  (test arguments shadow the imported `es` fixture, as pytest wants)
 """ElasticsearchSink(mode="upsert") through real Spark (local[2]).
 
-Runs against a real cluster when ELASTICSEARCH_URL is set, else against tests/es_server.py,
+Runs against a real cluster when ELASTICSEARCH_URL is set, else against tests/support/es_server/,
 whose external versioning is checked against OpenSearch (tests/integration/test_es_stand_in.py).
 ``sink(df, epoch)`` runs the whole protocol; ``sink._write_epoch(df, epoch, shards)`` runs an
 epoch's executor tasks again after the head passed it (a crashed driver's late tasks; the
@@ -20,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
-from tests.es_fixtures import EsHandle, es, es_backend  # noqa: F401
+from tests.support.es_fixtures import EsHandle
 
 pytestmark = pytest.mark.integration
 

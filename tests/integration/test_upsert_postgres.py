@@ -3,7 +3,7 @@
 Each test drives the sink's real code: ``sink(df, epoch)`` runs the whole protocol, and
 ``sink._write_epoch(df, epoch, shards)`` runs an epoch's executor tasks again after the head
 passed it (what a crashed driver's late tasks or a restored checkpoint do). Writes are
-counted by an audit trigger on INSERT, UPDATE and DELETE (tests/upsert_audit.py).
+counted by an audit trigger on INSERT, UPDATE and DELETE (tests/support/upsert_audit.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from exactlyonce.connectors import ConfigError, PostgresSink
 from exactlyonce.dedup.ids import record_id
-from tests.upsert_audit import backwards, install_upsert_audit, upsert_writes
+from tests.support.upsert_audit import backwards, install_upsert_audit, upsert_writes
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from exactlyonce.connectors import ConfigError, RedisSink
-from tests.redis_fixtures import SinkRedis, sink_redis_fixture  # noqa: F401
+from tests.support.redis_fixtures import SinkRedis
 
 pytestmark = pytest.mark.integration
 

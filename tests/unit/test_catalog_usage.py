@@ -18,8 +18,8 @@ from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import CatalogKeeper
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.testing import MemoryRedis, MemorySink, MemoryStore, run_in_process
-from tests.catalog_usage import held
 from tests.integration import test_catalog_usage as many_epochs
+from tests.support.catalog_usage import held
 
 
 def random_ids(n: int) -> np.ndarray:

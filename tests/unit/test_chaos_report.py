@@ -12,8 +12,9 @@ import pytest
 
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.audit import SinkAudit
-from exactlyonce.integration.chaos import ChaosReport, Fault, Outcome, report_json, verdict
-from exactlyonce.integration.chaos.schedule import (
+from exactlyonce.integration.config import PipelineConfig
+from exactlyonce.integration.lab.chaos import ChaosReport, Fault, Outcome, report_json, verdict
+from exactlyonce.integration.lab.chaos.schedule import (
     DRAINER_KILL,
     DRIVER_KILL,
     LOST_REPLY,
@@ -24,8 +25,7 @@ from exactlyonce.integration.chaos.schedule import (
     STALL,
     WORKER_KILL,
 )
-from exactlyonce.integration.chaos.servers import host_port, pipeline_addresses, restartable
-from exactlyonce.integration.config import PipelineConfig
+from exactlyonce.integration.lab.chaos.servers import host_port, pipeline_addresses, restartable
 
 
 def _audit(found: Counter[str], expected_ids: int = 3) -> SinkAudit:
@@ -228,8 +228,8 @@ def test_the_command_exits_1_unless_the_audit_says_exactly_once(
     """The runs and the sink's reading are stood in for (their real ones are
     tests/crash/test_chaos_command.py's and the audit's own tests): what is checked is that the
     audit's verdict, or a failed last run, becomes the command's exit code and report."""
-    from exactlyonce.integration.cli import chaos as command
     from exactlyonce.integration.cli import main
+    from exactlyonce.integration.lab.chaos import command
 
     monkeypatch.setenv("EXACTLYONCE_HOME", str(tmp_path / "no-services"))
     (tmp_path / "in").mkdir()

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.chaos.proxy import proxied_address
-from exactlyonce.integration.chaos.rewrite import ADDRESS_ENV, rewrite_pipeline
-from exactlyonce.integration.chaos.schedule import (
+from exactlyonce.integration.lab.chaos.proxy import proxied_address
+from exactlyonce.integration.lab.chaos.rewrite import ADDRESS_ENV, rewrite_pipeline
+from exactlyonce.integration.lab.chaos.schedule import (
     DRAINER_KILL,
     DRIVER_KILL,
     LIVE_KINDS,

@@ -13,13 +13,13 @@ import pytest
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import PipelineConfig, load_config
-from exactlyonce.integration.demo import (
+from exactlyonce.integration.lab.demo import (
     NULL_KEYS,
     Expected,
     generate,
     producer_config,
 )
-from exactlyonce.integration.demo.pipeline import demo_pipelines
+from exactlyonce.integration.lab.demo.pipeline import demo_pipelines
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "demo"
 
@@ -135,7 +135,7 @@ def test_the_demos_stream_progress_counts_each_batchs_rows(
     import subprocess
     from typing import cast
 
-    from exactlyonce.integration.demo.echo import echo
+    from exactlyonce.integration.lab.echo import echo
     from exactlyonce.progress import Progress
 
     lines = [
@@ -163,7 +163,7 @@ def test_the_demos_stream_progress_counts_each_batchs_rows(
 def test_the_topic_audit_shows_its_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from exactlyonce.integration.demo import topic_audit
+    from exactlyonce.integration.lab.demo import topic_audit
 
     class Message:
         def __init__(self, partition: int, eof: bool = False) -> None:

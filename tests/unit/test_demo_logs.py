@@ -1,5 +1,5 @@
 """The demo's terminal is for its story: the Kafka clients of the demo process log into the
-demo's log file (``exactlyonce.integration.demo.logs``), not onto the terminal. A librdkafka
+demo's log file (``exactlyonce.integration.lab.demo.logs``), not onto the terminal. A librdkafka
 client pointed at a closed port (127.0.0.1:1) stands in for a broker's noise: no service."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Producer
 
 from exactlyonce.connectors.kafka.clients import client_log
-from exactlyonce.integration.demo import producer_config
-from exactlyonce.integration.demo.logs import logs_to
+from exactlyonce.integration.lab.demo import producer_config
+from exactlyonce.integration.lab.demo.logs import logs_to
 
 GETPID = (
     "GETPID [rdkafka#producer-3] [thrd:main]: 127.0.0.1:19092/1: Failed to acquire transactional "

@@ -8,7 +8,7 @@ connection (a JVM's, a Kafka client's) and the bind fails with "Address already 
 
 from __future__ import annotations
 
-from tests.es_fixtures import ephemeral_ports_start, stand_in_server
+from tests.support.es_fixtures import ephemeral_ports_start, stand_in_server
 
 
 def test_the_range_start_is_read_from_the_kernel() -> None:

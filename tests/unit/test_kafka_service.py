@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from exactlyonce.integration.jars import KAFKA_BROKER, SPARK_CONNECTORS, folder
-from exactlyonce.integration.services import kafka
+from exactlyonce.integration.lab.services import kafka
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The dedup protocol's state machine (:mod:`tests.protocol_machine`) on in-memory fakes.
+"""The dedup protocol's state machine (:mod:`tests.support.protocol_machine`) on in-memory fakes.
 
 The same rules, crash points and invariant as ``tests/integration/test_dedup_protocol.py``,
 with a :class:`~exactlyonce.testing.MemorySink` in append mode for PostgreSQL and a
@@ -12,7 +12,7 @@ from typing import Any
 
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.testing import MemoryRedis, MemorySink, MemoryStore
-from tests.protocol_machine import ProtocolMachine, run_machine
+from tests.support.protocol_machine import ProtocolMachine, run_machine
 
 
 class MemoryProtocolMachine(ProtocolMachine):

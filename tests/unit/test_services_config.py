@@ -8,19 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from exactlyonce.integration import services
-from exactlyonce.integration.services import (
+from exactlyonce.integration.envfile import (
     ENV_FILE,
     ENV_KEYS,
-    describe,
     format_env_file,
-    local_env,
-    mask_dsn,
     parse_env_file,
     service_env,
     write_env_file,
 )
-from exactlyonce.integration.services import postgres as pg_service
+from exactlyonce.integration.lab import services
+from exactlyonce.integration.lab.services import describe, local_env, mask_dsn
+from exactlyonce.integration.lab.services import postgres as pg_service
 
 FILE_VALUES = {
     "EXACTLYONCE_PG_DSN": "postgresql://exactlyonce:eo-local-pw@127.0.0.1:54329/exactlyonce",
@@ -176,7 +174,7 @@ def _check_pg_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_poll_until_waits_for_the_condition_up_to_the_deadline() -> None:
-    from exactlyonce.integration.services.processes import START_POLL, poll_until
+    from exactlyonce.integration.lab.services.processes import START_POLL, poll_until
 
     calls = iter([False, False, True])
     assert poll_until(lambda: next(calls), START_POLL.replace(initial_s=0.01, max_s=0.01))
@@ -186,7 +184,7 @@ def test_poll_until_waits_for_the_condition_up_to_the_deadline() -> None:
 def test_wait_until_names_the_service_and_fails_fast_when_its_process_died(
     tmp_path: Path,
 ) -> None:
-    from exactlyonce.integration.services.processes import wait_until
+    from exactlyonce.integration.lab.services.processes import wait_until
 
     log = tmp_path / "x.log"
     log.write_text("last words\n")

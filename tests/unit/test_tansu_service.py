@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exactlyonce.integration.services import tansu
+from exactlyonce.integration.lab.services import tansu
 
 
 class Moved(Exception):

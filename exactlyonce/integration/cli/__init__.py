@@ -139,7 +139,7 @@ def _load_service_env() -> None:
     Variables already in the environment win; without local services nothing changes.
     """
     try:
-        from exactlyonce.integration.services import service_env
+        from exactlyonce.integration.envfile import service_env
 
         values = service_env()
     except (ImportError, RuntimeError):

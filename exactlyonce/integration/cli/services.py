@@ -1,11 +1,13 @@
 """``exactlyonce services up|status|down|env``: the local services, as
-``python -m exactlyonce.integration.services`` runs them."""
+``python -m exactlyonce.integration.lab.services`` runs them (the lab's, reached by name on
+use: :mod:`exactlyonce.integration.cli.lab`)."""
 
 from __future__ import annotations
 
 import argparse
 
 from exactlyonce.integration.cli.common import EXIT_FAILED, err
+from exactlyonce.integration.cli.lab import lab_command
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,9 +19,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def cmd_services(args: argparse.Namespace) -> int:
     try:
-        from exactlyonce.integration import services
+        services = lab_command("services")
     except ImportError as exc:
         err(f"the services module is not available: {exc}")
         return EXIT_FAILED
     argv = [args.action] + (["--only", args.only] if args.only else [])
-    return int(services.main(argv))
+    return int(services(argv))

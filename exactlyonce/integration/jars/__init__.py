@@ -3,7 +3,7 @@
 Two jar sets, each a small pom beside this module:
 
 - ``kafka-broker`` (:data:`KAFKA_BROKER`): the genuine Apache Kafka broker the local services
-  run (:mod:`exactlyonce.integration.services.kafka`);
+  run (:mod:`exactlyonce.integration.lab.services.kafka`);
 - ``spark-connectors`` (:data:`SPARK_CONNECTORS`): Spark's own Kafka source and sink
   (``spark-sql-kafka-0-10`` with ``kafka-clients`` and ``commons-pool2``) and ``spark-avro``,
   for the installed pyspark's Spark version, handed to Spark as ``spark.jars``.

@@ -1,9 +1,0 @@
-"""``python -m exactlyonce.integration.demo``: the kill -9 demo (see :mod:`.command`)."""
-
-from __future__ import annotations
-
-import sys
-
-from exactlyonce.integration.demo.command import main
-
-sys.exit(main())

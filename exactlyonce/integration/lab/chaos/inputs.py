@@ -1,0 +1,190 @@
+"""What ``exactlyonce chaos`` audits against: the expected IDs of the pipeline's input.
+
+Three ways, in this order:
+
+- ``--expected-ids FILE``: the audit's own file (:mod:`exactlyonce.connectors.base.expected`);
+- ``--events N`` (a ``files`` source of JSON lines keyed by one string column): a fresh,
+  seeded input written into the source directory, with the at-least-once duplicates of the
+  demo's input (retries, replayed blocks, null keys: :mod:`exactlyonce.integration.lab.events`),
+  spread over files so each micro-batch reads a few; its expected-IDs file is written next
+  to the logs, and the query is started afresh (:func:`fresh_query`);
+- neither: the source itself, when it is a ``files`` source of JSON lines: each line's key
+  values, a line with a null key counted as an expected dead letter; when its directory is
+  missing, empty, or holds only files an earlier ``--events`` wrote, a fresh input is
+  written as with ``--events`` (:func:`needs_fresh_input`), so ``exactlyonce chaos
+  examples/pipeline.yaml`` works on a new checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from exactlyonce.dedup.ids import record_id
+from exactlyonce.errors import ConfigError
+from exactlyonce.integration.audit import Expected, read_expected
+from exactlyonce.integration.config import PipelineConfig
+from exactlyonce.integration.config.sources import FilesSourceConfig
+from exactlyonce.integration.maintenance import drop_catalog
+
+FILE_PREFIX = "chaos-part-"  # the files --events writes (and may remove on its next run)
+
+
+@dataclass(frozen=True)
+class ExpectedInput:
+    """The IDs the sink must hold, the dead letters it must have (None: not checked), and
+    where they came from."""
+
+    ids: Expected
+    dead_letters: int | None
+    origin: str
+
+
+def from_file(path: str) -> ExpectedInput:
+    return ExpectedInput(read_expected(path), None, f"expected IDs from {path}")
+
+
+def from_source(cfg: PipelineConfig) -> ExpectedInput:
+    """The expected IDs read from a ``files`` source of JSON lines."""
+    directory = _json_files_dir(cfg, "--expected-ids")
+    columns = list(cfg.sink.id_columns or ())
+    ids: Expected = {}
+    nulls = 0
+    for path in sorted(
+        p for p in directory.iterdir() if p.is_file() and not p.name.startswith(".")
+    ):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            values = [row.get(c) for c in columns]
+            if any(v is None for v in values):
+                nulls += 1
+            else:
+                ids[record_id(values)] = values
+    return ExpectedInput(ids, nulls, f"expected IDs read from the source files in {directory}")
+
+
+def needs_fresh_input(cfg: PipelineConfig) -> bool:
+    """True for a files source of JSON lines whose directory is missing, empty or holds
+    only files an earlier ``--events`` wrote (a new user's first run, or a run again)."""
+    source = cfg.source
+    if not isinstance(source, FilesSourceConfig) or source.format != "json":
+        return False
+    directory = Path(source.path)
+    if not directory.is_dir():
+        return True
+    return all(p.name.startswith((FILE_PREFIX, ".")) for p in directory.iterdir())
+
+
+def write_events(
+    cfg: PipelineConfig, events: int, seed: int, files: int, out: Path
+) -> ExpectedInput:
+    """A fresh seeded input of ``events`` distinct events in ``files`` files (replacing the
+    ones an earlier ``--events`` wrote) and its expected-IDs file ``out``."""
+    from exactlyonce.integration.lab.events import Expected as Planned
+    from exactlyonce.integration.lab.events import generate
+
+    directory = _json_files_dir(cfg, "--events", create=True)
+    key = _string_key(cfg)
+    theirs = [p.name for p in directory.iterdir() if not p.name.startswith((FILE_PREFIX, "."))]
+    if theirs:
+        raise ConfigError(
+            "--events",
+            f"{directory} holds files chaos did not write ({theirs[0]}, ...): give the "
+            "source an empty directory",
+        )
+    for old in directory.glob(f"{FILE_PREFIX}*"):
+        old.unlink()
+    plan = generate(random.Random(seed), events)
+    columns = set(cfg.source.columns())
+    rows = [
+        {
+            (key if k == "event_id" else k): v
+            for k, v in r.items()
+            if k == "event_id" or k in columns
+        }
+        for r in plan.records
+    ]
+    per_file = -(-len(rows) // max(1, files))
+    for n, start in enumerate(range(0, len(rows), per_file)):
+        tmp = directory / f".{FILE_PREFIX}{n:05d}.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows[start : start + per_file]))
+        tmp.rename(directory / f"{FILE_PREFIX}{n:05d}.json")
+    expected = Planned.of(plan)
+    keys = sorted({r["event_id"] for r in plan.records if r["event_id"] is not None})
+    out.write_text("".join(f"{k}\n" for k in keys))
+    print(
+        f"CHAOS input: {expected.describe()}; {n + 1} files in {directory}; expected IDs in {out}",
+        flush=True,
+    )
+    return ExpectedInput(read_expected(out), expected.null_keys, f"--events {events} (seed {seed})")
+
+
+def fresh_query(cfg: PipelineConfig, config: str) -> None:
+    """Nothing of an earlier run of the query: its committed epochs rewound away
+    (``exactlyonce rewind --to-epoch -1 --yes``, which also drops the catalog and the
+    checkpoint), else the checkpoint and catalog removed. ConfigError when the sink cannot
+    rewind (Kafka, upserts, ...): a new ``query_name`` is then the fresh start."""
+    sink = cfg.build_sink(check=False)
+    if sink.head() is not None:
+        cmd = [sys.executable, "-m", "exactlyonce.integration.cli", "rewind", config]
+        done = subprocess.run(
+            [*cmd, "--to-epoch", "-1", "--yes"], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            why = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["refused"]
+            raise ConfigError(
+                "--events",
+                f"the query has committed epochs and rewinding them failed ({why[0]}); "
+                "use a new query_name",
+            )
+        lines = done.stdout.strip().splitlines()
+        rewound = [line for line in lines if line.startswith("rewound")]
+        print(f"CHAOS fresh start: {(rewound or lines or [''])[0]}", flush=True)
+    shutil.rmtree(cfg.checkpoint, ignore_errors=True)
+    drop_catalog(sink)
+
+
+def _json_files(cfg: PipelineConfig, option: str) -> FilesSourceConfig:
+    """The pipeline's source when it is a files source of JSON lines, else ConfigError."""
+    source = cfg.source
+    if not isinstance(source, FilesSourceConfig) or source.format != "json":
+        raise ConfigError(
+            option,
+            f"needs a files source of JSON lines (this one is {source.type}); "
+            "give --expected-ids FILE",
+        )
+    return source
+
+
+def _json_files_dir(cfg: PipelineConfig, option: str, create: bool = False) -> Path:
+    source = _json_files(cfg, option)
+    if cfg.sink.id_columns is None:
+        raise ConfigError(option, "needs id_columns (records without a key have no expected IDs)")
+    directory = Path(source.path)
+    if create:
+        directory.mkdir(parents=True, exist_ok=True)
+    if not directory.is_dir():
+        raise ConfigError("source.path", f"{directory} is not a directory")
+    return directory
+
+
+def _string_key(cfg: PipelineConfig) -> str:
+    """The one id column, which must be a STRING column of the schema."""
+    columns = list(cfg.sink.id_columns or ())
+    if len(columns) != 1:
+        raise ConfigError("--events", f"writes events keyed by one column; id_columns is {columns}")
+    key = columns[0]
+    typed = re.search(
+        rf"(?i)(?:^|,)\s*`?{re.escape(key)}`?\s*:?\s*(\w+)", _json_files(cfg, "--events").ddl
+    )
+    if typed is None or typed.group(1).upper() != "STRING":
+        raise ConfigError("--events", f"writes string keys; the schema's {key!r} is not STRING")
+    return key

@@ -1,0 +1,67 @@
+"""The demo's upstream: an at-least-once producer (confluent-kafka, no idempotence, acks=all)
+that writes the planned records (:mod:`exactlyonce.integration.lab.events`) into the input
+topic, in order, keyed by ``event_id``. Its duplicates are the plan's: every record is sent
+once, and all are acknowledged before :func:`produce` returns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from exactlyonce.connectors.kafka.clients import client_log
+from exactlyonce.integration.lab.events import Record
+from exactlyonce.progress import Progress
+
+FLUSH_TIMEOUT_S = 60.0
+
+
+def producer_config(bootstrap: str) -> dict[str, Any]:
+    """At least once: acks from every in-sync replica, retries that may duplicate. Its log
+    goes to Python's logging (:mod:`.logs`), not straight to stderr."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": False,
+        "acks": "all",
+        "linger.ms": 20,
+        "logger": client_log,
+    }
+
+
+def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
+    """Send every record (key: its ``event_id``, value: JSON) and wait for every ack.
+
+    The acks are counted as they come (:class:`~exactlyonce.progress.Progress`: a bar on a
+    terminal, plain lines otherwise). Raises ``SystemExit`` naming the first failure if any
+    record was not acknowledged."""
+    producer = Producer(producer_config(bootstrap))
+    failures: list[str] = []
+    progress = Progress(f"producing to {topic}", total=len(records), unit="records")
+
+    def delivered(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            failures.append(str(err))
+        progress.update(1)
+
+    for record in records:
+        key = record["event_id"]
+        value = json.dumps(record).encode()
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=None if key is None else str(key).encode(),
+                    on_delivery=delivered,
+                )
+                break
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.1)
+        producer.poll(0)
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    progress.close()
+    if left or failures:
+        why = failures[0] if failures else f"{left} record(s) unacknowledged"
+        raise SystemExit(f"producing to {topic} failed: {why}")

@@ -1,0 +1,210 @@
+"""A genuine OpenSearch 2.19.6 node as a plain process, for checking tests/support/es_server/.
+
+There is no Elasticsearch server in any registry this project can reach (ENVIRONMENT.md), but
+OpenSearch's server jars are on Maven Central. :func:`resolve` copies them (and their
+dependencies) with Maven from ``tests/support/opensearch/pom.xml`` into a cache directory, once, and
+compiles ``tests/support/opensearch/OpenSearchNode.java`` (a ``Node`` with the netty4 plugin on the
+classpath) next to them. :class:`OpenSearchNode` runs one single-node cluster on loopback with
+free HTTP and transport ports, ``-Xmx512m``, data in a temporary directory.
+
+Guarantees: a missing ``mvn``, ``java`` or ``javac``, a failed resolution or a node that does not
+answer within :data:`START_TIMEOUT` raises :class:`OpenSearchUnavailable` with the reason
+(and the node's last output); the fixture turns that into a test failure, never a skip. Only
+Maven Central is contacted, and only when the cache lacks the jars or the pom changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+VERSION = "2.19.6"
+HERE = Path(__file__).resolve().parent / "opensearch"
+POM = HERE / "pom.xml"
+MAIN = HERE / "OpenSearchNode.java"
+START_TIMEOUT = 120.0
+HEAP = "-Xmx512m"
+
+
+class OpenSearchUnavailable(RuntimeError):
+    """The node could not be resolved or started; the message says why."""
+
+
+def cache_dir() -> Path:
+    """Where the jars and the compiled main class live (``EXACTLYONCE_OPENSEARCH_CACHE``)."""
+    given = os.environ.get("EXACTLYONCE_OPENSEARCH_CACHE")
+    if given:
+        return Path(given)
+    return Path.home() / ".cache" / "exactlyonce" / f"opensearch-{VERSION}"
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise OpenSearchUnavailable(
+            f"`{name}` is not on PATH: the OpenSearch check needs Java 17 (java, javac) and "
+            "Maven 3 (mvn) to resolve and run OpenSearch from Maven Central"
+        )
+    return found
+
+
+def _stamp() -> str:
+    """Changes whenever the pom or the main class changes: then both are redone."""
+    return hashlib.sha256(POM.read_bytes() + MAIN.read_bytes()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    lib: Path
+    classes: Path
+    jars: int
+    megabytes: float
+    seconds: float  # spent resolving now; 0.0 when the cache was used
+
+    def classpath(self) -> str:
+        return f"{self.classes}{os.pathsep}{self.lib}{os.sep}*"
+
+
+def resolve() -> Resolved:
+    """The node's jars and compiled main class, resolved and compiled on first use.
+
+    They live in a directory named after the pom and main class (:func:`_stamp`), built
+    under a temporary name and renamed into place, so concurrent sessions never see half.
+    """
+    root = cache_dir()
+    ready = root / _stamp()
+    began = time.monotonic()
+    fresh = not ready.is_dir()
+    if fresh:
+        mvn, javac = _tool("mvn"), _tool("javac")
+        root.mkdir(parents=True, exist_ok=True)
+        build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+        lib, classes = build / "lib", build / "classes"
+        _run(
+            [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+             f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
+            "resolving OpenSearch's jars from Maven Central",
+        )  # fmt: skip
+        classes.mkdir()
+        _run(
+            [javac, "-d", str(classes), "-cp", f"{lib}{os.sep}*", str(MAIN)],
+            "compiling tests/support/opensearch/OpenSearchNode.java",
+        )
+        try:
+            build.rename(ready)
+        except OSError:  # another session got there first: use its copy
+            shutil.rmtree(build, ignore_errors=True)
+    jars = sorted((ready / "lib").glob("*.jar"))
+    size = sum(j.stat().st_size for j in jars) / 1e6
+    seconds = time.monotonic() - began if fresh else 0.0
+    return Resolved(ready / "lib", ready / "classes", len(jars), size, seconds)
+
+
+def _run(cmd: list[str], what: str) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise OpenSearchUnavailable(
+            f"{what} failed (exit {done.returncode}): {(done.stdout + done.stderr)[-3000:]}"
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OpenSearchNode:
+    """One running node; :meth:`start` waits until it answers, :meth:`stop` ends it."""
+
+    def __init__(self, resolved: Resolved) -> None:
+        self.resolved = resolved
+        self.home = Path(tempfile.mkdtemp(prefix="exactlyonce-opensearch-"))
+        self.http_port = _free_port()
+        self.transport_port = _free_port()
+        self.start_seconds = 0.0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log = self.home / "node.out"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def start(self) -> OpenSearchNode:
+        java = _tool("java")
+        began = time.monotonic()
+        with self._log.open("wb") as out:
+            self._proc = subprocess.Popen(
+                [java, "-Xms256m", HEAP, "-cp", self.resolved.classpath(), "OpenSearchNode",
+                 str(self.home), str(self.http_port), str(self.transport_port)],
+                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        while not self._answers():
+            if self._proc.poll() is not None:
+                raise OpenSearchUnavailable(
+                    f"the OpenSearch node exited with {self._proc.returncode}: {self._tail()}"
+                )
+            if time.monotonic() - began > START_TIMEOUT:
+                self.stop()
+                raise OpenSearchUnavailable(
+                    f"the OpenSearch node did not answer within {START_TIMEOUT:.0f} s: "
+                    f"{self._tail()}"
+                )
+            time.sleep(0.2)
+        self.start_seconds = time.monotonic() - began
+        return self
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/_cluster/health", timeout=2) as resp:
+                return str(json.load(resp).get("status")) in ("green", "yellow")
+        except OSError:
+            return False
+
+    def _tail(self) -> str:
+        try:
+            return self._log.read_text(errors="replace")[-3000:]
+        except OSError:
+            return "(no output)"
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            assert proc.stdin is not None
+            proc.stdin.close()  # the main class closes the node when its stdin ends
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def opensearch() -> Iterator[OpenSearchNode]:
+    """A running OpenSearch node for the session; fails (never skips) when it cannot start."""
+    try:
+        resolved = resolve()
+        node = OpenSearchNode(resolved).start()
+    except (OpenSearchUnavailable, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"cannot start OpenSearch {VERSION}: {exc}")
+    print(
+        f"\nOpenSearch {VERSION} at {node.url}: started in {node.start_seconds:.1f} s "
+        f"({resolved.jars} jars, {resolved.megabytes:.0f} MB"
+        + (f", resolved in {resolved.seconds:.1f} s" if resolved.seconds else ", cached")
+        + ")"
+    )
+    yield node
+    node.stop()
