@@ -194,6 +194,8 @@ def test_a_registered_sink_works_with_pipeline_files_and_the_audit(memory_kind: 
     audit = registry.kind_of(sink).audit_reader()(sink, expected)
     assert audit.ok, audit
     assert audit.head_epoch == 0
+    # insert mode's unique index would hide a second write: the store counts attempts
+    assert all(STORE.write_attempts[rid] == 1 for rid in expected), STORE.write_attempts
 
 
 def test_without_registration_the_file_names_the_known_sinks() -> None:

@@ -132,6 +132,25 @@ class Share:
         return {**self.positions, **self.ends}
 
 
+class TargetClassDefaults:
+    """What a drain target class says of its sink before any target exists, by default
+    (``check_target``, ``exactlyonce check``): every mode of the sink is drained, and the
+    offsets' storage needs nothing created (a target whose storage is created at the
+    drainer's start, PostgreSQL's table, overrides ``offsets_stored``). ``guarantee(sink)``
+    each target states itself."""
+
+    @staticmethod
+    def check(sink: Any) -> None:
+        """Refuse (ConfigError, field ``buffer``) a mode of ``sink`` the drainer does not
+        keep exactly-once."""
+        return None
+
+    @staticmethod
+    def offsets_stored(sink: Any) -> bool:
+        """Whether the storage of the drain offsets exists (read-only)."""
+        return True
+
+
 class DrainTarget(Protocol):
     """A sink as the drainer writes it; see the module docstring for the obligations.
 
@@ -205,4 +224,14 @@ class Ownership:
         )
 
 
-__all__ = ["Chunk", "Counts", "DrainRow", "DrainTarget", "Letter", "Ownership", "Share", "owned"]
+__all__ = [
+    "Chunk",
+    "Counts",
+    "DrainRow",
+    "DrainTarget",
+    "Letter",
+    "Ownership",
+    "Share",
+    "TargetClassDefaults",
+    "owned",
+]

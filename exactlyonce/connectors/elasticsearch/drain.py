@@ -36,7 +36,14 @@ from typing import Any, TypeVar
 
 from elasticsearch import BadRequestError, ConflictError, Elasticsearch, NotFoundError
 
-from exactlyonce.connectors.base.drain import Counts, Letter, Ownership, Share, owned
+from exactlyonce.connectors.base.drain import (
+    Counts,
+    Letter,
+    Ownership,
+    Share,
+    TargetClassDefaults,
+    owned,
+)
 from exactlyonce.connectors.base.frames import value_problem
 from exactlyonce.connectors.base.guarantee import Guarantee
 from exactlyonce.connectors.elasticsearch import (
@@ -96,7 +103,7 @@ class _Tally:
     deleted: int = 0
 
 
-class EsDrainTarget:
+class EsDrainTarget(TargetClassDefaults):
     """Writes drained records into an :class:`ElasticsearchSink`'s index (``op_type``
     ``create``): a :class:`~exactlyonce.connectors.base.drain.DrainTarget`.
 
@@ -122,10 +129,6 @@ class EsDrainTarget:
             "bulk create with _id = record ID (a re-sent record is a 409), then the offsets "
             "document written with if_seq_no/if_primary_term and read back by realtime GET.",
         )
-
-    @staticmethod
-    def offsets_stored(sink: ElasticsearchSink) -> bool:
-        return True
 
     def __init__(
         self,

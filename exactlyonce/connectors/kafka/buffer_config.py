@@ -7,7 +7,7 @@ from pydantic import AliasChoices, Field, StrictInt, field_validator
 
 from exactlyonce.connectors.base.config import Settings
 from exactlyonce.connectors.kafka.config import ProducerValue, transaction_timeout_problem
-from exactlyonce.connectors.kafka.protocol import DEFAULT_CONTROL_TOPIC
+from exactlyonce.connectors.kafka.protocol import DEFAULT_CONTROL_TOPIC, default_sink_name
 from exactlyonce.connectors.kafka.reader import dead_letter_topic_for
 
 DEFAULT_FRAME_RECORDS = 1000
@@ -66,4 +66,4 @@ class KafkaBuffer(Settings):
     @property
     def sink_name(self) -> str:
         """The buffer's head key on the control topic (the KafkaSink's default name)."""
-        return f"kafka:{self.topic}"
+        return default_sink_name(self.topic)

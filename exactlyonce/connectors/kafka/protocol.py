@@ -61,6 +61,8 @@ SHARED_CONFIG_PREFIXES = (
 
 
 def default_sink_name(topic: str) -> str:
+    """A Kafka sink's name when none is given: ``<type>:<destination>`` (its config's
+    ``head_name``), the key of its head on the control topic."""
     return f"kafka:{topic}"
 
 

@@ -37,7 +37,14 @@ import pyarrow.json as pajson
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from exactlyonce.connectors.base.drain import Counts, DrainRow, Letter, Ownership, Share
+from exactlyonce.connectors.base.drain import (
+    Counts,
+    DrainRow,
+    Letter,
+    Ownership,
+    Share,
+    TargetClassDefaults,
+)
 from exactlyonce.connectors.base.guarantee import Guarantee
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres.drain_exact import (
@@ -66,7 +73,7 @@ def offsets_ddl(table: sql.Identifier) -> sql.Composed:
     ).format(table)
 
 
-class PgDrainTarget:
+class PgDrainTarget(TargetClassDefaults):
     """Writes drained rows into a :class:`PostgresSink`'s table (mode ``insert`` or
     ``append``): a :class:`~exactlyonce.connectors.base.drain.DrainTarget`.
 

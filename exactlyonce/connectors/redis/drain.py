@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from exactlyonce.connectors.base.drain import Counts, Ownership, Share, owned
+from exactlyonce.connectors.base.drain import Counts, Ownership, Share, TargetClassDefaults, owned
 from exactlyonce.connectors.base.guarantee import Guarantee
 from exactlyonce.connectors.redis import RedisSink, connect, patient
 from exactlyonce.connectors.redis.connection import reaching, require_standalone
@@ -52,7 +52,7 @@ def _load_script() -> str:
 DRAIN_SCRIPT = with_records(_load_script())
 
 
-class RedisDrainTarget:
+class RedisDrainTarget(TargetClassDefaults):
     """Writes drained records into a :class:`RedisSink`'s keys: a
     :class:`~exactlyonce.connectors.base.drain.DrainTarget`.
 
@@ -62,20 +62,12 @@ class RedisDrainTarget:
     """
 
     @staticmethod
-    def check(sink: RedisSink) -> None:
-        """hash, string and stream: one atomic script per share."""
-
-    @staticmethod
     def guarantee(sink: RedisSink) -> Guarantee:
         return Guarantee(
             "EXACTLY ONCE, ATOMIC",
             "one Lua script per share compares the stored offsets, stores the new ones and "
             "applies the records as the sink's own tasks do.",
         )
-
-    @staticmethod
-    def offsets_stored(sink: RedisSink) -> bool:
-        return True
 
     def __init__(
         self,

@@ -15,6 +15,11 @@ from exactlyonce.connectors.redis import lua
 T = TypeVar("T")
 
 
+def head_key(prefix: str) -> str:
+    """The hash holding the head of the sink whose keys start with ``prefix``."""
+    return f"{prefix}:head"
+
+
 class RedisHeadStore:
     """The head under ``prefix``. ``client()`` is the sink's connection; ``reaching()``
     turns connection failures into SinkUnavailableError (never with the password);
@@ -28,7 +33,7 @@ class RedisHeadStore:
         patient: Callable[[Callable[[], Any]], Any],
     ) -> None:
         self.prefix = prefix
-        self.key = f"{prefix}:head"
+        self.key = head_key(prefix)
         self.client, self.reaching, self.patient = client, reaching, patient
 
     def done_key(self, epoch: int | str) -> str:

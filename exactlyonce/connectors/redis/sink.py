@@ -27,7 +27,7 @@ from exactlyonce.connectors.redis.connection import (
     reaching,
     require_standalone,
 )
-from exactlyonce.connectors.redis.head import RedisHeadStore
+from exactlyonce.connectors.redis.head import RedisHeadStore, head_key
 from exactlyonce.connectors.redis.projection import project
 from exactlyonce.connectors.redis.streams import stream_ids
 from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
@@ -137,7 +137,7 @@ class RedisSink(ExactlyOnceSink):
 
     @property
     def head_key(self) -> str:
-        return f"{self.prefix}:head"
+        return head_key(self.prefix)
 
     @property
     def dead_letter_key(self) -> str:
