@@ -83,6 +83,14 @@ def kind_named(name: str, field: str = "type") -> SinkKind:
     return kind
 
 
+def kind_of_class(sink_class: type) -> SinkKind:
+    """The kind whose sink class is ``sink_class`` (or a base of it)."""
+    for kind in kinds():
+        if issubclass(sink_class, kind.sink_class()):
+            return kind
+    raise ConfigError("type", f"{sink_class.__name__} is no registered sink's class")
+
+
 def kind_of(thing: Any) -> SinkKind:
     """The kind of a sink object or of a sink's config model (its ``type``)."""
     config = getattr(thing, "config", thing)

@@ -40,6 +40,7 @@ from exactlyonce.connectors.base.config import (
     UNSET,
     DedupSettings,
     IdFrom,
+    Setting,
     Unset,
     field_error,
     given,
@@ -146,6 +147,11 @@ class MemorySink(ExactlyOnceSink):
     """Writes records into a :class:`MemoryStore` table exactly once; see the module docs."""
 
     kind = "memory"
+    config: MemorySinkConfig
+    table = Setting[str]()
+    mode = Setting[Mode]()
+    id_column = Setting[str]()
+    epoch_column = Setting[str]()
 
     def __init__(
         self,
@@ -175,10 +181,6 @@ class MemorySink(ExactlyOnceSink):
             if config.path is None:
                 raise ConfigError("path", "give the store's file (or a MemoryStore in Python)")
             self.store = FileStore(config.path)
-        self.table = config.table
-        self.mode: Mode = config.mode
-        self.id_column = config.id_column
-        self.epoch_column = config.epoch_column
         self.heads = MemoryHeadStore(self.store, self.query_name, self.sink_name)
 
     @property
