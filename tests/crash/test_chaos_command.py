@@ -11,10 +11,14 @@ replies are held for a while.
 Asserted: the printed seed, every fault printed and done (none missed: a proxy fault is done
 only when the proxy saw it fire), the verdict line and the JSON report (0 duplicates, 0
 missing, the null keys as dead letters), no credential of the proxied address in the output,
-and, counting WRITES with an audit trigger, every expected ID inserted once. That a failing
-audit (or a failed last run) makes the command say FAILED and exit 1 is
-tests/unit/test_chaos_report.py's (the audit's own tests mutate real sinks), which saves this
-test another run of Spark.
+and, counting WRITES with an audit trigger, every expected ID inserted once. These two run
+without the negative control (``--no-control``), so their verdict is INCONCLUSIVE (exit 3)
+with a clean audit; the control is the third test's: the same schedule (a kill aimed at
+the commit window, one at ``after_head``) against our sink in append mode and against the
+plain writer, which must show duplicates where ours shows none. That a failing audit (or a
+failed last run, a missed fault, a control without duplicates) makes the command say FAILED
+or INCONCLUSIVE is tests/unit/test_chaos_report.py's (the audit's own tests mutate real
+sinks), which saves these tests more runs of Spark.
 """
 
 from __future__ import annotations
@@ -115,7 +119,9 @@ def _hard_restart_seed() -> int:
     base = crash_seed("chaos schedule")
     for seed in itertools.count(base):
         extras = Extras(proxy_kinds=PROXY_KINDS, proxy_faults=3)
-        faults = plan(seed, KILLS, (POINT,), ("redis",), server_faults=1, extras=extras)
+        faults = plan(
+            seed, KILLS, (POINT,), ("redis",), server_faults=1, extras=extras, commit_kills=0
+        )
         if any(f.kind == SERVER_HARD for f in faults):
             return seed
     raise AssertionError("unreachable")
@@ -141,6 +147,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     began = time.monotonic()
     args = ["--kills", str(KILLS), "--seed", str(seed), "--points", POINT, "--server-faults", "1"]
     args += ["--proxy-faults", "3", "--proxy-kinds", ",".join(PROXY_KINDS)]
+    args += ["--commit-kills", "0", "--no-control"]
     report_path = tmp_path / "report.json"
     done = _chaos(
         config,
@@ -153,7 +160,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     )
     print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
     print(f"chaos took {time.monotonic() - began:.0f} s")
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 3, done.stderr[-2000:]  # INCONCLUSIVE: no control
     out = done.stdout
     assert f"CHAOS seed {seed} (replay with --seed {seed})" in out.splitlines()[0]
     assert "server faults SKIPPED for the sink at 127.0.0.1:" in out  # the shared PostgreSQL
@@ -165,11 +172,14 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     assert "MISSED" not in out
 
     report = json.loads(report_path.read_text())
-    assert report["seed"] == seed and report["exactly_once"] is True
+    assert report["seed"] == seed and report["result"] == "INCONCLUSIVE"
+    assert report["not_evidence"] == ["no negative control (--no-control)"]
     assert report["faults_happened"] == KILLS and report["faults_missed"] == 0
+    assert (report["pipeline_kills"], report["server_restarts"]) == (2, 1)
     assert report["counts"] == {
         "driver_kills": 1,
         "point_kills": 1,
+        "commit_kills": 0,
         "server_hard": 1,
         "server_clean": 0,
         "lost_replies": 1,
@@ -192,10 +202,13 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     assert (audit["duplicates"], audit["missing"], audit["unexpected"]) == (0, 0, 0)
     assert audit["dead_letters"] == audit["expected_dead_letters"] == data.null_keys
     verdict = [line for line in out.splitlines() if line.startswith("CHAOS: ")]
+    window = report["commit_window_kills"]
     assert verdict == [
-        f"CHAOS: EXACTLY ONCE (seed {seed}, 6 faults: 1 driver kill, 1 named-point kill, "
+        f"CHAOS: INCONCLUSIVE (seed {seed}, 6 faults: 1 driver kill, 1 named-point kill, "
         f"1 redis restart (1 hard, 0 clean), 1 lost reply, 1 refusal, 1 stall; "
-        f"{len(data.expected_ids)} IDs, 0 duplicates, 0 missing)"
+        f"2 pipeline kills ({window} in the commit window), 1 server restart; "
+        f"{len(data.expected_ids)} IDs, 0 duplicates, 0 missing, independent read: "
+        "0 duplicates, 0 missing; not evidence: no negative control (--no-control))"
     ]
     writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
     assert set(writes) == data.expected_ids and set(writes.values()) == {1}
@@ -250,17 +263,19 @@ def test_chaos_kills_a_cluster_worker_and_the_drainer_then_audits_exactly_once(
     report_path = tmp_path / "report.json"
     args = ["--kills", "2", "--seed", str(seed), "--cluster", "--worker-kills", "1"]
     args += ["--drainer-kills", "1", "--no-proxy", "--server-faults", "0", "--points", ""]
+    args += ["--no-control"]
     args += ["--json", str(report_path), "--log-dir", str(tmp_path / "logs")]
     done = _chaos(config, {"EXACTLYONCE_HOME": str(tmp_path / "no-services")}, *args)
     print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
     print(f"chaos took {time.monotonic() - began:.0f} s")
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 3, done.stderr[-2000:]  # INCONCLUSIVE: no control
     out = done.stdout
     assert "CHAOS the runs go to spark://127.0.0.1:" in out
     assert "CHAOS fault 1/2 done: " in out and "CHAOS fault 2/2 done: " in out
     report = json.loads(report_path.read_text())
     counts = {k: v for k, v in report["counts"].items() if v}
     assert counts == {"worker_kills": 1, "drainer_kills": 1}
+    assert (report["pipeline_kills"], report["worker_kills"]) == (2, 1)
     by_kind = {f["kind"]: f for f in report["faults"]}
     worker = by_kind["worker_kill"]
     assert worker["note"].startswith(f"SIGKILLed {worker['target']} with its executor (pid ")
@@ -269,6 +284,88 @@ def test_chaos_kills_a_cluster_worker_and_the_drainer_then_audits_exactly_once(
     assert audit["expected_ids"] == len(data.expected_ids)
     assert (audit["duplicates"], audit["missing"], audit["unexpected"]) == (0, 0, 0)
     assert audit["dead_letters"] == audit["expected_dead_letters"] == data.null_keys
-    assert f"CHAOS: EXACTLY ONCE (seed {seed}, 2 faults: 1 worker kill, 1 drainer kill; " in out
+    assert f"CHAOS: INCONCLUSIVE (seed {seed}, 2 faults: 1 worker kill, 1 drainer kill; " in out
     writes = write_counts(pg, unique_name)  # the audit trigger: inserts, not rows
     assert set(writes) == data.expected_ids and set(writes.values()) == {1}
+
+
+APPEND_PIPELINE = """\
+query_name: {name}
+checkpoint: {work}/checkpoint
+trigger: {{available_now: true}}
+source:
+  type: files
+  format: json
+  path: {work}/input
+  schema: "event_id STRING, amount BIGINT, action STRING"
+  max_files_per_trigger: 1
+sink:
+  type: postgres
+  dsn: ${{EXACTLYONCE_PG_DSN}}
+  table: {name}
+  id_columns: [event_id]
+  mode: append
+  shards: 2
+  redis_url: ${{EXACTLYONCE_REDIS_URL}}
+spark:
+  master: local[2]
+  conf:
+    spark.sql.shuffle.partitions: "2"
+    spark.driver.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+"""
+
+
+def test_the_control_shows_duplicates_under_the_schedule_where_ours_shows_none(
+    tmp_path: Path, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """The negative control: PostgreSQL in append mode (no unique index: a second write is a
+    second row), two kills, one aimed at the commit window (the run SIGKILLed as its commit
+    becomes visible: a NOTIFY from a trigger on the table) and one at ``after_head`` (after
+    the head advanced, before Spark's commit log). The same schedule runs against a plain
+    ``foreachBatch`` that COPYs each batch into a table of its own: there a batch whose
+    commit Spark never logged is written again, and the duplicates must show; in ours none
+    may. Both are read with plain SQL; ours' writes are counted with an audit trigger."""
+    seed = crash_seed("chaos negative control")
+    data = make_input(tmp_path / "input", files=16, rows=10, seed=seed)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(APPEND_PIPELINE.format(name=unique_name, work=tmp_path))
+    load_config(config).build_sink().preflight(SCHEMA)  # the table, to put the audit on
+    install_audit(pg, unique_name)
+
+    began = time.monotonic()
+    report_path = tmp_path / "report.json"
+    args = ["--kills", "2", "--seed", str(seed), "--commit-kills", "1", "--points", "after_head"]
+    args += ["--no-proxy", "--server-faults", "0"]
+    args += ["--json", str(report_path), "--log-dir", str(tmp_path / "logs")]
+    done = _chaos(config, {"EXACTLYONCE_HOME": str(tmp_path / "no-services")}, *args)
+    print(done.stdout[-8000:], done.stderr[-3000:], sep="\n")
+    print(f"chaos took {time.monotonic() - began:.0f} s")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    assert report["result"] == "EXACTLY ONCE" and report["not_evidence"] == []
+    assert (report["sink"], report["write_mode"]) == ("postgres", "append")
+    assert report["reader"].startswith("psycopg SQL")
+    # the kills as scheduled, on both sides: every one happened, none is a server's
+    control = report["control"]
+    for side in (report, control):
+        assert (side["pipeline_kills"], side["server_restarts"], side["faults_missed"]) == (2, 0, 0)
+        assert {k: v for k, v in side["counts"].items() if v} == {
+            "point_kills": 1,
+            "commit_kills": 1,
+        }
+        # the after_head kill is in the window by construction; the other most often
+        assert side["commit_window_kills"] >= 1
+        points = [f for f in side["faults"] if f["kind"] == "point_kill"]
+        assert [f["in_window"] for f in points] == [True]
+    assert report["commit_window_kills"] == sum(f["in_window"] for f in report["faults"])
+    # ours: exactly once, to both readers and to the write counts; the control: duplicates
+    assert (report["duplicates"], report["missing"], report["unexpected"]) == (0, 0, 0)
+    assert report["ids"] == len(data.expected_ids)
+    assert report["audit"]["duplicates"] == 0 and report["audit"]["missing"] == 0
+    assert report["control_duplicates"] > 0, control
+    assert control["independent"]["missing"] == 0
+    writes = write_counts(pg, unique_name)
+    assert set(writes) == data.expected_ids and set(writes.values()) == {1}
+    verdict = [line for line in done.stdout.splitlines() if line.startswith("CHAOS: ")]
+    assert verdict[0].startswith(f"CHAOS: EXACTLY ONCE (seed {seed}, 2 faults: ")
+    assert f"; control: {report['control_duplicates']} duplicates, " in verdict[0]

@@ -10,6 +10,7 @@ setup + teardown per test, those of 3 s or more).
 SECONDS: dict[str, int] = {
     "tests/crash/test_upsert_crash.py::test_an_upserted_aggregation_survives_kill_9": 145,
     "tests/crash/test_chaos_command.py::test_chaos_kills_and_restarts_then_audits_exactly_once": 140,
+    "tests/crash/test_chaos_command.py::test_the_control_shows_duplicates_under_the_schedule_where_ours_shows_none": 170,
     "tests/crash/test_kafka_format_crash.py::test_format_api_kill_at_each_named_point": 135,
     "tests/crash/test_broker_bounce.py::test_broker_bounces_end_exactly_once": 132,
     "tests/crash/test_postgres_crash.py::test_format_api_kill_at_each_named_point": 112,

@@ -14,7 +14,14 @@ from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.audit import SinkAudit
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.lab.chaos import ChaosReport, Fault, Outcome, report_json, verdict
+from exactlyonce.integration.lab.chaos.control.reading import Reading, tally
+from exactlyonce.integration.lab.chaos.report import (
+    ControlReport,
+    pipeline_kills,
+    server_restarts,
+)
 from exactlyonce.integration.lab.chaos.schedule import (
+    COMMIT_KILL,
     DRAINER_KILL,
     DRIVER_KILL,
     LOST_REPLY,
@@ -43,31 +50,88 @@ def _audit(found: Counter[str], expected_ids: int = 3) -> SinkAudit:
     )
 
 
-def _outcomes() -> list[Outcome]:
+def _clean() -> SinkAudit:
+    return _audit(Counter({record_id([f"e{n}"]): 1 for n in range(3)}))
+
+
+EXPECTED_KEYS = {(f"e{n}",) for n in range(3)}
+
+
+def _reading(found: dict[str, int]) -> Reading:
+    return Reading(
+        "psycopg SQL", "postgres table public.t", Counter({(k,): n for k, n in found.items()})
+    )
+
+
+def _control(duplicates: int, missed: int = 0) -> ControlReport:
+    """A control whose reading has ``duplicates`` writes beyond what was sent (each key sent
+    once), after the schedule of :func:`_outcomes` with its first ``missed`` faults missed."""
+    found = {"e0": 1 + duplicates, "e1": 1, "e2": 1}
+    counted = tally(_reading(found), EXPECTED_KEYS, Counter(dict.fromkeys(EXPECTED_KEYS, 1)))
+    outcomes = [
+        Outcome(o.fault, o.happened and n >= missed, "n", 1, 1.0, in_window=n == 1)
+        for n, o in enumerate(_outcomes(all_happen=True))
+    ]
+    return ControlReport("postgres table public.t_control_x", outcomes, counted)
+
+
+def _outcomes(all_happen: bool = False) -> list[Outcome]:
     faults = [
         Fault(1, DRIVER_KILL, epochs=1, delay_s=0.5),
         Fault(2, POINT_KILL, point="mid_copy"),
         Fault(3, SERVER_HARD, server="redis", epochs=2, down_s=1.0),
         Fault(4, SERVER_CLEAN, server="redis", epochs=1, down_s=1.0),
         Fault(5, DRIVER_KILL, epochs=3, delay_s=1.0),
+        Fault(6, COMMIT_KILL, epochs=1, delay_s=0.2),
     ]
-    happened = [True, True, True, True, False]
-    return [Outcome(f, h, "note", f.n, float(f.n)) for f, h in zip(faults, happened, strict=True)]
+    happened = [True, True, True, True, all_happen, True]
+    return [
+        Outcome(f, h, "note", f.n, float(f.n), in_window=f.kind == COMMIT_KILL)
+        for f, h in zip(faults, happened, strict=True)
+    ]
 
 
-def test_the_verdict_says_exactly_once_and_counts_each_sort_of_fault() -> None:
-    audit = _audit(Counter({record_id([f"e{n}"]): 1 for n in range(3)}))
-    report = ChaosReport("p.yaml", 42, 5, _outcomes(), audit)
-    assert report.exactly_once
+def test_every_fault_done_and_a_control_with_duplicates_say_exactly_once() -> None:
+    report = ChaosReport(
+        "p.yaml", 42, 6, _outcomes(all_happen=True), _clean(), sink="postgres",
+        write_mode="append", independent=tally(_reading({"e0": 1, "e1": 1, "e2": 1}),
+                                               EXPECTED_KEYS), control=_control(4),
+    )  # fmt: skip
+    assert report.result == "EXACTLY ONCE" and report.exactly_once
     assert verdict(report) == (
-        "CHAOS: EXACTLY ONCE (seed 42, 4 faults: 1 driver kill, 1 named-point kill, "
-        "2 redis restarts (1 hard, 1 clean), 1 MISSED; 3 IDs, 0 duplicates, 0 missing)"
+        "CHAOS: EXACTLY ONCE (seed 42, 6 faults: 2 driver kills, 1 named-point kill, "
+        "1 commit kill, 2 redis restarts (1 hard, 1 clean); 4 pipeline kills (1 in the commit "
+        "window), 2 server restarts; 3 IDs, 0 duplicates, 0 missing, independent read: "
+        "0 duplicates, 0 missing; control: 4 duplicates, 1 kills in the commit window)"
     )
     doc = report_json(report)
-    assert doc["exactly_once"] is True and doc["faults_missed"] == 1
+    cell = {k: doc[k] for k in ("sink", "write_mode", "seed", "ids", "pipeline_kills",
+                                "server_restarts", "worker_kills", "faults_missed",
+                                "duplicates", "missing", "unexpected", "reader",
+                                "control_duplicates", "commit_window_kills",
+                                "control_commit_window_kills", "result")}  # fmt: skip
+    assert cell == {
+        "sink": "postgres",
+        "write_mode": "append",
+        "seed": 42,
+        "ids": 3,
+        "pipeline_kills": 4,
+        "server_restarts": 2,
+        "worker_kills": 0,
+        "faults_missed": 0,
+        "duplicates": 0,
+        "missing": 0,
+        "unexpected": 0,
+        "reader": "psycopg SQL",
+        "control_duplicates": 4,
+        "commit_window_kills": 1,
+        "control_commit_window_kills": 1,
+        "result": "EXACTLY ONCE",
+    }
     assert doc["counts"] == {
-        "driver_kills": 1,
+        "driver_kills": 2,
         "point_kills": 1,
+        "commit_kills": 1,
         "server_hard": 1,
         "server_clean": 1,
         "lost_replies": 0,
@@ -76,11 +140,42 @@ def test_the_verdict_says_exactly_once_and_counts_each_sort_of_fault() -> None:
         "worker_kills": 0,
         "drainer_kills": 0,
     }
-    assert [f["happened"] for f in doc["faults"]] == [True, True, True, True, False]
-    assert doc["audit"]["duplicates"] == 0 and doc["audit"]["missing"] == 0
+    assert doc["control"]["pipeline_kills"] == 4 and doc["control"]["faults_missed"] == 0
+    assert [f["in_window"] for f in doc["faults"]] == [False] * 5 + [True]
 
 
-def test_proxy_worker_and_drainer_faults_are_counted_only_when_they_happened() -> None:
+def test_a_missed_fault_makes_a_clean_audit_inconclusive_naming_it() -> None:
+    report = ChaosReport("p.yaml", 42, 6, _outcomes(), _clean(), control=_control(4))
+    assert report.audit_clean and not report.exactly_once
+    assert report.result == "INCONCLUSIVE"
+    line = verdict(report)
+    assert line.startswith("CHAOS: INCONCLUSIVE (seed 42, 5 faults: ")
+    assert line.endswith("; not evidence: fault 5 (driver_kill) MISSED)")
+    doc = report_json(report)
+    assert doc["exactly_once"] is False and doc["faults_missed"] == 1
+    assert doc["not_evidence"] == ["fault 5 (driver_kill) MISSED"]
+
+
+def test_a_fault_missed_in_the_control_makes_it_inconclusive_too() -> None:
+    report = ChaosReport("p.yaml", 1, 6, _outcomes(True), _clean(), control=_control(3, 1))
+    assert report.result == "INCONCLUSIVE"
+    assert report.not_evidence() == ["control fault 1 (driver_kill) MISSED"]
+
+
+def test_a_control_without_duplicates_is_not_evidence() -> None:
+    report = ChaosReport("p.yaml", 1, 6, _outcomes(True), _clean(), control=_control(0))
+    assert report.result == "INCONCLUSIVE"
+    assert verdict(report).endswith("; not evidence: the control shows 0 duplicates)")
+    assert report_json(report)["control_duplicates"] == 0
+
+
+def test_no_control_is_not_evidence() -> None:
+    report = ChaosReport("p.yaml", 1, 6, _outcomes(True), _clean(), control_skipped="--no-control")
+    assert report.result == "INCONCLUSIVE"
+    assert report.not_evidence() == ["no negative control (--no-control)"]
+
+
+def test_kills_of_the_pipeline_are_counted_apart_from_server_restarts_and_proxy_faults() -> None:
     faults = [
         Fault(1, LOST_REPLY),
         Fault(2, REFUSE, down_s=2.0),
@@ -88,18 +183,24 @@ def test_proxy_worker_and_drainer_faults_are_counted_only_when_they_happened() -
         Fault(4, WORKER_KILL, target="worker2"),
         Fault(5, DRAINER_KILL),
         Fault(6, LOST_REPLY),
+        Fault(7, SERVER_HARD, server="pg"),
+        Fault(8, COMMIT_KILL),
     ]
-    happened = [True, True, True, True, True, False]
+    happened = [True, True, True, True, True, False, True, True]
     outcomes = [Outcome(f, h, "n", 1, 1.0) for f, h in zip(faults, happened, strict=True)]
-    audit = _audit(Counter({record_id([f"e{n}"]): 1 for n in range(3)}))
-    report = ChaosReport("p.yaml", 3, 6, outcomes, audit)
-    assert verdict(report) == (
-        "CHAOS: EXACTLY ONCE (seed 3, 5 faults: 1 lost reply, 1 refusal, 1 stall, "
-        "1 worker kill, 1 drainer kill, 1 MISSED; 3 IDs, 0 duplicates, 0 missing)"
+    assert (pipeline_kills(outcomes), server_restarts(outcomes)) == (3, 1)
+    report = ChaosReport("p.yaml", 3, 8, outcomes, _clean(), control=_control(2))
+    assert verdict(report).startswith(
+        "CHAOS: INCONCLUSIVE (seed 3, 7 faults: 1 commit kill, 1 pg restart (1 hard, 0 clean), "
+        "1 lost reply, 1 refusal, 1 stall, 1 worker kill, 1 drainer kill, 1 MISSED; "
+        "3 pipeline kills (0 in the commit window), 1 server restart; "
     )
     doc = report_json(report)
+    assert (doc["pipeline_kills"], doc["server_restarts"], doc["worker_kills"]) == (3, 1, 1)
     counts = {k: v for k, v in doc["counts"].items() if v}
     assert counts == {
+        "commit_kills": 1,
+        "server_hard": 1,
         "lost_replies": 1,
         "refusals": 1,
         "stalls": 1,
@@ -111,20 +212,38 @@ def test_proxy_worker_and_drainer_faults_are_counted_only_when_they_happened() -
 
 def test_a_duplicate_or_a_missing_id_fails_the_verdict() -> None:
     twice = Counter({record_id(["e0"]): 2, record_id(["e1"]): 1})
-    report = ChaosReport("p.yaml", 7, 5, _outcomes(), _audit(twice))
-    assert not report.exactly_once
+    report = ChaosReport("p.yaml", 7, 6, _outcomes(), _audit(twice), control=_control(1))
+    assert not report.exactly_once and report.result == "FAILED"
     assert verdict(report).startswith("CHAOS: FAILED (seed 7, ")
-    assert verdict(report).endswith("; 3 IDs, 1 duplicates, 1 missing)")
+    assert "; 3 IDs, 1 duplicates, 1 missing; control: 1 duplicates" in verdict(report)
     assert report_json(report)["exactly_once"] is False
 
 
+def test_a_duplicate_the_independent_reader_sees_fails_a_clean_project_audit() -> None:
+    seen_twice = tally(_reading({"e0": 2, "e1": 1, "e2": 1}), EXPECTED_KEYS)
+    report = ChaosReport(
+        "p.yaml", 7, 6, _outcomes(True), _clean(), independent=seen_twice, control=_control(1)
+    )
+    assert report.result == "FAILED"
+    assert "independent read: 1 duplicates, 0 missing" in verdict(report)
+    assert report_json(report)["duplicates"] == 1
+
+
+def test_the_control_may_write_a_key_as_often_as_it_was_sent() -> None:
+    sent = Counter({("e0",): 3, ("e1",): 1, ("e2",): 1})
+    counted = tally(_reading({"e0": 3, "e1": 2, "e2": 1, "zz": 1}), EXPECTED_KEYS, sent)
+    assert counted.duplicate_keys == {("e1",): 1}
+    assert counted.unexpected_keys == [("zz",)] and counted.missing_keys == []
+    ours = tally(_reading({"e0": 3, "e1": 1}), EXPECTED_KEYS)
+    assert ours.duplicates == 2 and ours.missing_keys == [("e2",)]
+
+
 def test_a_failed_last_run_fails_the_verdict_even_with_a_clean_audit() -> None:
-    audit = _audit(Counter({record_id([f"e{n}"]): 1 for n in range(3)}))
-    report = ChaosReport("p.yaml", 1, 0, [], audit, failure="the last run 3 failed 3 times:\nx")
-    assert not report.exactly_once
+    report = ChaosReport("p.yaml", 1, 0, [], _clean(), failure="the last run 3 failed 3 times:\nx")
+    assert not report.exactly_once and report.result == "FAILED"
     assert verdict(report) == (
-        "CHAOS: FAILED (seed 1, 0 faults; 3 IDs, 0 duplicates, 0 missing, "
-        "the last run 3 failed 3 times:)"
+        "CHAOS: FAILED (seed 1, 0 faults; 0 pipeline kills (0 in the commit window), "
+        "0 server restarts; 3 IDs, 0 duplicates, 0 missing, the last run 3 failed 3 times:)"
     )
 
 
@@ -209,30 +328,39 @@ def test_bad_options_exit_2_naming_them(
 
 
 @pytest.mark.parametrize(
-    ("found", "failure", "code"),
+    ("found", "failure", "control", "missed", "code"),
     [
-        ({"e0": 1, "e1": 1, "e2": 1}, "", 0),
-        ({"e0": 2, "e1": 1, "e2": 1}, "", 1),  # a duplicate
-        ({"e0": 1, "e1": 1}, "", 1),  # a missing ID
-        ({"e0": 1, "e1": 1, "e2": 1}, "the last run 4 failed 3 times:", 1),
+        ({"e0": 1, "e1": 1, "e2": 1}, "", 2, False, 0),
+        ({"e0": 2, "e1": 1, "e2": 1}, "", 2, False, 1),  # a duplicate
+        ({"e0": 1, "e1": 1}, "", 2, False, 1),  # a missing ID
+        ({"e0": 1, "e1": 1, "e2": 1}, "the last run 4 failed 3 times:", 2, False, 1),
+        ({"e0": 1, "e1": 1, "e2": 1}, "", 0, False, 3),  # the control shows no duplicate
+        ({"e0": 1, "e1": 1, "e2": 1}, "", 2, True, 3),  # a fault was missed
+        ({"e0": 1, "e1": 1, "e2": 1}, "", None, False, 3),  # --no-control
     ],
 )
-def test_the_command_exits_1_unless_the_audit_says_exactly_once(
+def test_the_command_exits_0_only_for_a_clean_audit_every_fault_and_a_failing_control(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     found: dict[str, int],
     failure: str,
+    control: int | None,
+    missed: bool,
     code: int,
 ) -> None:
-    """The runs and the sink's reading are stood in for (their real ones are
-    tests/crash/test_chaos_command.py's and the audit's own tests): what is checked is that the
-    audit's verdict, or a failed last run, becomes the command's exit code and report."""
+    """The runs, the sink's readings and the control are stood in for (their real ones are
+    tests/crash/test_chaos_command.py's and the audit's own tests): what is checked is that
+    the audit's verdict, a failed last run, a missed fault and the control's duplicates
+    become the command's exit code (0, 1 FAILED, 3 INCONCLUSIVE) and report."""
     from exactlyonce.integration.cli import main
     from exactlyonce.integration.lab.chaos import command
 
     monkeypatch.setenv("EXACTLYONCE_HOME", str(tmp_path / "no-services"))
     (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "part-0.json").write_text(
+        "".join(f'{{"event_id": "e{n}"}}\n' for n in range(3))
+    )
     config = tmp_path / "pipeline.yaml"
     config.write_text(
         "query_name: q\n"
@@ -241,20 +369,27 @@ def test_the_command_exits_1_unless_the_audit_says_exactly_once(
         "sink: {type: postgres, dsn: 'postgresql://u:pw@127.0.0.1:1/db', table: t,\n"
         "       id_columns: [event_id], dedup: false}\n"
     )
-    (tmp_path / "expected.txt").write_text("e0\ne1\ne2\n")
+    fault = Fault(1, DRIVER_KILL, epochs=1, delay_s=0.5)
 
     class NoRuns:
-        outcomes: list[Outcome] = []
+        outcomes = [Outcome(fault, not missed, "n", 1, 1.0)]
         runs = runs_died = 0
 
-    monkeypatch.setattr(command, "_run", lambda *_: (NoRuns(), failure))
+    monkeypatch.setattr(command, "_run", lambda *_, **__: (NoRuns(), failure))
     counts = Counter({record_id([key]): n for key, n in found.items()})
     monkeypatch.setattr(command, "audit_pipeline", lambda *_, **__: _audit(counts))
+    seen = tally(_reading(found), EXPECTED_KEYS)
+    monkeypatch.setattr(command, "_independent", lambda *_, **__: seen)
+    if control is not None:
+        monkeypatch.setattr(command, "_control", lambda *_: _control(control))
     report = tmp_path / "report.json"
-    argv = ["chaos", str(config), "--kills", "0", "--seed", "5"]
-    argv += ["--expected-ids", str(tmp_path / "expected.txt"), "--json", str(report)]
+    argv = ["chaos", str(config), "--kills", "1", "--seed", "5", "--json", str(report)]
+    argv += ["--server-faults", "0", "--no-proxy", "--points", ""]
+    argv += ["--no-control"] if control is None else []
     assert main(argv) == code
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "CHAOS seed 5 (replay with --seed 5)"
-    assert ("CHAOS: EXACTLY ONCE (seed 5, " in out) == (code == 0)
-    assert json.loads(report.read_text())["exactly_once"] is (code == 0)
+    word = {0: "EXACTLY ONCE", 1: "FAILED", 3: "INCONCLUSIVE"}[code]
+    assert f"CHAOS: {word} (seed 5, " in out
+    doc = json.loads(report.read_text())
+    assert doc["exactly_once"] is (code == 0) and doc["result"] == word

@@ -13,6 +13,7 @@ from exactlyonce.errors import ConfigError
 from exactlyonce.integration.lab.chaos.proxy import proxied_address
 from exactlyonce.integration.lab.chaos.rewrite import ADDRESS_ENV, rewrite_pipeline
 from exactlyonce.integration.lab.chaos.schedule import (
+    COMMIT_KILL,
     DRAINER_KILL,
     DRIVER_KILL,
     LIVE_KINDS,
@@ -49,17 +50,30 @@ def test_the_schedule_has_as_many_faults_as_kills_numbered_in_order() -> None:
         assert [f.n for f in faults] == list(range(1, kills + 1))
 
 
-def test_the_default_mix_is_a_fifth_server_faults_and_a_third_of_the_rest_at_points() -> None:
+def test_the_default_mix_is_a_fifth_servers_then_thirds_at_the_window_and_points() -> None:
     faults = plan(5, 20, PG_POINTS, ("pg", "redis"))
     kinds = [f.kind for f in faults]
     assert kinds.count(SERVER_HARD) + kinds.count(SERVER_CLEAN) == 4
+    assert kinds.count(COMMIT_KILL) == 5  # round(16 * 0.3)
     assert kinds.count(POINT_KILL) == 5  # round(16 * 0.3)
-    assert kinds.count(DRIVER_KILL) == 11
+    assert kinds.count(DRIVER_KILL) == 6
     assert kinds.count(SERVER_HARD) == kinds.count(SERVER_CLEAN) == 2  # hard and clean in turn
 
 
-def test_without_servers_or_points_every_fault_is_a_random_driver_kill() -> None:
-    assert {f.kind for f in plan(1, 9)} == {DRIVER_KILL}
+def test_without_servers_or_points_every_fault_is_a_driver_kill() -> None:
+    assert {f.kind for f in plan(1, 9)} == {DRIVER_KILL, COMMIT_KILL}
+    assert {f.kind for f in plan(1, 9, commit_kills=0)} == {DRIVER_KILL}
+
+
+def test_commit_kills_are_at_least_one_by_default_and_can_be_set() -> None:
+    assert fault_mix(1, 0, 0).commits == 1
+    assert fault_mix(10, 4, 0, commit_kills=7).commits == 7
+    assert fault_mix(10, 4, 0, commit_kills=7).points == 3  # round(10 * 0.3), of 3 left
+    assert fault_mix(0, 4, 0).commits == 0
+    with pytest.raises(ConfigError, match="--commit-kills"):
+        fault_mix(4, 0, 1, commit_kills=4)  # one of the 4 is a server restart
+    described = [f.describe() for f in plan(2, 4, commit_kills=4)]
+    assert all(d.startswith("SIGKILL driver as its next commit becomes visible") for d in described)
 
 
 def test_server_faults_can_be_set_or_turned_off() -> None:
@@ -77,7 +91,7 @@ def test_server_faults_can_be_set_or_turned_off() -> None:
 def test_small_schedules_still_have_one_of_each_sort_they_can() -> None:
     assert fault_mix(2, 4, 1) == fault_mix(2, 4, 1)
     mix = fault_mix(3, 4, 1)
-    assert (mix.servers, mix.points, mix.random_kills) == (1, 1, 1)
+    assert (mix.servers, mix.commits, mix.points, mix.random_kills) == (1, 1, 1, 0)
     assert fault_mix(1, 4, 1).servers == 0  # one fault: a driver kill
 
 
@@ -122,13 +136,13 @@ def test_points_are_checked() -> None:
 def test_without_extras_a_seed_gives_the_schedule_it_gave_before_them() -> None:
     faults = plan(42, 20, PG_POINTS, ("pg", "redis"))
     assert faults == plan(42, 20, PG_POINTS, ("pg", "redis"), extras=Extras())
-    assert not {f.kind for f in faults} - {DRIVER_KILL, POINT_KILL, *SERVER_KINDS}
+    assert not {f.kind for f in faults} - {DRIVER_KILL, POINT_KILL, COMMIT_KILL, *SERVER_KINDS}
 
 
 def test_each_extra_sort_gets_a_fifth_by_default_and_can_be_set() -> None:
     mix = fault_mix(20, 4, 1, extras=ALL_EXTRAS)
     assert (mix.servers, mix.proxy, mix.workers, mix.drainer) == (4, 4, 4, 4)
-    assert (mix.points, mix.random_kills) == (1, 3)
+    assert (mix.commits, mix.points, mix.random_kills) == (1, 1, 2)
     small = fault_mix(2, 0, 0, extras=ALL_EXTRAS)
     assert (small.proxy, small.workers, small.drainer, small.random_kills) == (1, 1, 0, 0)
     given = Extras(proxy_kinds=(LOST_REPLY,), proxy_faults=3, workers=("w",), worker_kills=0)

@@ -1,7 +1,9 @@
 """``exactlyonce chaos pipeline.yaml [--kills N] [--seed S] [--duration T] [--expected-ids FILE
-| --events N] [--points P,Q] [--server-faults M] [--proxy-faults M] [--proxy-kinds K,L]
-[--no-proxy] [--cluster] [--worker-kills M] [--drainer-kills M] [--json REPORT]``: run a
-pipeline under a seeded schedule of faults, then audit its sink.
+| --events N] [--points P,Q] [--commit-kills M] [--server-faults M] [--proxy-faults M]
+[--proxy-kinds K,L] [--no-proxy] [--cluster] [--worker-kills M] [--drainer-kills M]
+[--control | --no-control] [--json REPORT]``: run a pipeline under a seeded schedule of
+faults, audit its sink, then run the same schedule against a plain at-least-once writer
+(the negative control), which must show duplicates.
 
 Only the arguments are parsed here: the work is the lab's
 (:mod:`exactlyonce.integration.lab.chaos.command`), reached by name on use
@@ -56,6 +58,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="crash points for the named-point kills (default: the sink's; '' for none)",
     )
     chaos.add_argument(
+        "--commit-kills",
+        type=int,
+        metavar="M",
+        help="driver kills aimed at the window between a sink commit and Spark's commit "
+        "log: the run is SIGKILLed the moment its next write commit becomes visible in the "
+        "destination (default: about a third of the driver kills, at least one)",
+    )
+    chaos.add_argument(
         "--server-faults",
         type=int,
         metavar="M",
@@ -86,6 +96,18 @@ def _add_extra_arguments(chaos: argparse.ArgumentParser) -> None:
         help="the proxy faults to use, in turn (default lost_reply,refuse,stall)",
     )
     chaos.add_argument("--no-proxy", action="store_true", help="talk to the sink's server directly")
+    control = chaos.add_mutually_exclusive_group()
+    control.add_argument(
+        "--control",
+        action="store_true",
+        help="run the schedule against the negative control only (a plain at-least-once "
+        "writer of the same records), to see the duplicates a sink without the protocol makes",
+    )
+    control.add_argument(
+        "--no-control",
+        action="store_true",
+        help="skip the negative control (the verdict is then INCONCLUSIVE at best)",
+    )
     chaos.add_argument(
         "--cluster",
         action="store_true",
@@ -106,6 +128,6 @@ def _add_extra_arguments(chaos: argparse.ArgumentParser) -> None:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    """Exit 0 when the sink holds every expected record exactly once, 1 otherwise (or when
-    the last run failed), 2 on a bad configuration."""
+    """Exit 0 for EXACTLY ONCE (a clean audit, every fault happened, a control with
+    duplicates), 1 for FAILED, 3 for INCONCLUSIVE, 2 on a bad configuration."""
     return int(lab_command("chaos")(args))

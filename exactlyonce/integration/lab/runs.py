@@ -10,10 +10,10 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
-from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.integration.lab.echo import echo
 from exactlyonce.integration.lab.services.processes import START_POLL, poll_until
 from exactlyonce.progress import Progress
@@ -24,14 +24,26 @@ NO_HEAD = -1  # the head before the first commit
 _LIVE: set[subprocess.Popen[str]] = set()  # runs started and not yet reaped
 
 
-def head_epoch(sink: ExactlyOnceSink) -> int:
+class _Epoch(Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+
+class HasHead(Protocol):
+    """What a run's progress is read from: a sink (its head), or the control's Spark commit
+    log (:class:`exactlyonce.integration.lab.chaos.harness.SparkCommits`)."""
+
+    def head(self) -> _Epoch | None: ...
+
+
+def head_epoch(sink: HasHead) -> int:
     """The sink's committed head (its table of heads, or its control topic), -1 before the
     first commit. Read from the service every time."""
     head = sink.head()
     return NO_HEAD if head is None else head.epoch
 
 
-def head_epoch_or_none(sink: ExactlyOnceSink) -> int | None:
+def head_epoch_or_none(sink: HasHead) -> int | None:
     """:func:`head_epoch`, or None while the sink's server does not answer (a restart): each
     sink's client raises its own errors then (psycopg's, redis-py's, ...), so any error."""
     try:
@@ -46,18 +58,23 @@ def start_run(
     label: str,
     progress: Progress | None = None,
     env: Mapping[str, str] | None = None,
+    command: Sequence[str] | None = None,
 ) -> subprocess.Popen[str]:
     """``exactlyonce run`` in a new session; its progress lines are echoed (each batch's rows
     counted in ``progress``), stderr logged. ``env`` is added to this process's environment
-    (a crash point, say)."""
+    (a crash point, say); ``command`` (the arguments after the interpreter) runs instead of
+    ``exactlyonce run`` (the negative control's runs)."""
     run_env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         **(env or {}),
     }
-    cmd = [sys.executable, "-m", "exactlyonce.integration.cli", "run", config]
-    cmd += ["--until-idle", str(IDLE_SECONDS)]
+    if command is None:
+        cmd = [sys.executable, "-m", "exactlyonce.integration.cli", "run", config]
+        cmd += ["--until-idle", str(IDLE_SECONDS)]
+    else:
+        cmd = [sys.executable, *command]
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
             cmd,
@@ -73,7 +90,7 @@ def start_run(
 
 
 def wait_for_new_epoch(
-    sink: ExactlyOnceSink, proc: subprocess.Popen[str], after: int, timeout: float
+    sink: HasHead, proc: subprocess.Popen[str], after: int, timeout: float
 ) -> int | None:
     """The head once it passes ``after``; None if the run ended or timed out first.
 

@@ -1,12 +1,15 @@
-"""The work of ``exactlyonce chaos``: run a pipeline under a seeded schedule of faults, then
-audit its sink (the rest of :mod:`exactlyonce.integration.lab.chaos`).
+"""The work of ``exactlyonce chaos``: run a pipeline under a seeded schedule of faults, audit
+its sink, then run the same schedule against the negative control and audit that (the rest
+of :mod:`exactlyonce.integration.lab.chaos`).
 
 The arguments are parsed by the product's :mod:`exactlyonce.integration.cli.chaos`, which
 reaches :func:`cmd_chaos` by name, on use (:mod:`exactlyonce.integration.cli.lab`).
 
 Prints the seed first and each fault as it starts and ends, then the sink's audit (the same
-as ``exactlyonce audit``) and one verdict line. Exit 0 when the sink holds every expected
-record exactly once, 1 otherwise (or when the last run failed), 2 on a bad configuration.
+as ``exactlyonce audit``), its independent reading, the control's run and reading, and one
+verdict line (:mod:`.report`). Exit 0 for ``EXACTLY ONCE``, 1 for ``FAILED`` (or when the
+last run failed), 3 for ``INCONCLUSIVE`` (a fault missed, no control, or a control without
+duplicates), 2 on a bad configuration.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import secrets
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,7 +55,13 @@ from exactlyonce.integration.lab.chaos import (
     verdict,
     write_events,
 )
+from exactlyonce.integration.lab.chaos.control import target as targets
+from exactlyonce.integration.lab.chaos.control.clients import client
+from exactlyonce.integration.lab.chaos.control.reading import Tally, expected_keys, tally
+from exactlyonce.integration.lab.chaos.harness import SparkCommits
+from exactlyonce.integration.lab.chaos.report import INCONCLUSIVE, ControlReport
 from exactlyonce.integration.lab.cluster import Cluster
+from exactlyonce.integration.lab.runs import IDLE_SECONDS
 from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
@@ -57,6 +69,8 @@ if TYPE_CHECKING:
 
 DEFAULT_EVENTS = 2000  # when the source directory has no input of the user's
 CLUSTER_WORKERS = ("worker1", "worker2")
+EXIT_INCONCLUSIVE = 3
+CONTROL_RUNNER = "exactlyonce.integration.lab.chaos.control.runner"
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -77,24 +91,38 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             services,
             server_faults=args.server_faults,
             extras=_extras(args, cfg, proxy),
+            commit_kills=args.commit_kills,
         )
         expected = _expected(args, cfg, seed, log_dir)
+        control_why = _control_refusal(args, expected)
+        written, final, unread = _our_targets(cfg)
         _print_plan(args.config, cfg, servers, skipped, faults, expected.origin)
-        chaos, failure = _run(args, cfg, faults, log_dir, proxy)
+        if args.control:
+            return _control_only(args, cfg, faults, log_dir, proxy, expected, control_why)
+        chaos, failure = _run(args, cfg, faults, log_dir, proxy, written)
+        started = [o.fault for o in chaos.outcomes]
+        audit = _audit(cfg, expected, _dead_letters(args, expected), failure)
+        independent = _independent(final, expected, failure) if final is not None else None
+        control = None
+        if not control_why:
+            control = _control(args, cfg, started, log_dir, proxy, expected)
     finally:
         if proxy is not None:
             proxy.stop()
-    audit = _audit(cfg, expected, _dead_letters(args, expected), failure)
     report = ChaosReport(
         pipeline=args.config, seed=seed, kills=args.kills, outcomes=chaos.outcomes, audit=audit,
         failure=failure, servers=servers, skipped=skipped, runs=chaos.runs,
-        runs_died=chaos.runs_died, seconds=time.monotonic() - began,
+        runs_died=chaos.runs_died, seconds=time.monotonic() - began, sink=cfg.sink.type,
+        write_mode=targets.write_mode(cfg), independent=independent, independent_skipped=unread,
+        control=control, control_skipped=control_why, not_started=len(faults) - len(started),
     )  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(report_json(report), indent=2) + "\n")
     print(verdict(report), flush=True)
     print(f"CHAOS logs in {log_dir}; replay with --seed {seed}", flush=True)
-    return EXIT_OK if report.exactly_once else EXIT_FAILED
+    if report.exactly_once:
+        return EXIT_OK
+    return EXIT_INCONCLUSIVE if report.result == INCONCLUSIVE else EXIT_FAILED
 
 
 def _proxy(args: argparse.Namespace, cfg: PipelineConfig) -> SinkProxy | None:
@@ -158,6 +186,34 @@ def _expected(
     return write_events(cfg, events, seed, files, log_dir / "expected-ids.txt")
 
 
+def _control_refusal(args: argparse.Namespace, expected: ExpectedInput) -> str:
+    """Why the negative control cannot run ('' when it runs)."""
+    if args.no_control:
+        if args.control:
+            raise ConfigError("--control", "--no-control leaves nothing to run")
+        return "--no-control"
+    if expected.sent is None:
+        why = (
+            "it counts the writes beyond the records the input sent, which needs the input "
+            "(--events, or the source's JSON files), not --expected-ids"
+        )
+        if args.control:
+            raise ConfigError("--control", why)
+        return why
+    return ""
+
+
+def _our_targets(cfg: PipelineConfig) -> tuple[targets.Target | None, targets.Target | None, str]:
+    """Where our runs' commits show and where the records end, as plain clients read them
+    (None and why when the sink's mode or settings leave nothing for them to count)."""
+    try:
+        written, final = targets.ours(cfg)
+    except ConfigError as exc:
+        print(f"CHAOS independent audit SKIPPED: {exc}", flush=True)
+        return None, None, str(exc)
+    return written, final, ""
+
+
 def _audit(
     cfg: PipelineConfig, expected: ExpectedInput, dead_letters: int | None, failure: str
 ) -> SinkAudit | None:
@@ -173,6 +229,32 @@ def _audit(
     return audit
 
 
+def _independent(
+    final: targets.Target, expected: ExpectedInput, failure: str, sent: bool = False
+) -> Tally | None:
+    """The records at ``final`` read by a plain client and tallied (with ``sent``: against
+    the records the input sent, the control's rule), printed; None if unreadable."""
+    try:
+        reading = client(final.kind).read(final)
+    except Exception as exc:
+        if not failure:
+            raise
+        print(f"CHAOS no independent reading: {scrub(str(exc), final.address)}", flush=True)
+        return None
+    counted = tally(reading, expected_keys(expected.ids), expected.sent if sent else None)
+    rule = "writes beyond the records sent" if sent else "a key found twice"
+    print(f"INDEPENDENT {reading.target} ({reading.reader}; a duplicate: {rule})")
+    for name, value in (
+        ("records read", sum(reading.found.values())),
+        ("duplicates", counted.duplicates),
+        ("missing", len(counted.missing_keys)),
+        ("unexpected", len(counted.unexpected_keys)),
+        ("rewritten in place", reading.rewritten),
+    ):
+        print(f"  {name:<22}{value:>10}")
+    return counted
+
+
 def _dead_letters(args: argparse.Namespace, expected: ExpectedInput) -> int | None:
     given: int | None = args.expected_dead_letters
     return given if given is not None else expected.dead_letters
@@ -184,21 +266,48 @@ def _run(
     faults: list[Fault],
     log_dir: Path,
     proxy: SinkProxy | None,
+    written: targets.Target | None,
+    control: targets.Target | None = None,
 ) -> tuple[Chaos, str]:
-    """Every fault, then the last run (and drain); the runs, and what failed at the end."""
-    deadline = None if args.duration is None else time.monotonic() + args.duration
-    buffered = getattr(cfg.sink, "buffer", None) is not None
-    chaos = Chaos(
-        config=args.config,
-        sink=cfg.build_sink(check=False),
-        log_dir=log_dir,
-        buffered=buffered,
-        deadline=deadline,
-        proxy=proxy,
-    )
+    """Every fault (those ``--duration`` leaves time for: the others are never started, and
+    so not part of the run), then the last run (and drain); the runs, and what failed at
+    the end. With ``control``, the runs are the control's, writing there."""
+    deadline = None if args.duration is None or control else time.monotonic() + args.duration
+    buffered = getattr(cfg.sink, "buffer", None) is not None and control is None
+    if control is None:
+        chaos = Chaos(
+            config=args.config,
+            sink=cfg.build_sink(check=False),
+            log_dir=log_dir,
+            checkpoint=cfg.checkpoint,
+            written=written,
+            buffered=buffered,
+            proxy=proxy,
+        )
+    else:
+        checkpoint = log_dir / "checkpoint"
+        chaos = Chaos(
+            config=args.config,
+            sink=SparkCommits(str(checkpoint)),
+            log_dir=log_dir,
+            checkpoint=str(checkpoint),
+            written=control,
+            control=True,
+            proxy=proxy,
+        )
     try:
         _rig(args, chaos, buffered)
+        if control is not None:
+            chaos.command = [
+                "-m", CONTROL_RUNNER, chaos.config, "--name", control.name,
+                "--checkpoint", chaos.checkpoint, "--until-idle", str(IDLE_SECONDS),
+            ]  # fmt: skip
         for fault in faults:
+            if deadline is not None and time.monotonic() > deadline:
+                left = len(faults) - len(chaos.outcomes)
+                print(f"CHAOS --duration passed: the last {left} faults are not started "
+                      "(not part of this run)", flush=True)  # fmt: skip
+                break
             chaos.inject(fault, len(faults))
         print("CHAOS faults done; the last run goes on until the input is read", flush=True)
         return chaos, chaos.finish()
@@ -211,6 +320,64 @@ def _run(
             chaos.drainer.stop()
         if chaos.cluster is not None:
             chaos.cluster.stop()
+
+
+def _control(
+    args: argparse.Namespace,
+    cfg: PipelineConfig,
+    faults: list[Fault],
+    log_dir: Path,
+    proxy: SinkProxy | None,
+    expected: ExpectedInput,
+) -> ControlReport:
+    """The same faults against the negative control (a fresh destination and checkpoint),
+    then its independent reading."""
+    name = targets.control_name(cfg, secrets.token_hex(3))
+    target = targets.control(cfg, name)
+    print(
+        f"CHAOS negative control: the same {len(faults)} faults against a plain at-least-once "
+        f"writer of the same records (no protocol) into {target.describe()}",
+        flush=True,
+    )
+    control_dir = log_dir / "control"
+    shutil.rmtree(control_dir, ignore_errors=True)
+    control_dir.mkdir(parents=True)
+    prepare = client(target.kind).prepare
+    if target.kind == "kafka":
+        prepare(target, getattr(targets.sink_settings(cfg), "partitions", None) or 2)
+    else:
+        prepare(target)
+    if proxy is not None:
+        proxy.control = True
+    chaos, failure = _run(args, cfg, faults, control_dir, proxy, target, control=target)
+    reading = _independent(target, expected, failure, sent=True)
+    return ControlReport(
+        target.describe(), chaos.outcomes, reading, failure, chaos.runs, chaos.runs_died
+    )
+
+
+def _control_only(
+    args: argparse.Namespace,
+    cfg: PipelineConfig,
+    faults: list[Fault],
+    log_dir: Path,
+    proxy: SinkProxy | None,
+    expected: ExpectedInput,
+    why: str,
+) -> int:
+    """``--control``: the schedule against the negative control alone."""
+    if why:
+        raise ConfigError("--control", why)
+    control = _control(args, cfg, faults, log_dir, proxy, expected)
+    dupes = control.duplicates
+    shown = dupes is not None and dupes > 0 and not control.missed and not control.failure
+    missed = ", ".join(f"fault {o.fault.n} ({o.fault.kind}) MISSED" for o in control.missed)
+    print(
+        f"CHAOS CONTROL: {'DUPLICATES SHOWN' if shown else 'NOT EVIDENCE'} (seed {args.seed}, "
+        f"{dupes} duplicates{', ' + missed if missed else ''})",
+        flush=True,
+    )
+    return EXIT_OK if shown else EXIT_INCONCLUSIVE
 
 
 def _rig(args: argparse.Namespace, chaos: Chaos, buffered: bool) -> None:
@@ -248,3 +415,4 @@ def _print_plan(
     print(f"CHAOS schedule of {len(faults)} faults:", flush=True)
     for f in faults:
         print(f"  {f.n:>3}. {f.describe()}", flush=True)
+    sys.stdout.flush()

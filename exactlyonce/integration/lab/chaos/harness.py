@@ -6,6 +6,9 @@ a live run:
 
 - a random driver kill waits for the head to pass ``epochs`` new epochs, ``delay_s`` more,
   then SIGKILLs the run's process group, unless the run ended first (then it is *missed*);
+- a commit kill waits the same way, then watches the destination the run writes
+  (:mod:`.control.clients`) and SIGKILLs the run's group the moment a write of it commits
+  (becomes visible there); a run that ends first is a miss;
 - a point kill starts a run with the point armed (``EXACTLYONCE_CRASH_AT``, a crash
   directory of its own; small COPY chunks for ``mid_copy``, so data is sent before and after
   the point), waits for the point's marker file and SIGKILLs the group there; a run that
@@ -20,6 +23,13 @@ a live run:
   executor, and starts the worker again;
 - a drainer kill waits for the drainer (:mod:`.drainer`, going alongside the runs) to
   report ``epochs`` new transactions and ``delay_s`` more, SIGKILLs it and starts it again.
+  The negative control has no drainer: there its writer (the run) is SIGKILLed instead,
+  after the same wait as a random kill.
+
+After each kill that ends a run (driver, point and commit kills), the kill is judged: it
+landed in the COMMIT WINDOW when the destination holds records of an epoch that Spark's
+commit log (``<checkpoint>/commits/``) does not: a sink commit happened and Spark's did not
+(``Outcome.in_window``).
 
 Then :meth:`Chaos.finish` lets a run go on until its query ends or is idle (a run that dies
 is started again, up to ``FINAL_ATTEMPTS`` times); a buffered pipeline is then drained
@@ -35,14 +45,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exactlyonce.connectors.base import ExactlyOnceSink
+from exactlyonce.integration.lab.chaos.control.clients import last_epoch, watch
+from exactlyonce.integration.lab.chaos.control.target import Target, spark_committed
 from exactlyonce.integration.lab.chaos.drainer import DrainerProcess
 from exactlyonce.integration.lab.chaos.proxy import SinkProxy
 from exactlyonce.integration.lab.chaos.schedule import (
+    COMMIT_KILL,
     DRAINER_KILL,
     DRIVER_KILL,
     POINT_KILL,
     PROXY_KINDS,
+    RUN_KILL_KINDS,
     SERVER_HARD,
     WORKER_KILL,
     Fault,
@@ -52,6 +65,7 @@ from exactlyonce.integration.lab.cluster import Cluster
 from exactlyonce.integration.lab.runs import (
     IDLE_SECONDS,
     RUN_TIMEOUT_SECONDS,
+    HasHead,
     head_epoch_or_none,
     kill_group,
     log_tail,
@@ -75,6 +89,26 @@ class Outcome:
     note: str
     run: int  # the run it struck (or was meant to)
     at_s: float  # seconds since the chaos began
+    # a kill that ended a run: it landed between a sink commit and Spark's commit log (None:
+    # not a kill that ends a run, or the destination could not be read)
+    in_window: bool | None = None
+
+
+@dataclass(frozen=True)
+class _Epoch:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class SparkCommits:
+    """The negative control's progress: the last batch of its Spark commit log (it has no
+    head), read like a sink's head."""
+
+    checkpoint: str
+
+    def head(self) -> _Epoch | None:
+        epoch = spark_committed(self.checkpoint)
+        return None if epoch < 0 else _Epoch(epoch)
 
 
 @dataclass
@@ -82,8 +116,12 @@ class Chaos:
     """Runs of one pipeline file under faults; ``outcomes`` in schedule order."""
 
     config: str
-    sink: ExactlyOnceSink  # its head is read to see runs progress
+    sink: HasHead  # its head is read to see runs progress (the control: its commit log)
     log_dir: Path
+    checkpoint: str = ""  # the runs' Spark checkpoint, for the commit window
+    written: Target | None = None  # where a run's commits show (commit kills, the window)
+    command: list[str] | None = None  # the runs' command (None: exactlyonce run)
+    control: bool = False  # the runs are the negative control's
     buffered: bool = False
     deadline: float | None = None  # monotonic time after which no fault starts
     runs: int = 0
@@ -103,8 +141,10 @@ class Chaos:
             outcome = self._outcome(fault, False, "not started: --duration passed")
         elif fault.kind == POINT_KILL:
             outcome = self._point_kill(fault)
-        elif fault.kind == DRIVER_KILL:
+        elif fault.kind == DRIVER_KILL or (fault.kind == DRAINER_KILL and self.control):
             outcome = self._random_kill(fault)
+        elif fault.kind == COMMIT_KILL:
+            outcome = self._commit_kill(fault)
         elif fault.kind in PROXY_KINDS:
             outcome = self._proxy_fault(fault)
         elif fault.kind == WORKER_KILL:
@@ -113,6 +153,10 @@ class Chaos:
             outcome = self._drainer_kill(fault)
         else:
             outcome = self._server_fault(fault)
+        if outcome.happened and fault.kind in RUN_KILL_KINDS:
+            outcome.in_window = self._in_window()
+        if outcome.in_window:
+            outcome.note += " (in the commit window: a sink commit Spark's log does not hold)"
         verdict = "done" if outcome.happened else "MISSED"
         print(f"CHAOS fault {fault.n}/{total} {verdict}: {outcome.note}", flush=True)
         self.outcomes.append(outcome)
@@ -123,7 +167,45 @@ class Chaos:
         ended = self._wait_into_run(proc, fault)
         if ended:
             return self._outcome(fault, False, ended)
-        return self._kill(fault, proc, f"SIGKILLed run {self.runs} at head {self._head()}")
+        what = "its writer (the control has no drainer): " if fault.kind == DRAINER_KILL else ""
+        return self._kill(fault, proc, f"SIGKILLed {what}run {self.runs} at head {self._head()}")
+
+    def _commit_kill(self, fault: Fault) -> Outcome:
+        proc = self._running()
+        ended = self._wait_into_run(proc, fault)
+        if ended:
+            return self._outcome(fault, False, ended)
+        if self.written is None:
+            return self._outcome(fault, False, "no watch on the destination (no plain client)")
+        try:
+            watching = watch(self.written)
+        except Exception as exc:  # a server restarting: the fault is missed, and said why
+            return self._outcome(fault, False, f"could not watch {self.written.describe()}: {exc}")
+        try:
+            seen = watching.seen(RUN_TIMEOUT_SECONDS, lambda: proc.poll() is None)
+            if seen:
+                kill_group(proc)  # first: the window is milliseconds wide
+        finally:
+            watching.close()
+        if not seen:
+            return self._outcome(fault, False, self._ended(proc, "a commit became visible"))
+        self.proc = None
+        return self._outcome(
+            fault,
+            True,
+            f"SIGKILLed run {self.runs} as its commit to {self.written.describe()} became "
+            f"visible (head {self._head()})",
+        )
+
+    def _in_window(self) -> bool | None:
+        """The destination holds an epoch Spark's commit log does not (None: unreadable)."""
+        if self.written is None or not self.checkpoint:
+            return None
+        try:
+            epoch = last_epoch(self.written)
+        except Exception:  # a restarting server: not judged
+            return None
+        return epoch is not None and epoch > spark_committed(self.checkpoint)
 
     def _point_kill(self, fault: Fault) -> Outcome:
         assert fault.point is not None
@@ -308,7 +390,10 @@ class Chaos:
     def _start(self, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         self.runs += 1
         log = self.log_dir / f"run-{self.runs}.log"
-        self.proc = start_run(self.config, log, f"run {self.runs}", env={**self.env, **(env or {})})
+        label = f"{'control ' if self.control else ''}run {self.runs}"
+        self.proc = start_run(
+            self.config, log, label, env={**self.env, **(env or {})}, command=self.command
+        )
         if self.drainer is not None:
             self.drainer.start()
         return self.proc

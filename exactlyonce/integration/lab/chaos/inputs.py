@@ -23,12 +23,15 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
-from exactlyonce.integration.audit import Expected, read_expected
+from exactlyonce.integration.audit import Expected, read_expected, spark_text
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.config.sources import FilesSourceConfig
 from exactlyonce.integration.maintenance import drop_catalog
@@ -36,18 +39,33 @@ from exactlyonce.integration.maintenance import drop_catalog
 FILE_PREFIX = "chaos-part-"  # the files --events writes (and may remove on its next run)
 
 
+Key = tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class ExpectedInput:
-    """The IDs the sink must hold, the dead letters it must have (None: not checked), and
-    where they came from."""
+    """The IDs the sink must hold, the dead letters it must have (None: not checked), where
+    they came from, and how many records of each key the input sent (None: unknown; the
+    negative control may write a key that often, as any at-least-once writer does)."""
 
     ids: Expected
     dead_letters: int | None
     origin: str
+    sent: Counter[Key] | None = None
 
 
 def from_file(path: str) -> ExpectedInput:
     return ExpectedInput(read_expected(path), None, f"expected IDs from {path}")
+
+
+def sent_keys(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> Counter[Key]:
+    """Records per key (as text) among ``rows``; rows with a null key are left out."""
+    sent: Counter[Key] = Counter()
+    for row in rows:
+        values = [row.get(c) for c in columns]
+        if all(v is not None for v in values):
+            sent[tuple(spark_text(v) for v in values)] += 1
+    return sent
 
 
 def from_source(cfg: PipelineConfig) -> ExpectedInput:
@@ -56,6 +74,7 @@ def from_source(cfg: PipelineConfig) -> ExpectedInput:
     columns = list(cfg.sink.id_columns or ())
     ids: Expected = {}
     nulls = 0
+    rows = []
     for path in sorted(
         p for p in directory.iterdir() if p.is_file() and not p.name.startswith(".")
     ):
@@ -63,12 +82,18 @@ def from_source(cfg: PipelineConfig) -> ExpectedInput:
             if not line.strip():
                 continue
             row = json.loads(line)
+            rows.append(row)
             values = [row.get(c) for c in columns]
             if any(v is None for v in values):
                 nulls += 1
             else:
                 ids[record_id(values)] = values
-    return ExpectedInput(ids, nulls, f"expected IDs read from the source files in {directory}")
+    return ExpectedInput(
+        ids,
+        nulls,
+        f"expected IDs read from the source files in {directory}",
+        sent_keys(rows, columns),
+    )
 
 
 def needs_fresh_input(cfg: PipelineConfig) -> bool:
@@ -124,7 +149,12 @@ def write_events(
         f"CHAOS input: {expected.describe()}; {n + 1} files in {directory}; expected IDs in {out}",
         flush=True,
     )
-    return ExpectedInput(read_expected(out), expected.null_keys, f"--events {events} (seed {seed})")
+    return ExpectedInput(
+        read_expected(out),
+        expected.null_keys,
+        f"--events {events} (seed {seed})",
+        sent_keys(rows, [key]),
+    )
 
 
 def fresh_query(cfg: PipelineConfig, config: str) -> None:

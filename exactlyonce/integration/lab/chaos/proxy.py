@@ -26,6 +26,9 @@ from exactlyonce.integration.lab.fault_proxy import FaultProxy
 
 # The request after which a sink's write is applied: its reply is the one to lose.
 COMMIT_PATTERN = {"postgres": b"COMMIT", "redis": b"EVALSHA", "elasticsearch": b"_bulk"}
+# The same for the negative control's plain writer (:mod:`.control.writer`): its COPY
+# transaction's COMMIT, its pipelined XADDs, its _bulk.
+CONTROL_COMMIT_PATTERN = {"postgres": b"COMMIT", "redis": b"XADD", "elasticsearch": b"_bulk"}
 FIRE_TIMEOUT_S = 60.0  # for a fault to fire while the run goes on
 POLL_S = 0.1
 
@@ -38,6 +41,7 @@ class SinkProxy:
     sink_type: str
     upstream: str  # host:port, for the output
     address: str  # the sink's address through the proxy (may hold credentials)
+    control: bool = False  # the negative control's runs go through it (its commit request)
 
     def stop(self) -> None:
         self.proxy.stop()
@@ -51,7 +55,7 @@ class SinkProxy:
         return self._stall(fault.down_s, alive)
 
     def _lost_reply(self, alive: Callable[[], bool]) -> tuple[bool, str]:
-        pattern = COMMIT_PATTERN[self.sink_type]
+        pattern = (CONTROL_COMMIT_PATTERN if self.control else COMMIT_PATTERN)[self.sink_type]
         before = len(self.proxy.dropped)
         self.proxy.drop_reply_to(pattern)
         fired = _until(lambda: len(self.proxy.dropped) > before, alive, FIRE_TIMEOUT_S)

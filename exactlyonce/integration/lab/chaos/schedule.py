@@ -8,6 +8,11 @@ Kinds:
   ``delay_s`` later;
 - ``point_kill``: the same SIGKILL once the run reaches the named crash point ``point``
   (:mod:`exactlyonce.faults`), at the first epoch that gets there;
+- ``commit_kill``: the same SIGKILL aimed at the window between a sink commit and Spark's
+  commit log: once the run shows ``epochs`` new epochs and ``delay_s`` passed, a watch on
+  the destination (a PostgreSQL ``NOTIFY`` from a trigger, a Redis keyspace notification, a
+  ``read_committed`` consumer, a polled Elasticsearch count) kills the run the moment its
+  next write commit becomes visible;
 - ``server_hard`` / ``server_clean``: the local service ``server`` (``pg``, ``redis``,
   ``kafka``) SIGKILLed or stopped cleanly once the run shows ``epochs`` new epochs and
   ``delay_s`` passed, kept down ``down_s``, and started again on its data;
@@ -37,6 +42,7 @@ from exactlyonce.faults import POINTS
 
 DRIVER_KILL = "driver_kill"
 POINT_KILL = "point_kill"
+COMMIT_KILL = "commit_kill"
 SERVER_HARD = "server_hard"
 SERVER_CLEAN = "server_clean"
 LOST_REPLY = "lost_reply"
@@ -46,7 +52,18 @@ WORKER_KILL = "worker_kill"
 DRAINER_KILL = "drainer_kill"
 SERVER_KINDS = (SERVER_HARD, SERVER_CLEAN)
 PROXY_KINDS = (LOST_REPLY, REFUSE, STALL)
-KINDS = (DRIVER_KILL, POINT_KILL, *SERVER_KINDS, *PROXY_KINDS, WORKER_KILL, DRAINER_KILL)
+KINDS = (
+    DRIVER_KILL,
+    POINT_KILL,
+    COMMIT_KILL,
+    *SERVER_KINDS,
+    *PROXY_KINDS,
+    WORKER_KILL,
+    DRAINER_KILL,
+)
+# Kills of the pipeline itself (its driver, its executors, its drainer), not of a server.
+PIPELINE_KILL_KINDS = (DRIVER_KILL, POINT_KILL, COMMIT_KILL, WORKER_KILL, DRAINER_KILL)
+RUN_KILL_KINDS = (DRIVER_KILL, POINT_KILL, COMMIT_KILL)  # the run ends: its window is judged
 LIVE_KINDS = (*SERVER_KINDS, *PROXY_KINDS, WORKER_KILL, DRAINER_KILL)  # the run goes on
 
 # The write path's points each sink reaches under `exactlyonce run` (rewind's are not).
@@ -60,6 +77,7 @@ SINK_POINTS: dict[str, tuple[str, ...]] = {
 RUN_POINTS = frozenset(p for points in SINK_POINTS.values() for p in points)
 SERVER_SHARE = 0.2  # of the faults, by default, when local servers can be restarted
 POINT_SHARE = 0.3  # of the driver kills, by default, at named points
+COMMIT_SHARE = 0.3  # of the driver kills, by default, aimed at the commit window
 MAX_EPOCHS = 3  # a fault waits for 1-3 new epochs first
 MAX_DELAY_S = 2.0  # then 0-2 s
 DOWN_S = (0.5, 3.0)  # a server stays down this long
@@ -87,6 +105,8 @@ class Fault:
         when = f"{self.epochs} epoch(s) + {self.delay_s:.1f} s into the run"
         if self.kind == DRIVER_KILL:
             return f"SIGKILL driver {when}"
+        if self.kind == COMMIT_KILL:
+            return f"SIGKILL driver as its next commit becomes visible, {when}"
         if self.kind in SERVER_KINDS:
             how = "SIGKILL" if self.kind == SERVER_HARD else "clean stop"
             return f"{how} of {self.server} {when}, down {self.down_s:.1f} s, restarted"
@@ -127,10 +147,12 @@ class Mix:
     proxy: int = 0
     workers: int = 0
     drainer: int = 0
+    commits: int = 0
 
     @property
     def random_kills(self) -> int:
-        return self.total - self.points - self.servers - self.proxy - self.workers - self.drainer
+        others = self.points + self.servers + self.proxy + self.workers + self.drainer
+        return self.total - others - self.commits
 
 
 def check_points(points: Sequence[str], field: str = "--points") -> tuple[str, ...]:
@@ -159,12 +181,14 @@ def fault_mix(
     *,
     server_faults: int | None = None,
     extras: Extras = Extras(),  # noqa: B008 (frozen)
+    commit_kills: int | None = None,
 ) -> Mix:
     """The default mix: a fifth of the faults server restarts (at least one from 2 faults
     on, when ``servers`` can be restarted), as many proxy faults, worker kills and drainer
-    kills when ``extras`` has them, then about a third of the driver kills left at named
-    points (at least one, when ``points`` exist); the ``extras``' counts and
-    ``server_faults`` override the defaults."""
+    kills when ``extras`` has them, then of the driver kills left about a third aimed at the
+    commit window (at least one) and about a third at named points (at least one, when
+    ``points`` exist); the ``extras``' counts, ``server_faults`` and ``commit_kills``
+    override the defaults."""
     if total < 0:
         raise ConfigError("--kills", f"must be 0 or more, got {total}")
     if server_faults is None:
@@ -182,8 +206,15 @@ def fault_mix(
     left -= workers
     drainer = _extra(total, left, extras.drainer, extras.drainer_kills, "--drainer-kills")
     drivers = left - drainer
-    at_points = min(drivers, max(1, round(drivers * POINT_SHARE))) if points and drivers else 0
-    return Mix(total, at_points, wanted, proxy, workers, drainer)
+    if commit_kills is None:
+        commits = min(drivers, max(1, round(drivers * COMMIT_SHARE))) if drivers else 0
+    elif commit_kills < 0 or commit_kills > drivers:
+        raise ConfigError("--commit-kills", f"must be from 0 to the driver kills left ({drivers})")
+    else:
+        commits = commit_kills
+    rest = drivers - commits
+    at_points = min(rest, max(1, round(drivers * POINT_SHARE))) if points and rest else 0
+    return Mix(total, at_points, wanted, proxy, workers, drainer, commits)
 
 
 def _extra(total: int, left: int, available: bool, given: int | None, option: str) -> int:
@@ -210,19 +241,28 @@ def plan(
     *,
     server_faults: int | None = None,
     extras: Extras = Extras(),  # noqa: B008 (frozen)
+    commit_kills: int | None = None,
 ) -> list[Fault]:
-    """``kills`` faults from ``seed``: driver kills (random and at ``points``, the points used
-    evenly) shuffled, with server faults on ``servers`` (hard and clean in turn, from a
-    seeded start), then the ``extras``' faults (proxy kinds in turn, workers in turn, from
-    seeded starts), each placed where no point kill follows it."""
+    """``kills`` faults from ``seed``: driver kills (random, aimed at the commit window, and
+    at ``points``, the points used evenly) shuffled, with server faults on ``servers`` (hard
+    and clean in turn, from a seeded start), then the ``extras``' faults (proxy kinds in
+    turn, workers in turn, from seeded starts), each placed where no point kill follows it."""
     rng = random.Random(seed)
-    mix = fault_mix(kills, len(points), len(servers), server_faults=server_faults, extras=extras)
+    mix = fault_mix(
+        kills,
+        len(points),
+        len(servers),
+        server_faults=server_faults,
+        extras=extras,
+        commit_kills=commit_kills,
+    )
     order = list(points)
     rng.shuffle(order)
     kinds: list[tuple[str, str | None]] = [
         (POINT_KILL, order[i % len(order)]) for i in range(mix.points)
     ]
     kinds += [(DRIVER_KILL, None)] * mix.random_kills
+    kinds += [(COMMIT_KILL, None)] * mix.commits
     rng.shuffle(kinds)
     _place_servers(rng, kinds, list(servers), mix.servers)
     _place_extras(rng, kinds, extras, mix)
@@ -270,7 +310,7 @@ def _fault(rng: random.Random, n: int, kind: str, target: str | None) -> Fault:
         return Fault(n, kind, point=target)
     epochs = rng.randint(1, MAX_EPOCHS)
     delay = round(rng.uniform(0.0, MAX_DELAY_S), 2)
-    if kind in (DRIVER_KILL, LOST_REPLY, DRAINER_KILL):
+    if kind in (DRIVER_KILL, COMMIT_KILL, LOST_REPLY, DRAINER_KILL):
         return Fault(n, kind, epochs=epochs, delay_s=delay)
     if kind == WORKER_KILL:
         return Fault(n, kind, epochs=epochs, delay_s=delay, target=target)
