@@ -1,12 +1,17 @@
 """``python -m bench soak`` (``make soak``): the fault matrix at scale.
 
-For each sink (PostgreSQL, Kafka, Elasticsearch, Redis, the buffer: ``examples/soak/*.yaml``),
+For each sink, in the mode where a second write shows (PostgreSQL ``append``, Redis
+``stream``, Elasticsearch ``op_type: index``, Kafka read by a plain ``read_committed``
+consumer, the buffer draining into PostgreSQL ``append``: ``examples/soak/*.yaml``),
 ``--seeds`` chaos runs of ``exactlyonce chaos examples/soak/SINK.yaml --seed S`` of at least
-``--kills`` SIGKILLs each (driver kills, hard server restarts, drainer kills; clean restarts
-and proxy faults come on top: :func:`fault_arguments`) on a fresh input of ``--events``
-distinct events with at least ``--replay-fraction`` of them re-sent (:mod:`bench.soak_input`),
-then one ``--duration T`` run. Every report is kept, the figures go to
-``bench/results/chaos.json`` and the matrix is printed as Markdown.
+``--kills`` kills of the pipeline itself each (driver kills at random moments, at named
+points and aimed at the commit window, drainer kills; server restarts and proxy faults come
+on top: :func:`fault_arguments`) on a fresh input of ``--events`` distinct events with at
+least ``--replay-fraction`` of them re-sent (:mod:`bench.soak_input`), then one ``--duration
+T`` run. Each chaos run also runs its schedule against the negative control (a plain
+at-least-once writer of the same records), which must show duplicates, and reads both with
+independent clients. Every report is kept, the figures go to ``bench/results/chaos.json``
+and the matrix is printed as Markdown.
 
 Chaos restarts local servers: it runs against the services under ``--home`` (default
 ``./.exactlyonce``, as ``make services`` starts them), whose ``services.env`` is loaded over
@@ -31,7 +36,9 @@ from typing import Any
 
 from bench.soak_input import write_input
 from bench.soak_report import (
+    PASSED,
     cell_entry,
+    cell_verdict,
     earlier_cells,
     markdown,
     matrix,
@@ -53,17 +60,20 @@ NOTES = {
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}
-# Faults that are not SIGKILLs ride on top of a cell's --kills SIGKILLs: server restarts (half
-# of them hard, i.e. SIGKILLs of the server), lost replies / refusals / stalls through the proxy
-# in front of the sink (none for Kafka, whose clients follow the brokers' addresses), and the
-# buffer's drainer SIGKILLs, which count among the kills.
+# A cell's --kills are kills of the pipeline itself: driver kills (random, at named points,
+# and COMMIT_SHARE of them aimed at the window between a sink commit and Spark's commit log)
+# and the buffer's drainer kills. Server restarts (half of them hard) and lost replies /
+# refusals / stalls through the proxy in front of the sink (none for Kafka, whose clients
+# follow the brokers' addresses) ride on top.
 SERVER_RESTARTS = 4
 PROXY_FAULTS = 3
 DRAINER_KILLS = 3
+COMMIT_SHARE = 4  # one driver kill in 4 aimed at the commit window
 NO_PROXY = {"kafka"}
 FILES_PER_FAULT = 5
 FULL_SEEDS = int(FULL["seeds"])
 EXAMPLES = Path("examples/soak")
+PARAMETERS = ("events", "kills", "seeds", "duration", "server_restarts", "proxy_faults")
 RESULTS = Path("bench/results/chaos.json")
 
 
@@ -71,13 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=FULL["events"], help="distinct events per run")
     p.add_argument(
-        "--kills", type=int, default=FULL["kills"], help="SIGKILLs per seeded run, at least"
+        "--kills",
+        type=int,
+        default=FULL["kills"],
+        help="kills of the pipeline per seeded run, at least",
     )
     p.add_argument("--seeds", type=int, default=FULL["seeds"], help="seeded runs per sink")
     p.add_argument("--first-seed", type=int, default=1, help="seeds are FIRST, FIRST+1, ...")
     p.add_argument(
         "--duration", type=float, default=FULL["duration"],
         help="seconds of the --duration run per sink (0: none)",
+    )  # fmt: skip
+    p.add_argument(
+        "--server-restarts", type=int, default=SERVER_RESTARTS,
+        help="server restarts per run, on top of the kills (hard and clean in turn)",
+    )  # fmt: skip
+    p.add_argument(
+        "--proxy-faults", type=int, default=PROXY_FAULTS,
+        help="lost replies, refusals and stalls per run, on top (none for Kafka)",
     )  # fmt: skip
     p.add_argument("--only", default=",".join(SINKS), help=f"sinks, of {','.join(SINKS)}")
     p.add_argument("--replay-fraction", type=float, default=0.25, help="re-sent records/events")
@@ -111,7 +132,7 @@ def run_cell(
     run = f"{sink}_{mode[0]}{seed}_{int(time.time())}"
     run_dir = root / run
     kills = args.kills
-    faults = fault_arguments(sink, kills)
+    faults = fault_arguments(sink, kills, args.server_restarts, args.proxy_faults)
     # A run that rides out a fault (a clean restart, a proxy fault) goes on reading while
     # the next fault waits for its epochs, so each fault gets room: 5 files, 135 for pg.
     # (The redis cell of seed 1 once read all its input in a run whose mid_write point never
@@ -138,16 +159,20 @@ def run_cell(
     return cell_entry(sink, mode, report, extra)
 
 
-def fault_arguments(sink: str, kills: int) -> list[str]:
-    """chaos's fault counts for a cell of at least ``kills`` SIGKILLs: driver kills (random and
-    at named points) make up what the hard server restarts and drainer kills leave, and the
-    faults that kill nothing come on top."""
-    restarts = min(SERVER_RESTARTS, kills)
-    hard = restarts // 2  # chaos alternates hard and clean restarts
-    drainer = min(DRAINER_KILLS, kills - hard) if sink == "buffer" else 0
-    proxy = 0 if sink in NO_PROXY else PROXY_FAULTS
-    drivers = kills - hard - drainer
+def fault_arguments(
+    sink: str, kills: int, restarts: int = SERVER_RESTARTS, proxy_faults: int = PROXY_FAULTS
+) -> list[str]:
+    """chaos's fault counts for a cell of ``kills`` kills of the pipeline: driver kills (a
+    quarter of them, at least one, aimed at the commit window; a third at named points, as
+    chaos mixes them) make up what the drainer kills leave; the server restarts and proxy
+    faults come on top."""
+    restarts = min(restarts, kills)
+    drainer = min(DRAINER_KILLS, kills - 1) if sink == "buffer" else 0
+    proxy = 0 if sink in NO_PROXY else proxy_faults
+    drivers = kills - drainer
+    commits = max(1, drivers // COMMIT_SHARE) if drivers else 0
     args = ["--kills", str(drivers + restarts + proxy + drainer), "--server-faults", str(restarts)]
+    args += ["--commit-kills", str(commits)]
     args += ["--proxy-faults", str(proxy)] if sink not in NO_PROXY else []
     return args + (["--drainer-kills", str(drainer)] if sink == "buffer" else [])
 
@@ -155,7 +180,8 @@ def fault_arguments(sink: str, kills: int) -> list[str]:
 def _follow(cmd: list[str], env: dict[str, str], log: Path) -> None:
     """Run chaos, its whole output to ``log``, its progress lines to the console."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    shown = ("CHAOS fault", "CHAOS:", "CHAOS stopped", "CHAOS server", "CHAOS seed", "RESULT")
+    shown = ("CHAOS fault", "CHAOS:", "CHAOS stopped", "CHAOS server", "CHAOS seed", "RESULT",
+             "CHAOS negative control", "INDEPENDENT", "  duplicates")  # fmt: skip
     with (
         log.open("w") as out,
         subprocess.Popen(
@@ -190,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     home = Path(args.home).absolute()
     env = services_env(home)
-    params = {k: getattr(args, k) for k in ("events", "kills", "seeds", "duration")}
+    params = {k: getattr(args, k) for k in PARAMETERS}
     reduced = is_reduced(args)
     out = Path(args.out)
     ledger = Ledger(code_fingerprint(Path.cwd()))
@@ -208,12 +234,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(("REDUCED soak " if reduced else "Soak ") + f"{params}, code {ledger.fingerprint}:\n"
           f"{markdown(rows, NOTES)}\n{stale_summary(ledger.stale)}")  # fmt: skip
     print(f"SOAK results in {out} and {out.with_suffix('.md')}")
-    return 0 if all(c["exactly_once"] for c in ledger.current) else 1
+    return 0 if all(cell_verdict(c) == PASSED for c in ledger.current) else 1
 
 
 def is_reduced(args: argparse.Namespace) -> bool:
     """Cells smaller than the full soak's (fewer seeds or sinks is coverage, not size)."""
     smaller = args.events < FULL["events"] or args.kills < FULL["kills"]
+    smaller |= args.server_restarts < SERVER_RESTARTS or args.proxy_faults < PROXY_FAULTS
     return bool(smaller or 0 < args.duration < FULL["duration"] or args.replay_fraction < 0.2)
 
 
@@ -221,7 +248,10 @@ def wanted_parameters(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Per mode, the parameters a cell of this code must have been run with to count."""
     duration = args.duration or FULL["duration"]  # --duration 0 runs none; earlier ones count
     return {
-        mode: cell_parameters(mode, args.events, args.kills, args.replay_fraction, duration)
+        mode: cell_parameters(
+            mode, args.events, args.kills, args.replay_fraction, duration,
+            restarts=args.server_restarts, proxy_faults=args.proxy_faults,
+        )  # fmt: skip
         for mode in ("seed", "duration")
     }
 
@@ -235,7 +265,7 @@ def _to_run(
         done = ledger.done(key)
         if done is not None and not redo:
             print(f"SOAK   skip {' '.join(map(str, key))}: done {done.get('date')}, "
-                  f"{done['verdict'].split('(')[0].strip()}", flush=True)  # fmt: skip
+                  f"{cell_verdict(done)}", flush=True)  # fmt: skip
         else:
             todo.append(key)
     return todo
@@ -252,7 +282,7 @@ def _run_cells(
     """Run each cell, writing the results file after each; a line per run with the time
     spent and an estimate of what is left."""
     root = home / "soak" / "runs"
-    params = {k: getattr(args, k) for k in ("events", "kills", "seeds", "duration")}
+    params = {k: getattr(args, k) for k in PARAMETERS}
     wanted = wanted_parameters(args)
     started = time.monotonic()
     total = len(cells_todo)
@@ -283,8 +313,9 @@ def _run_cells(
             if changed:
                 raise SystemExit(f"soak: the code changed during {sink} {mode} {seed}; "
                                  "that cell is kept as stale; run make soak again")  # fmt: skip
-            print(f"SOAK [{n}/{total}] {cell['verdict']} ({cell['wall_seconds']:.0f} s; "
-                  f"{_elapsed(started)} in)", flush=True)  # fmt: skip
+            took = f"{cell['wall_seconds']:.0f} s; {_elapsed(started)} in"
+            print(f"SOAK [{n}/{total}] cell {cell_verdict(cell)}: {cell['verdict']} ({took})",
+                  flush=True)  # fmt: skip
 
 
 def _elapsed(since: float) -> str:

@@ -57,7 +57,14 @@ def code_fingerprint(root: Path) -> str:
 
 
 def cell_parameters(
-    mode: str, events: int, kills: int, replay_fraction: float, duration: float
+    mode: str,
+    events: int,
+    kills: int,
+    replay_fraction: float,
+    duration: float,
+    *,
+    restarts: int = 4,
+    proxy_faults: int = 3,
 ) -> dict[str, Any]:
     """What must match for an earlier cell to stand for this one (beside sink, seed, mode)."""
     return {
@@ -65,6 +72,8 @@ def cell_parameters(
         "kills": kills,
         "replay_fraction": replay_fraction,
         "duration": duration if mode == "duration" else None,
+        "server_restarts": restarts,
+        "proxy_faults": proxy_faults,
     }
 
 

@@ -141,46 +141,75 @@ def file_section(name: str, data: dict[str, Any]) -> list[str]:
     return out
 
 
-def soak_section(data: dict[str, Any]) -> list[str]:
-    matrix = data.get("matrix") or []
-    if not matrix:
-        return []
-    params = data.get("parameters") or {}
-    dates = data.get("dates") or []
-    out = [
-        "## Soak: the fault matrix at scale { #soak }",
-        "",
-        f"`bench/results/chaos.json` (`make soak`): code fingerprint `{data.get('fingerprint')}`, "
-        f"{len(data.get('cells') or [])} cells, {' to '.join(map(str, dates))}; per sink "
-        f"{params.get('seeds')} seeded runs of {number(params.get('events'))} events with at least "
-        f"{params.get('kills')} SIGKILLs each, and one {number(params.get('duration'))} s run. "
-        "How the soak runs: [Chaos, audit and soak](operations/chaos.md#soak).",
-        "",
+def _soak_label(row: dict[str, Any], notes: dict[str, Any]) -> str:
+    sink = str(row.get("sink"))
+    return f"{sink} ({notes[sink]})" if sink in notes else sink
+
+
+def _soak_faults(row: dict[str, Any], kinds: tuple[str, ...]) -> str:
+    faults = " / ".join(str(row.get(k, 0)) for k in kinds)
+    return f"{number(row.get('faults'))}: {faults}, {number(row.get('faults_missed'))} missed"
+
+
+def _controlled_table(matrix: list[dict[str, Any]], notes: dict[str, Any]) -> list[str]:
+    """Rows with the negative control: pipeline kills apart from server restarts, kills in
+    the commit window, the independent reader's counts and the control's duplicates."""
+    kinds = (
+        "driver_kills", "point_kills", "commit_kills", "server_hard", "server_clean",
+        "lost_replies", "refusals", "stalls", "worker_kills", "drainer_kills",
+    )  # fmt: skip
+    rows = [
+        (
+            _soak_label(row, notes),
+            str(row.get("write_mode") or "-"),
+            number(row.get("runs")),
+            f"{number(row.get('pipeline_kills'))} ({number(row.get('fewest_pipeline_kills'))})",
+            number(row.get("commit_window_kills")),
+            number(row.get("server_restarts")),
+            _soak_faults(row, kinds),
+            number(row.get("ids")),
+            number(row.get("duplicates")),
+            number(row.get("missing")),
+            f"{number(row.get('control_duplicates'))} "
+            f"({number(row.get('fewest_control_duplicates'))})",
+            f"{number(row.get('seconds'))} s",
+            f"**{row.get('verdict')}**",
+        )
+        for row in matrix
     ]
-    notes = data.get("notes") or {}
+    return table(
+        (
+            "sink", "mode", "runs", "pipeline kills (fewest in a seeded run)",
+            "in the commit window", "server restarts",
+            "faults: driver / point / commit / server hard / clean / lost reply / refusal / "
+            "stall / worker / drainer", "IDs", "duplicates (independent reader)", "missing",
+            "control duplicates (fewest)", "time", "verdict",
+        ),  # fmt: skip
+        rows,
+    )
+
+
+def _sigkill_table(matrix: list[dict[str, Any]], notes: dict[str, Any]) -> list[str]:
+    """Rows of a soak before the negative control: SIGKILLs (server restarts among them)."""
     kinds = (
         "driver_kills", "point_kills", "server_hard", "server_clean", "lost_replies",
         "refusals", "stalls", "worker_kills", "drainer_kills",
     )  # fmt: skip
-    rows = []
-    for row in matrix:
-        sink = str(row.get("sink"))
-        label = f"{sink} ({notes[sink]})" if sink in notes else sink
-        faults = " / ".join(str(row.get(k, 0)) for k in kinds)
-        rows.append(
-            (
-                label,
-                number(row.get("runs")),
-                f"{number(row.get('sigkills'))} ({number(row.get('fewest_sigkills'))})",
-                f"{number(row.get('faults'))}: {faults}, {number(row.get('faults_missed'))} missed",
-                number(row.get("ids")),
-                number(row.get("duplicates")),
-                number(row.get("missing")),
-                f"{number(row.get('seconds'))} s",
-                f"**{row.get('verdict')}**",
-            )
+    rows = [
+        (
+            _soak_label(row, notes),
+            number(row.get("runs")),
+            f"{number(row.get('sigkills'))} ({number(row.get('fewest_sigkills'))})",
+            _soak_faults(row, kinds),
+            number(row.get("ids")),
+            number(row.get("duplicates")),
+            number(row.get("missing")),
+            f"{number(row.get('seconds'))} s",
+            f"**{row.get('verdict')}**",
         )
-    out += table(
+        for row in matrix
+    ]
+    return table(
         (
             "sink", "runs", "SIGKILLs (fewest in a seeded run)",
             "faults: driver / point / server hard / clean / lost reply / refusal / stall / "
@@ -188,6 +217,30 @@ def soak_section(data: dict[str, Any]) -> list[str]:
         ),  # fmt: skip
         rows,
     )
+
+
+def soak_section(data: dict[str, Any]) -> list[str]:
+    """The soak's matrix. Rows written since the negative control (``pipeline_kills``,
+    ``control_duplicates``) get its columns; older rows (``sigkills``) the columns they had."""
+    matrix = data.get("matrix") or []
+    if not matrix:
+        return []
+    params = data.get("parameters") or {}
+    dates = data.get("dates") or []
+    controlled = any("pipeline_kills" in row for row in matrix)
+    kills = "kills of the pipeline" if controlled else "SIGKILLs"
+    out = [
+        "## Soak: the fault matrix at scale { #soak }",
+        "",
+        f"`bench/results/chaos.json` (`make soak`): code fingerprint `{data.get('fingerprint')}`, "
+        f"{len(data.get('cells') or [])} cells, {' to '.join(map(str, dates))}; per sink "
+        f"{params.get('seeds')} seeded runs of {number(params.get('events'))} events with at least "
+        f"{params.get('kills')} {kills} each, and one {number(params.get('duration'))} s run. "
+        "How the soak runs: [Chaos, audit and soak](operations/chaos.md#soak).",
+        "",
+    ]
+    notes = data.get("notes") or {}
+    out += _controlled_table(matrix, notes) if controlled else _sigkill_table(matrix, notes)
     stale = data.get("stale_cells") or []
     if stale:
         out += [

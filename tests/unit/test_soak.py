@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.soak_input import write_input
-from bench.soak_report import cell_entry, markdown, matrix
+from bench.soak_report import cell_entry, cell_verdict, markdown, matrix
 from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, key_of
 
 
@@ -32,35 +32,103 @@ def test_input_replays_at_least_the_fraction_and_holds_every_event(tmp_path: Pat
     assert _rows(tmp_path / "again") == rows and again == made  # replayable from the seed
 
 
-def _report(seed: int, duplicates: int) -> dict[str, object]:
+def _report(seed: int, duplicates: int, control: int = 5, missed: int = 0) -> dict[str, object]:
+    """A chaos report of 2 driver kills, 1 at a named point, 1 commit kill and a hard and a
+    clean server restart, its reading with ``duplicates`` and its control's with ``control``."""
+    inconclusive = missed or not control
+    result = "FAILED" if duplicates else "INCONCLUSIVE" if inconclusive else "EXACTLY ONCE"
     return {
         "seed": seed,
-        "counts": {"driver_kills": 2, "point_kills": 1, "server_hard": 1, "server_clean": 0},
-        "faults_happened": 4,
-        "faults_missed": 0,
+        "sink": "postgres",
+        "write_mode": "append",
+        "ids": 100,
+        "counts": {
+            "driver_kills": 2,
+            "point_kills": 1,
+            "commit_kills": 1,
+            "server_hard": 1,
+            "server_clean": 1,
+        },
+        "pipeline_kills": 4,
+        "server_restarts": 2,
+        "worker_kills": 0,
+        "commit_window_kills": 2,
+        "faults_happened": 6,
+        "faults_missed": missed,
         "runs": 5,
         "seconds": 10.0,
-        "exactly_once": duplicates == 0,
-        "verdict": "CHAOS: ...",
+        "duplicates": duplicates,
+        "missing": 0,
+        "unexpected": 0,
+        "reader": "psycopg SQL",
+        "control_duplicates": control,
+        "control_commit_window_kills": 2,
+        "control": {"faults_missed": 0, "pipeline_kills": 4},
+        "result": result,
+        "exactly_once": result == "EXACTLY ONCE",
+        "verdict": f"CHAOS: {result} (...)",
         "audit": {"expected_ids": 100, "duplicates": duplicates, "missing": 0},
     }
+
+
+def test_a_cell_holds_the_figures_of_its_report() -> None:
+    cell = cell_entry("pg", "seed", _report(1, 0), {"kills_requested": 4})
+    assert {k: cell[k] for k in (
+        "sink", "write_mode", "seed", "ids", "pipeline_kills", "server_restarts",
+        "worker_kills", "faults_missed", "duplicates", "missing", "unexpected", "reader",
+        "control_duplicates", "commit_window_kills", "control_commit_window_kills",
+    )} == {
+        "sink": "pg", "write_mode": "append", "seed": 1, "ids": 100, "pipeline_kills": 4,
+        "server_restarts": 2, "worker_kills": 0, "faults_missed": 0, "duplicates": 0,
+        "missing": 0, "unexpected": 0, "reader": "psycopg SQL", "control_duplicates": 5,
+        "commit_window_kills": 2, "control_commit_window_kills": 2,
+    }  # fmt: skip
+    assert cell_verdict(cell) == "EXACTLY ONCE"
 
 
 def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
     cells = [cell_entry("pg", "seed", _report(s, d), {}) for s, d in ((1, 0), (2, 3))]
     (row,) = matrix(cells)
-    assert (row["chaos_runs"], row["runs"], row["faults"], row["ids"]) == (2, 10, 8, 200)
+    assert (row["chaos_runs"], row["runs"], row["faults"], row["ids"]) == (2, 10, 12, 200)
     assert (row["duplicates"], row["failed_seeds"], row["verdict"]) == (3, [2], "FAILED")
-    assert (row["sigkills"], row["fewest_sigkills"]) == (8, 4)  # driver + point + hard
+    assert (row["pipeline_kills"], row["fewest_pipeline_kills"]) == (8, 4)
+    assert (row["server_restarts"], row["commit_window_kills"]) == (4, 4)
+    assert (row["control_duplicates"], row["fewest_control_duplicates"]) == (10, 5)
     table = markdown([row], {"pg": "note"})
-    kinds = "4 / 2 / 2 / 0 / 0 / 0 / 0 / 0 / 0"  # driver, point, hard, clean, then the rest none
-    assert f"| pg (note) | 2 | 10 | 8 (4) | 8: {kinds} | 200 | 3 | 0 | 20 s | FAILED |" in table
+    kinds = "4 / 2 / 2 / 2 / 2 / 0 / 0 / 0 / 0 / 0"  # driver, point, commit, hard, clean, ...
+    assert (
+        f"| pg (note) | append | 2 | 10 | 8 (4) | 4 | 4 | 12: {kinds} | 200 | 3 | 0 | 10 (5) "
+        "| 20 s | FAILED |"
+    ) in table
 
 
-def test_a_seeded_run_with_fewer_sigkills_than_asked_fails_its_row() -> None:
-    report = {**_report(1, 0), "counts": {"driver_kills": 3, "server_clean": 5}}
+@pytest.mark.parametrize(
+    ("report", "mode", "verdict"),
+    [
+        (_report(1, 0, control=0), "seed", "INCONCLUSIVE"),  # the control shows nothing
+        (_report(1, 0, control=0), "duration", "INCONCLUSIVE"),  # no cell is exempt
+        (_report(1, 0, missed=1), "duration", "INCONCLUSIVE"),  # a fault missed
+        (_report(1, 0), "duration", "EXACTLY ONCE"),
+    ],
+)
+def test_a_cell_whose_control_shows_no_duplicate_or_that_missed_a_fault_fails(
+    report: dict[str, object], mode: str, verdict: str
+) -> None:
+    cell = cell_entry("pg", mode, report, {"kills_requested": 4})
+    assert cell_verdict(cell) == verdict
+    (row,) = matrix([cell])
+    assert row["verdict"] == verdict
+    if verdict != "EXACTLY ONCE":
+        assert row["inconclusive_seeds"] == [1]
+    # even a report that claims exactly once is no pass without a control's duplicates
+    assert cell_verdict({**cell, "result": "EXACTLY ONCE", "control_duplicates": 0}) == (
+        "INCONCLUSIVE"
+    )
+
+
+def test_a_seeded_run_with_fewer_pipeline_kills_than_asked_fails_its_row() -> None:
+    report = {**_report(1, 0), "pipeline_kills": 3}  # server restarts do not count
     short = cell_entry("pg", "seed", report, {"kills_requested": 4})
-    assert short["sigkills"] == 3  # clean restarts kill nothing
     (row,) = matrix([short, cell_entry("pg", "seed", _report(2, 0), {"kills_requested": 4})])
     assert (row["short_seeds"], row["verdict"]) == ([1], "TOO FEW KILLS")
     (row,) = matrix([cell_entry("pg", "seed", _report(2, 0), {"kills_requested": 4})])
@@ -70,17 +138,20 @@ def test_a_seeded_run_with_fewer_sigkills_than_asked_fails_its_row() -> None:
 @pytest.mark.parametrize(
     ("sink", "total", "extra"),
     [
-        ("pg", 25, ["--proxy-faults", "3"]),  # 18 driver + 2 hard restarts = 20 SIGKILLs
-        ("kafka", 22, []),  # no proxy in front of a broker
-        ("buffer", 25, ["--proxy-faults", "3", "--drainer-kills", "3"]),  # 15 + 2 + 3
+        ("pg", 27, ["--proxy-faults", "3"]),  # 20 driver kills, 4 restarts, 3 proxy faults
+        ("kafka", 24, []),  # no proxy in front of a broker
+        ("buffer", 27, ["--proxy-faults", "3", "--drainer-kills", "3"]),  # 17 + 3 drainer
     ],
 )
-def test_a_cell_asks_chaos_for_its_sigkills_and_puts_the_other_faults_on_top(
+def test_a_cell_asks_chaos_for_its_pipeline_kills_and_puts_the_other_faults_on_top(
     sink: str, total: int, extra: list[str]
 ) -> None:
     from bench.soak import fault_arguments
 
-    assert fault_arguments(sink, 20) == ["--kills", str(total), "--server-faults", "4", *extra]
+    commits = "4" if sink == "buffer" else "5"  # a quarter of the driver kills
+    assert fault_arguments(sink, 20) == [
+        "--kills", str(total), "--server-faults", "4", "--commit-kills", commits, *extra
+    ]  # fmt: skip
 
 
 def _tree(root: Path) -> Path:
