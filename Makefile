@@ -93,7 +93,8 @@ bench: services
 	$(BIN)/python -m bench all
 
 # The fault matrix at scale (not part of make test): per sink, 5 seeded chaos runs of 100,000
-# events with at least 20 SIGKILLs each (restarts and proxy faults on top) and one 300 s run,
+# events with at least 20 kills of the pipeline each (restarts and proxy faults on top) and
+# one 300 s run, each also run against the negative control (which must show duplicates),
 # against this checkout's services (which chaos restarts); figures to bench/results/chaos.json and chaos.md. Many hours on 2 cores, so it
 # resumes: run it again (same code) and it skips the cells already done. A part of it: make
 # soak SOAK_ARGS="--only pg --seeds 1 --duration 0"; smaller cells: SOAK_ARGS="--events 5000
