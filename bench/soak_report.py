@@ -68,6 +68,7 @@ def cell_entry(
         "missing": report.get("missing", audit.get("missing")),
         "unexpected": report.get("unexpected", audit.get("unexpected")),
         "reader": report.get("reader"),
+        "rewritten": report.get("rewritten"),  # Elasticsearch _version > 1, in place
         "audit_duplicates": audit.get("duplicates"),  # the project's own reader, beside it
         "control_duplicates": report.get("control_duplicates"),
         "control_commit_window_kills": report.get("control_commit_window_kills"),

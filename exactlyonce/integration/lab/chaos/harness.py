@@ -153,7 +153,8 @@ class Chaos:
             outcome = self._drainer_kill(fault)
         else:
             outcome = self._server_fault(fault)
-        if outcome.happened and fault.kind in RUN_KILL_KINDS:
+        ends_run = fault.kind in RUN_KILL_KINDS or (self.control and fault.kind == DRAINER_KILL)
+        if outcome.happened and ends_run:
             outcome.in_window = self._in_window()
         if outcome.in_window:
             outcome.note += " (in the commit window: a sink commit Spark's log does not hold)"

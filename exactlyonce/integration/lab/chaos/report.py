@@ -274,6 +274,9 @@ def report_json(report: ChaosReport) -> dict[str, Any]:
         "missing": missing,
         "unexpected": unexpected,
         "reader": t.reading.reader if t is not None else None,
+        # records written more than once in place (Elasticsearch _version > 1): not a second
+        # record to any reader; op_type index re-sends a re-run shard by design
+        "rewritten": t.reading.rewritten if t is not None else None,
         "independent_skipped": report.independent_skipped or None,
         "control_duplicates": control.duplicates if control is not None else None,
         "control_commit_window_kills": (
