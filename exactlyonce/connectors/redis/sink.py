@@ -37,7 +37,12 @@ from exactlyonce.connectors.redis.connection import (
 from exactlyonce.connectors.redis.head import RedisHeadStore, head_key
 from exactlyonce.connectors.redis.projection import project
 from exactlyonce.connectors.redis.streams import stream_ids
-from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
+from exactlyonce.connectors.redis.task import (
+    VALUE_COLUMN,
+    RedisShardWriter,
+    RedisTarget,
+    staged_rows,
+)
 from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
@@ -283,7 +288,7 @@ class RedisSink(ExactlyOnceSink):
             id_field=self.id_field,
             epoch_field=self.epoch_field,
             ttl_ms=self.ttl_ms,
-            pipeline_size=self.pipeline_size,
+            pipeline_size=staged_rows(self.pipeline_size),
             prefix=self.prefix,
             query_name=self.query_name,
             sink_name=self.sink_name,
