@@ -187,6 +187,9 @@ class MemorySink(ExactlyOnceSink):
     def unique_sink(self) -> bool:
         return self.mode == "insert"
 
+    def _pickled_parts(self) -> dict[str, Any]:
+        return {"store": self.store}  # a FileStore pickles as its path; a MemoryStore refuses
+
     def preflight(self, schema: StructType | None = None) -> None:
         """Create the table if missing; refuse ``mode="insert"`` on a table without a
         unique index, and a stream that lacks an ID column or reuses a column we add."""

@@ -111,6 +111,14 @@ def refuse_another_checkpoint(
         )
 
 
+def _rebuilt(cls: type[SinkT], config: SinkConfig, parts: dict[str, Any]) -> SinkT:
+    """A pickled sink, built again from its config (and its :meth:`_pickled_parts`)."""
+    sink = cls.__new__(cls)
+    sink.__dict__.update(parts)
+    sink._set_up(config, check=False)
+    return sink
+
+
 def run_without_writing(df: DataFrame) -> None:
     """Run a batch's whole plan and discard its rows (Spark's ``noop`` sink).
 
@@ -623,8 +631,14 @@ class ExactlyOnceSink(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(query_name={self.query_name!r}, sink={self.sink_name!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        raise TypeError(
-            f"{type(self).__name__} runs in the driver as a foreachBatch callable and is not "
-            "shipped to executors; its task writers are"
-        )
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its configuration. Spark Connect ships ``foreachBatch(sink)`` to the
+        server, which runs it there: the copy is the sink its config builds (no preflight
+        again), with its own connections, no cached head (it reads the head at the query's
+        start, as any restart does) and its own ``reports``. Classic Spark never pickles the
+        sink: it runs in the driver, and only its task writers go to the executors."""
+        return (_rebuilt, (type(self), self.config, self._pickled_parts()))
+
+    def _pickled_parts(self) -> dict[str, Any]:
+        """What a copy needs besides the config (a test store); nothing by default."""
+        return {}
