@@ -154,6 +154,7 @@ class MemorySink(ExactlyOnceSink):
         sink_name: str | None | Unset = UNSET,
         dedup: bool | DedupSettings | DedupConfig | Unset = UNSET,
         redis_url: str | None | Unset = UNSET,
+        allow_unknown_query_id: bool | Unset = UNSET,
     ) -> None:
         """Settings and their defaults: :class:`MemorySinkConfig` (no preflight here)."""
         self.store = store

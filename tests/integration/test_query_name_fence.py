@@ -11,11 +11,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.connectors.base import Head
+from exactlyonce.connectors.base.sink import QUERY_ID_PROPERTY
 from exactlyonce.errors import CheckpointResetError
+from tests.support.events import BATCH_QUERY_ID, events
 
 pytestmark = pytest.mark.integration
 
@@ -57,3 +60,27 @@ def test_a_second_query_after_the_first_started_is_refused(pg_dsn: str, unique_n
     sink(pg_dsn, unique_name).start(SCHEMA, "query-a", lambda: 2)
     with pytest.raises(CheckpointResetError, match="query-a"):
         sink(pg_dsn, unique_name).start(SCHEMA, "query-b", lambda: 2)
+
+
+def test_a_run_without_a_spark_query_id_over_committed_epochs_is_refused(
+    spark: SparkSession, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """Fail closed (invariant 13): a run whose Spark query id cannot be established (here a
+    batch without Spark's local property, as under Spark Connect before the id could be
+    found) cannot tell a deleted checkpoint from a restart. Its epoch 0 is at the head: it
+    used to be skipped as committed, silently dropping the new rows."""
+    sink(pg_dsn, unique_name)(events(spark, 0, 20), 0)
+    context = spark.sparkContext
+    context.setLocalProperty(QUERY_ID_PROPERTY, None)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(CheckpointResetError, match="cannot be established") as refused:
+            sink(pg_dsn, unique_name)(events(spark, 20, 40), 0)
+    finally:
+        context.setLocalProperty(QUERY_ID_PROPERTY, BATCH_QUERY_ID)
+    assert "allow_unknown_query_id" in str(refused.value)
+    assert pg.execute(f"SELECT count(*) FROM {unique_name}").fetchone() == (20,)
+    head = pg.execute(
+        "SELECT epoch, spark_query_id FROM exactlyonce_heads WHERE query_name = %s",
+        [unique_name],
+    ).fetchone()
+    assert head == (0, BATCH_QUERY_ID), "the head is left as it was"
