@@ -170,3 +170,38 @@ def test_under_spark_connect_an_ambiguous_session_establishes_no_id() -> None:
     frame = connect_frame(FakeQuery("q-1", "a"), FakeQuery("q-2", None))
     assert spark_query_id(frame, "clicks") is None
     assert spark_query_id(connect_frame(), "clicks") is None
+
+
+# -- fencing comes after the check -------------------------------------------------------
+
+
+def fencing_sink(store: MemoryStore, fenced: list[Head]) -> MemorySink:
+    sink = new_sink(store)
+    sink._fence_earlier_writers = fenced.append  # type: ignore[method-assign]
+    return sink
+
+
+def test_earlier_writers_are_fenced_only_once_the_head_was_checked() -> None:
+    """A second query under a live query_name is refused before it can fence the running
+    query's writers (Kafka: ``init_transactions`` of the same transactional ids)."""
+    store = MemoryStore()
+    run_in_process(new_sink(store), 0, RECORDS, query_id="q-1")
+    schema = schema_of(RECORDS)
+    fenced: list[Head] = []
+    with pytest.raises(CheckpointResetError):
+        fencing_sink(store, fenced).start(schema, "q-2", lambda: 2)
+    with pytest.raises(CheckpointResetError):
+        fencing_sink(store, fenced).start(schema, None, lambda: 2)
+    assert fenced == [], "a refused start fenced nobody"
+    fencing_sink(store, fenced).start(schema, "q-1", lambda: 2)
+    assert fenced == [Head(0, "q-1", 2)], "a checked start fences, once"
+
+
+def test_a_start_that_left_the_check_to_its_tasks_fences_nobody() -> None:
+    """It cannot tell the running query from itself: its tasks, once they checked the id,
+    fence their own earlier attempts (their transactional ids), nothing more."""
+    store = MemoryStore()
+    run_in_process(new_sink(store), 0, RECORDS, query_id="q-1")
+    fenced: list[Head] = []
+    fencing_sink(store, fenced).start(schema_of(RECORDS), None, lambda: 2, checked_by_tasks=True)
+    assert fenced == []

@@ -275,6 +275,18 @@ class ExactlyOnceSink(ABC):
         there). Called whenever the driver needs the head; may return a new object each
         time (config only: it opens its own connections), or one it keeps."""
 
+    def _fence_earlier_writers(self, head: Head) -> None:
+        """Fence the writers of earlier runs of this query, so that none can still commit
+        (Kafka: ``init_transactions`` of every shard's transactional id). Default: nothing.
+
+        Called by the protocol in the driver once per (re)start, after the head was checked
+        against this run's Spark query id (invariant 9) and before any task runs. Never
+        before that check: a second query under a live ``query_name`` must be refused before
+        it can fence the running query's writers. Not called by a start that left the check
+        to its tasks (``checked_by_tasks`` and no id): it cannot tell the running query from
+        an earlier run of its own, and its tasks fence their own earlier attempts."""
+        return None
+
     def check_trigger(self, interval_s: float | None) -> None:
         """Refuse a trigger interval the sink cannot serve (ConfigError); most can serve any."""
         return None
@@ -595,8 +607,10 @@ class ExactlyOnceSink(ABC):
         elif query_id and not head.spark_query_id:
             store.bind_query_id(query_id)  # the first bind wins, as the first create does
             head = store.read_head() or Head(head.epoch, query_id, head.num_shards)
-        if query_id is not None or not checked_by_tasks:
+        checked = query_id is not None or not checked_by_tasks
+        if checked:
             self._refuse_another_checkpoint(head, query_id)
+            self._fence_earlier_writers(head)
         if self.shards is not None and self.shards != head.num_shards:
             log.warning(
                 "%s: shards=%d ignored; this query was started with %d shards, kept so that "

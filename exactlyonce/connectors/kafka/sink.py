@@ -230,6 +230,11 @@ class KafkaSink(ExactlyOnceSink):
         source path's driver sets them before it commits an epoch)."""
         return self._heads
 
+    def _fence_earlier_writers(self, head: Head) -> None:
+        """After the start checked the head: fence the older producers of every shard and
+        Spark partition (:meth:`.head.ControlTopicHeads.fence_writers`)."""
+        self._heads.fence_writers()
+
     @property
     def marker_slots(self) -> int:
         return self._heads.marker_slots
