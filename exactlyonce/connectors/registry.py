@@ -9,13 +9,16 @@ pipeline files, the audit and (if it has a drain target) the buffer, with no oth
 
 from __future__ import annotations
 
+import functools
 import importlib
+from importlib.metadata import entry_points
 from typing import Any
 
 from exactlyonce.connectors.base.kind import SinkKind
 from exactlyonce.errors import ConfigError
 
 BUILT_IN = ("postgres", "kafka", "elasticsearch", "redis")
+ENTRY_POINTS = "exactlyonce.sinks"
 
 _registered: dict[str, SinkKind] = {}
 
@@ -36,9 +39,30 @@ def _built_in(name: str) -> SinkKind:
     return kind
 
 
+@functools.cache
+def _installed() -> dict[str, SinkKind]:
+    """The sinks installed distributions name in :data:`ENTRY_POINTS` (a built-in name is
+    not taken over that way: :func:`register` it explicitly)."""
+    found: dict[str, SinkKind] = {}
+    for point in entry_points(group=ENTRY_POINTS):
+        if point.name in BUILT_IN:
+            continue
+        kind = point.load()
+        if not isinstance(kind, SinkKind) or kind.name != point.name:
+            raise ConfigError(
+                "sink",
+                f"entry point {point.name} = {point.value} ({ENTRY_POINTS}) is not the "
+                f"SinkKind named {point.name!r}",
+            )
+        found[point.name] = kind
+    return found
+
+
 def kinds() -> list[SinkKind]:
-    """Every known sink: the built-in ones first, in :data:`BUILT_IN` order."""
+    """Every known sink: the built-in ones first, in :data:`BUILT_IN` order, then the
+    installed ones, then those registered here."""
     known = {name: _registered.get(name) or _built_in(name) for name in BUILT_IN}
+    known.update(_installed())
     known.update(_registered)
     return list(known.values())
 
@@ -53,8 +77,18 @@ def kind_named(name: str, field: str = "type") -> SinkKind:
     if kind is None and name in BUILT_IN:
         kind = _built_in(name)
     if kind is None:
+        kind = _installed().get(name)
+    if kind is None:
         raise ConfigError(field, f"unknown sink {name!r}; known: {', '.join(names())}")
     return kind
+
+
+def kind_of_class(sink_class: type) -> SinkKind:
+    """The kind whose sink class is ``sink_class`` (or a base of it)."""
+    for kind in kinds():
+        if issubclass(sink_class, kind.sink_class()):
+            return kind
+    raise ConfigError("type", f"{sink_class.__name__} is no registered sink's class")
 
 
 def kind_of(thing: Any) -> SinkKind:
@@ -63,4 +97,13 @@ def kind_of(thing: Any) -> SinkKind:
     return kind_named(str(getattr(config, "type", type(thing).__name__)))
 
 
-__all__ = ["BUILT_IN", "SinkKind", "kind_named", "kind_of", "kinds", "names", "register"]
+__all__ = [
+    "BUILT_IN",
+    "ENTRY_POINTS",
+    "SinkKind",
+    "kind_named",
+    "kind_of",
+    "kinds",
+    "names",
+    "register",
+]

@@ -54,7 +54,7 @@ def query_state(sink: ExactlyOnceSink) -> dict[str, Any]:
     """The document described in the module docstring, for ``sink`` (built with
     ``check=False``: no preflight, which would create tables, indices or topics)."""
     head = sink.peek_head()
-    commits = sink.shard_commits()
+    commits = sink.rewinder().shard_commits()
     return {
         "query_name": sink.query_name,
         "sink": sink.sink_name,

@@ -29,8 +29,10 @@ Example (runs as it stands)::
     assert sorted(r["event_id"] for r in store.rows("events")) == ["a", "b", "c"]
     assert store.write_attempts[record_id(["b"])] == 1  # "b" was never re-written
 
-Everything here lives in one process: shipping a store or a catalog to Spark executors is
-refused when it is pickled.
+A :class:`MemoryStore` and a :class:`MemoryRedis` live in one process: shipping them to
+Spark executors is refused when they are pickled. A :class:`FileStore` (``MemorySink(None,
+..., path=...)``) is one store for every process on this machine, Spark's workers included;
+:data:`exactlyonce.testing.kind.KIND` is the sink's registry entry.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from exactlyonce.testing.epochs import in_process_write, run_in_process, schema_
 from exactlyonce.testing.memory_redis import MemoryPipeline, MemoryRedis, MemoryRedisClient
 from exactlyonce.testing.sink import MemoryShardTask, MemoryShardWriter, MemorySink, MemoryTarget
 from exactlyonce.testing.store import (
+    FileStore,
     MemoryHeadStore,
     MemoryStore,
     MemoryTable,
@@ -46,6 +49,7 @@ from exactlyonce.testing.store import (
 )
 
 __all__ = [
+    "FileStore",
     "MemoryHeadStore",
     "MemoryPipeline",
     "MemoryRedis",

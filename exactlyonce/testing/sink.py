@@ -11,9 +11,13 @@ mechanism, minus the database: the real protocol (:class:`ExactlyOnceSink`,
   adds them to the table together with its shard-commit markers, in one step;
 - the head lives in the store (:class:`~exactlyonce.testing.store.MemoryHeadStore`).
 
-Tasks run in the process that holds the store: run epochs with
-:func:`exactlyonce.testing.run_in_process` (or ``sink.run_epoch`` with your own ``write``).
-Spark's executors cannot reach the store; shipping a task writer there fails on pickling.
+Tasks run in the process that holds a :class:`MemoryStore`: run epochs with
+:func:`exactlyonce.testing.run_in_process` (or ``sink.run_epoch`` with your own ``write``);
+shipping such a task writer to Spark fails on pickling. With ``path`` (a
+:class:`~exactlyonce.testing.store.FileStore`) Spark's Python workers on this machine reach the
+store too: ``foreachBatch(sink)``, ``exactlyonce run`` and the buffer's drainer work on it, and
+a pipeline file can name it (``type: memory`` once :data:`exactlyonce.testing.kind.KIND` is
+registered; the ``exactlyonce.sinks`` entry point does that for every process).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from exactlyonce.connectors.base.config import (
     UNSET,
     DedupSettings,
     IdFrom,
+    Setting,
     Unset,
     field_error,
     given,
@@ -46,7 +51,7 @@ from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import ConfigError
-from exactlyonce.testing.store import MemoryHeadStore, MemoryStore
+from exactlyonce.testing.store import FileStore, MemoryHeadStore, MemoryStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -58,6 +63,10 @@ class MemorySinkConfig(TableSettings):
     ``id_column``, ``epoch_column``) over a :class:`MemoryStore` instead of a server."""
 
     type: Literal["memory"] = "memory"
+    path: str | None = None
+    """The file holding the store, shared by every process on this machine (Spark's
+    workers, a drainer, an auditor); None: the :class:`MemoryStore` given to the
+    constructor. A sink built from config alone (a pipeline file) needs it."""
 
     @property
     def destination(self) -> str:
@@ -138,10 +147,15 @@ class MemorySink(ExactlyOnceSink):
     """Writes records into a :class:`MemoryStore` table exactly once; see the module docs."""
 
     kind = "memory"
+    config: MemorySinkConfig
+    table = Setting[str]()
+    mode = Setting[Mode]()
+    id_column = Setting[str]()
+    epoch_column = Setting[str]()
 
     def __init__(
         self,
-        store: MemoryStore,
+        store: MemoryStore | None,
         table: str,
         id_columns: Sequence[str] | str | None,
         query_name: str,
@@ -154,17 +168,20 @@ class MemorySink(ExactlyOnceSink):
         sink_name: str | None | Unset = UNSET,
         dedup: bool | DedupSettings | DedupConfig | Unset = UNSET,
         redis_url: str | None | Unset = UNSET,
+        path: str | None | Unset = UNSET,
         allow_unknown_query_id: bool | Unset = UNSET,
     ) -> None:
-        """Settings and their defaults: :class:`MemorySinkConfig` (no preflight here)."""
-        self.store = store
+        """Settings and their defaults: :class:`MemorySinkConfig` (no preflight here).
+        ``store`` None: the :class:`FileStore` at ``path``."""
+        if store is not None:
+            self.store = store
         self._set_up(MemorySinkConfig(**given(locals(), ("self", "store"))), check=False)
 
     def _configure(self, config: MemorySinkConfig) -> None:
-        self.table = config.table
-        self.mode: Mode = config.mode
-        self.id_column = config.id_column
-        self.epoch_column = config.epoch_column
+        if "store" not in self.__dict__:
+            if config.path is None:
+                raise ConfigError("path", "give the store's file (or a MemoryStore in Python)")
+            self.store = FileStore(config.path)
         self.heads = MemoryHeadStore(self.store, self.query_name, self.sink_name)
 
     @property
@@ -174,9 +191,8 @@ class MemorySink(ExactlyOnceSink):
     def preflight(self, schema: StructType | None = None) -> None:
         """Create the table if missing; refuse ``mode="insert"`` on a table without a
         unique index, and a stream that lacks an ID column or reuses a column we add."""
-        table = self.store.create_table(
-            self.table, self.id_column if self.mode == "insert" else None
-        )
+        unique_on = self.id_column if self.mode == "insert" else None
+        table = self.store.create_table(self.table, unique_on, self.id_column)
         if self.mode == "insert" and table.unique_on != self.id_column:
             raise ConfigError("table", f"{self.table} has no unique index on {self.id_column!r}")
         if schema is not None:

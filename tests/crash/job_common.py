@@ -51,6 +51,9 @@ def crash_session(
     # Small COPY chunks: a shard of a few hundred bytes goes in several, so mid_copy fires
     # between two chunks of one COPY (exactlyonce/connectors/postgres/writer.py).
     os.environ.setdefault("EXACTLYONCE_CRASH_COPY_CHUNK_BYTES", "256")
+    # Likewise Redis: tasks stage 4-record chunks, so mid_write fires between two of them
+    # (the path a task bigger than pipeline_size takes; exactlyonce/connectors/redis/task.py).
+    os.environ.setdefault("EXACTLYONCE_CRASH_PIPELINE_SIZE", "4")
     # Executors launched by a standalone worker do not inherit this process's environment.
     crash_env = {
         f"spark.executorEnv.{key}": value

@@ -301,27 +301,30 @@ def test_the_write_counter_sees_a_second_write(sink_redis: SinkRedis, unique_nam
     }
 
 
-def test_an_armed_mid_write_stages_part_of_a_small_task_before_the_point(
-    sink_redis: SinkRedis, unique_name: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("armed", [False, True], ids=["unarmed", "armed"])
+def test_mid_write_is_on_the_path_of_a_task_bigger_than_its_chunks_armed_or_not(
+    sink_redis: SinkRedis, unique_name: str, monkeypatch: pytest.MonkeyPatch, armed: bool
 ) -> None:
-    """``mid_write`` is reached by a task of any size, with records sent before it and more
-    after it. It used to need more than ``pipeline_size`` (10,000) records in one task, so a
-    chaos point kill on a stream of small epochs never fired (the soak's Redis cell)."""
+    """A task of more records than ``pipeline_size`` stages chunks as it goes, and
+    ``mid_write`` sits after each stage, with records sent before it and more after it. Arming
+    the point changes nothing on that path (it once staged half of any task up front); the
+    crash tests and ``exactlyonce chaos`` make small tasks take it with a smaller chunk
+    (``EXACTLYONCE_CRASH_PIPELINE_SIZE``), as PostgreSQL's ``mid_copy`` does with COPY chunks."""
+    monkeypatch.setenv(task_module.STAGE_ROWS_ENV, "2")
     sink = new_sink(sink_redis, unique_name, dedup=False, shards=1)  # default pipeline_size
     schema = StructType([StructField("event_id", StringType())])
     steps: list[str] = []
     monkeypatch.setattr(task_module, "crash_point", lambda name, epoch: steps.append(name))
-    monkeypatch.setenv("EXACTLYONCE_CRASH_AT", "mid_write")
+    if armed:
+        monkeypatch.setenv("EXACTLYONCE_CRASH_AT", "mid_write")
 
     def write(epoch: int, shards: int) -> list[TaskResult]:
         task = RedisShardTask(sink._task_writer(epoch, TASK_COLUMNS).target, epoch)  # type: ignore[attr-defined]
         add = task._add
         monkeypatch.setattr(task, "_add", lambda chunk, n: (steps.append("add"), add(chunk, n)))
         task.write(batch([f"e{i}" for i in range(6)], epoch))
-        assert steps.count("mid_write") == 1, steps
-        point = steps.index("mid_write")
-        assert "add" in steps[:point] and "add" in steps[point:], f"before and after: {steps}"
-        assert sink_redis.client().hlen(task.stage_key) >= 1, "the first records reached Redis"
+        assert steps == ["add", "add", "mid_write", "add", "mid_write"], steps
+        assert sink_redis.client().hlen(task.stage_key) == 2, "two chunks reached Redis"
         task.commit()
         assert task.status == 1 and task.result.written == 6
         task.close()

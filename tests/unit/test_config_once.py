@@ -69,3 +69,46 @@ def test_request_retries_have_one_name_across_sinks() -> None:
     assert es.retries == redis.retries == 2
     former = ElasticsearchSinkConfig(hosts=["http://es:9200"], index="i", max_retries=7, **common)
     assert former.retries == 7, "the former name is still read"
+
+
+# -- sinks read self.config ------------------------------------------------------------------
+
+
+def _copies_in_configure(sink_class: type) -> list[str]:
+    """``self.x = config.f`` statements in the sink's ``_configure`` where ``f`` is a field of
+    its config model: a second home for a setting."""
+    import ast
+    import inspect
+    import textwrap
+
+    from exactlyonce.connectors import registry
+
+    fields = set(registry.kind_of_class(sink_class).config.model_fields)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(sink_class._configure)))
+    copies = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Attribute):
+            value = node.value
+            by_config = isinstance(value.value, ast.Name) and value.value.id == "config"
+            if by_config and value.attr in fields:
+                copies.append(f"{sink_class.__name__}._configure copies config.{value.attr}")
+    return copies
+
+
+def test_sinks_read_their_settings_from_self_config() -> None:
+    from exactlyonce.connectors import registry
+
+    copies = [c for kind in registry.kinds() for c in _copies_in_configure(kind.sink_class())]
+    assert copies == [], "read it from self.config (connectors.base.config.Setting):\n" + "\n".join(
+        copies
+    )
+
+
+def test_a_setting_is_the_configs_and_cannot_be_assigned() -> None:
+    sink = PostgresSink(
+        "postgresql://app:pw@db/app", "events", ["id"], "q", dedup=False, check=False
+    )
+    assert sink.mode == sink.config.mode == "insert"
+    assert sink.query_name == "q" and sink.shards is None
+    with pytest.raises(AttributeError, match="config"):
+        sink.mode = "append"  # type: ignore[misc]

@@ -101,7 +101,7 @@ def test_the_fakes_refuse_to_leave_the_process() -> None:
 
 def test_the_module_example_runs() -> None:
     doc = exactlyonce.testing.__doc__ or ""
-    code = doc.split("::\n", 1)[1].split("\nEverything here", 1)[0]
+    code = doc.split("::\n", 1)[1].split("\nA :class:`MemoryStore` and", 1)[0]
     exec(textwrap.dedent(code), {})
 
 

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from exactlyonce.connectors import registry
-from exactlyonce.connectors.base.audit import SinkAudit
-from exactlyonce.connectors.base.expected import Expected
-from exactlyonce.connectors.base.kind import ChaosTraits, SinkKind, UrlTraits
+from exactlyonce.connectors.base.kind import SinkKind
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import build_sink, parse_config
-from exactlyonce.testing import MemorySink, MemoryStore
+from exactlyonce.testing import FileStore, MemorySink
+from exactlyonce.testing.drain import MemoryDrainTarget
+from exactlyonce.testing.kind import KIND as MEMORY
 from exactlyonce.testing.sink import MemorySinkConfig
 
 PACKAGE = Path(__file__).resolve().parents[2] / "exactlyonce"
@@ -118,57 +117,24 @@ def test_asking_for_one_sink_imports_no_other_sinks_client() -> None:
 
 
 # -- a sink of one's own, registered from its own module -------------------------------------
-
-STORE = MemoryStore()
-
-
-class StoreMemorySink(MemorySink):
-    """MemorySink built from config alone (the pipeline file names no store: it is this
-    module's); exactly once as MemorySink is."""
-
-    store = STORE
+# (tests/integration/test_plugin_sink.py runs it through an entry point: ``exactlyonce run``,
+# the buffer's drainer and ``exactlyonce audit`` in their own processes)
 
 
-def read_memory(sink: MemorySink, expected: Expected) -> SinkAudit:
-    """The audit reader of the memory sink: every row of its table, per record ID."""
-    rows = STORE.rows(sink.config.table)  # type: ignore[attr-defined]
-    counts = Counter(str(r[sink.id_column]) for r in rows)
-    head = sink.head()
-    return SinkAudit(
-        sink.query_name,
-        sink.sink_name,
-        "memory",
-        "the store's rows",
-        "rows in store",
-        expected,
-        counts,
-        None if head is None else head.epoch,
-        0,
-    )
-
-
-MEMORY = SinkKind(
-    name="memory",
-    config=MemorySinkConfig,
-    sink=f"{__name__}:StoreMemorySink",
-    audit=f"{__name__}:read_memory",
-    datasource="exactlyonce.connectors.postgres.datasource:DATASOURCE",
-    chaos=ChaosTraits(default_port=0, addresses=lambda config: []),
-    url=UrlTraits(("memory",), (), lambda parts, rest: {}),
-)
-
-PIPELINE = {
-    "query_name": "mem-q",
-    "checkpoint": "ckpt",
-    "source": {"type": "rate"},
-    "sink": {
-        "type": "memory",
-        "table": "events",
-        "id_columns": ["value"],
-        "mode": "insert",
-        "dedup": False,
-    },
-}
+def pipeline(store: Path) -> dict[str, object]:
+    return {
+        "query_name": "mem-q",
+        "checkpoint": "ckpt",
+        "source": {"type": "rate"},
+        "sink": {
+            "type": "memory",
+            "path": str(store),
+            "table": "events",
+            "id_columns": ["value"],
+            "mode": "insert",
+            "dedup": False,
+        },
+    }
 
 
 @pytest.fixture
@@ -178,12 +144,14 @@ def memory_kind() -> Iterator[SinkKind]:
     registry.unregister("memory")
 
 
-def test_a_registered_sink_works_with_pipeline_files_and_the_audit(memory_kind: SinkKind) -> None:
+def test_a_registered_sink_works_with_pipeline_files_and_the_audit(
+    memory_kind: SinkKind, tmp_path: Path
+) -> None:
     assert "memory" in registry.names()
-    cfg = parse_config(PIPELINE)
+    cfg = parse_config(pipeline(tmp_path / "store"))
     assert isinstance(cfg.sink, MemorySinkConfig)
     sink = build_sink(cfg.sink, check=False)
-    assert isinstance(sink, StoreMemorySink)
+    assert isinstance(sink, MemorySink)
     assert registry.kind_of(sink) is MEMORY
 
     from exactlyonce.dedup.ids import record_id
@@ -194,11 +162,29 @@ def test_a_registered_sink_works_with_pipeline_files_and_the_audit(memory_kind: 
     audit = registry.kind_of(sink).audit_reader()(sink, expected)
     assert audit.ok, audit
     assert audit.head_epoch == 0
-    # insert mode's unique index would hide a second write: the store counts attempts
-    assert all(STORE.write_attempts[rid] == 1 for rid in expected), STORE.write_attempts
+    # insert mode's unique index would hide a second write: the store counts committed writes
+    assert dict(audit.counts) == {rid: 1 for rid in expected}
+    store = FileStore(tmp_path / "store")  # another process's view of the same file
+    assert store.write_attempts == dict.fromkeys(expected, 1)
+    assert registry.kind_of(sink).drain_target() is MemoryDrainTarget
 
 
-def test_without_registration_the_file_names_the_known_sinks() -> None:
+def test_the_audit_sees_a_second_committed_write_a_unique_index_hides(
+    memory_kind: SinkKind, tmp_path: Path
+) -> None:
+    """The proof can fail: a second committed write of an ID (rejected by insert mode's
+    unique index, so one row) is a duplicate in the audit."""
+    sink = build_sink(parse_config(pipeline(tmp_path / "store")).sink, check=True)
+    assert isinstance(sink, MemorySink)
+    row = {"value": "1", "record_id": "a" * 32, "epoch": 0}
+    sink.store.commit(("q", "s"), 0, "events", [row], [], [0])
+    sink.store.commit(("q", "s"), 1, "events", [row], [], [0])
+    audit = MEMORY.audit_reader()(sink, {"a" * 32: ["1"]})
+    assert len(sink.store.rows("events")) == 1
+    assert audit.duplicates == 1 and not audit.ok
+
+
+def test_without_registration_the_file_names_the_known_sinks(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(PIPELINE)
+        parse_config(pipeline(tmp_path / "store"))
     assert "sink" in info.value.field

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Collection, Mapping
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Generic, Literal, TypeVar, overload
 
 from pydantic import (
     BaseModel,
@@ -61,6 +61,39 @@ class Unset(enum.Enum):
 
 
 UNSET: Final = Unset.UNSET
+
+
+V = TypeVar("V")
+
+
+class Setting(Generic[V]):
+    """A sink attribute that reads its config model's field: ``mode = Setting[Mode]()`` makes
+    ``sink.mode`` ``sink.config.mode`` (``Setting[str]("dead_letter_index_name")`` names a
+    field of another name). A setting then lives in one place, ``sink.config``, frozen: there
+    is no copy to drift, and assigning the attribute is an error."""
+
+    def __init__(self, field: str | None = None) -> None:
+        self.field = field
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.field = self.field or name
+
+    @overload
+    def __get__(self, sink: None, owner: type) -> Setting[V]: ...
+    @overload
+    def __get__(self, sink: object, owner: type) -> V: ...
+    def __get__(self, sink: object | None, owner: type) -> Setting[V] | V:
+        if sink is None:
+            return self
+        value: V = getattr(sink.config, self.field or self.name)  # type: ignore[attr-defined]
+        return value
+
+    def __set__(self, sink: object, value: V) -> None:
+        raise AttributeError(
+            f"{type(sink).__name__}.{self.name} is the config's {self.field}: settings are "
+            "frozen (build a new sink with the new setting)"
+        )
 
 
 def given(

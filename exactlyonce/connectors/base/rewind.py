@@ -5,14 +5,18 @@ so that a re-run of those epochs writes each record once again. A sink can do it
 every record it wrote carries its epoch and removing it restores the state before it (an
 insert, an append); where it cannot, its ``rewind_refusal`` says why, and nothing changes.
 
-The sink's part (:meth:`~exactlyonce.connectors.base.sink.ExactlyOnceSink.removals_above`,
-``rewind_to``, ``shard_commits``) lives in each sink's package; the command, the catalog
-and the Spark checkpoint are :mod:`exactlyonce.integration`'s.
+The sink's part is a :class:`Rewind` object that
+:meth:`~exactlyonce.connectors.base.sink.ExactlyOnceSink.rewinder` composes from the sink's
+public parts (its package's ``rewind`` module; it opens its own connections); the command,
+the catalog and the Spark checkpoint are :mod:`exactlyonce.integration`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
+
+from exactlyonce.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -47,4 +51,51 @@ def count_by_epoch(epochs: list[int], above: int) -> dict[int, int]:
     return counts
 
 
-__all__ = ["Removal", "count_by_epoch"]
+class Rewind(Protocol):
+    """A sink's records by epoch, as ``exactlyonce rewind`` and ``exactlyonce heads`` see
+    them. Called by the CLI only, never while the query runs; each method opens (and
+    closes) the connections it needs."""
+
+    def refusal(self) -> str | None:
+        """Why this sink cannot remove its records above an epoch exactly (None: it can)."""
+        ...
+
+    def shard_commits(self) -> dict[int, list[int]] | None:
+        """Shard-commit markers the destination still holds (epoch -> shards), i.e. those of
+        epochs above the head; read-only. None when the sink cannot list them cheaply."""
+        ...
+
+    def removals_above(self, epoch: int) -> list[Removal]:
+        """What :meth:`rewind_to` would remove (read-only): per kind of record, per epoch."""
+        ...
+
+    def rewind_to(self, epoch: int) -> list[Removal]:
+        """Remove every record of the epochs above ``epoch`` (data, dead letters, shard
+        commits), then move the head back to ``epoch`` with its Spark query id cleared
+        (:meth:`~exactlyonce.connectors.base.head.HeadStore.rewind_head`), in that order or in
+        one atomic step; returns what was removed. Idempotent: a rewind cut short by a crash
+        is finished by running it again. Only on a user's explicit request."""
+        ...
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The :class:`Rewind` of a sink that cannot remove its records by epoch: ``reason``
+    says why; lists nothing, removes nothing."""
+
+    reason: str
+
+    def refusal(self) -> str | None:
+        return self.reason
+
+    def shard_commits(self) -> dict[int, list[int]] | None:
+        return None
+
+    def removals_above(self, epoch: int) -> list[Removal]:
+        raise ConfigError("rewind", self.reason)
+
+    def rewind_to(self, epoch: int) -> list[Removal]:
+        raise ConfigError("rewind", self.reason)
+
+
+__all__ = ["Refused", "Removal", "Rewind", "count_by_epoch"]

@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast, final
 
 from exactlyonce.connectors.base.columns import SHARD_COLUMN
-from exactlyonce.connectors.base.config import SinkConfig
+from exactlyonce.connectors.base.config import Setting, SinkConfig
 from exactlyonce.connectors.base.guarantee import (
     OK,
     Check,
@@ -54,7 +54,7 @@ from exactlyonce.connectors.base.report import (
     bloom_over_capacity,
     catalog_summary,
 )
-from exactlyonce.connectors.base.rewind import Removal
+from exactlyonce.connectors.base.rewind import Refused, Rewind
 from exactlyonce.connectors.base.task import ShardWriter, UnalignedTasks
 from exactlyonce.connectors.base.upsert import UpsertSpec, shard_order, upsert_expressions
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
@@ -193,6 +193,9 @@ class ExactlyOnceSink(ABC):
     """
 
     kind: str = "sink"
+    query_name = Setting[str]()
+    shards = Setting[int | None]()
+    write_retries = Setting[int]()
     # Sort each shard by record ID before the write: B-tree inserts into a unique index then
     # walk the tree in order (PostgreSQL). Sinks without an ordered index leave it off.
     sort_within_shard: bool = False
@@ -216,14 +219,11 @@ class ExactlyOnceSink(ABC):
         (:meth:`_configure`); preflight the destination when ``check``. Every constructor
         and :meth:`from_config` end here."""
         self.config = config
-        self.query_name = config.query_name
         self.ids: RecordIdSpec = config.record_ids()
-        self.shards = config.shards
         self._head: Head | None = None
         self._started_for: str | None = None
         self.reports: list[BatchReport] = []
         self.dedup_config = config.dedup_config()
-        self.write_retries = config.write_retries
         self._keeper: CatalogKeeper | None = None
         self._configure(config)
         if check:
@@ -336,30 +336,14 @@ class ExactlyOnceSink(ABC):
         whose head read creates nothing keeps."""
         return self.head()
 
-    def shard_commits(self) -> dict[int, list[int]] | None:
-        """Shard-commit markers the destination still holds (epoch -> shards), i.e. those of
-        epochs above the head; read-only. None when the sink cannot list them cheaply."""
-        return None
-
-    def rewind_refusal(self) -> str | None:
-        """Why this sink cannot remove its records above an epoch exactly (None: it can).
-        A sink that can overrides :meth:`removals_above` and :meth:`rewind_to` too."""
-        return (
+    def rewinder(self) -> Rewind:
+        """What ``exactlyonce rewind`` and ``heads`` ask of this sink's records by epoch
+        (:class:`~exactlyonce.connectors.base.rewind.Rewind`). The default refuses; a sink
+        whose records carry their epoch returns its package's rewind over its parts."""
+        return Refused(
             f"{type(self).__name__} cannot remove the records it wrote by epoch, so a rewind "
             "could not make a re-run write each record once"
         )
-
-    def removals_above(self, epoch: int) -> list[Removal]:
-        """What :meth:`rewind_to` would remove (read-only): per kind of record, per epoch."""
-        raise ConfigError("rewind", self.rewind_refusal() or "not supported")
-
-    def rewind_to(self, epoch: int) -> list[Removal]:
-        """Remove every record of the epochs above ``epoch`` (data, dead letters, shard
-        commits), then move the head back to ``epoch`` with its Spark query id cleared
-        (:meth:`~exactlyonce.connectors.base.head.HeadStore.rewind_head`), in that order or in
-        one atomic step; returns what was removed. Idempotent: a rewind cut short by a crash
-        is finished by running it again. Only on a user's explicit request."""
-        raise ConfigError("rewind", self.rewind_refusal() or "not supported")
 
     @property
     def unique_sink(self) -> bool:

@@ -10,9 +10,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from elasticsearch import Elasticsearch
 
-from exactlyonce.connectors.base import ExactlyOnceSink, Head, Removal, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
+from exactlyonce.connectors.base.config import (
+    UNSET,
+    DedupSettings,
+    IdFrom,
+    Setting,
+    Unset,
+    given,
+)
 from exactlyonce.connectors.base.guarantee import CheckOf
+from exactlyonce.connectors.base.rewind import Rewind
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.elasticsearch import check as _check
 from exactlyonce.connectors.elasticsearch import rewind
@@ -68,6 +76,15 @@ class ElasticsearchSink(ExactlyOnceSink):
     """
 
     kind = "elasticsearch"
+    config: ElasticsearchSinkConfig
+    index = Setting[str]()
+    control_index = Setting[str]()
+    dead_letter_index = Setting[str]("dead_letter_index_name")
+    op_type = Setting[OpType]()
+    epoch_field = Setting[str]()
+    mapping = Setting[dict[str, Any] | None]()
+    bulk_max_actions = Setting[int]()
+    bulk_max_bytes = Setting[int]()
     id_column = ID_COLUMN
 
     def __init__(
@@ -111,7 +128,6 @@ class ElasticsearchSink(ExactlyOnceSink):
         self._set_up(ElasticsearchSinkConfig(**values), check)
 
     def _configure(self, config: ElasticsearchSinkConfig) -> None:
-        self.config: ElasticsearchSinkConfig = config
         api_key, password = config.api_key, config.password
         self.conn = EsConnection(
             config.hosts,
@@ -122,15 +138,7 @@ class ElasticsearchSink(ExactlyOnceSink):
             config.verify_certs,
             config.request_timeout,
         )
-        self.index = config.index
-        self.control_index = config.control_index
-        self.dead_letter_index = config.dead_letter_index_name
-        self.op_type: OpType = config.op_type
-        self.epoch_field = config.epoch_field
-        self.mapping = config.mapping
         self.retry = config.retry_policy or default_policy(config.retries)
-        self.bulk_max_actions = config.bulk_max_actions
-        self.bulk_max_bytes = config.bulk_max_bytes
         self._es: Elasticsearch | None = None
         self._ready = False
         self._checked_schema: StructType | None = None
@@ -199,22 +207,9 @@ class ElasticsearchSink(ExactlyOnceSink):
 
     # -- inspection and rewind (see .rewind) ---------------------------------------------
 
-    def shard_commits(self) -> dict[int, list[int]]:
-        return rewind.shard_commits(self)
-
-    def rewind_refusal(self) -> str | None:
-        return rewind.refusal(self)
-
-    def removals_above(self, epoch: int) -> list[Removal]:
-        return rewind.removals_above(self, epoch)
-
-    def rewind_to(self, epoch: int) -> list[Removal]:
-        """Documents, dead letters and shard commits above ``epoch`` go, then the head moves
-        back (:mod:`.rewind`)."""
-        removed = rewind.rewind_to(self, epoch)
-        self._head = None
-        log.warning("%s: head rewound to epoch %d", self, epoch)
-        return removed
+    def rewinder(self) -> Rewind:
+        """Its records by epoch (:mod:`.rewind`)."""
+        return rewind.ElasticsearchRewind(self)
 
     # -- the write ---------------------------------------------------------------------
 

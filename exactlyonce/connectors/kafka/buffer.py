@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from exactlyonce.connectors import registry
 from exactlyonce.connectors.base import ExactlyOnceSink
 from exactlyonce.connectors.base.guarantee import Guarantee, GuaranteeReport
+from exactlyonce.connectors.base.rewind import Refused, Rewind
 from exactlyonce.connectors.kafka import KafkaSink
 from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
 from exactlyonce.dedup.catalog import DedupConfig
@@ -123,8 +124,8 @@ class Buffered(KafkaSink):
         self.frame_bytes = buffer.frame_bytes
         self._target_ready = False
 
-    def rewind_refusal(self) -> str | None:
-        return (
+    def rewinder(self) -> Rewind:
+        return Refused(
             f"the query's head is the Kafka buffer's: the records of epochs above N are "
             f"committed to buffer topic {self.buffer.topic!r}, whose records cannot be removed, "
             f"and the drainer may have moved them into {self.target.sink_name} already. To "

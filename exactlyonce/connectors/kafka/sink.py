@@ -8,8 +8,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors.base import ExactlyOnceSink, Head, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.config import (
+    UNSET,
+    DedupSettings,
+    IdFrom,
+    Setting,
+    Unset,
+    given,
+)
 from exactlyonce.connectors.base.guarantee import CheckOf
+from exactlyonce.connectors.base.rewind import Refused, Rewind
 from exactlyonce.connectors.kafka import check as _check
 from exactlyonce.connectors.kafka import preflight as _preflight
 from exactlyonce.connectors.kafka.clients import KafkaClients
@@ -87,6 +95,18 @@ class KafkaSink(ExactlyOnceSink):
     """
 
     kind = "kafka"
+    config: KafkaSinkConfig
+    bootstrap_servers = Setting[str]()
+    topic = Setting[str]()
+    control_topic = Setting[str]()
+    dead_letter_topic = Setting[str]("dead_letter_topic_name")
+    timeout_field = Setting[str]()
+    transaction_timeout_ms = Setting[int]("timeout_ms")
+    key_column = Setting[str | None]()
+    value = Setting[str]()
+    create_topic = Setting[bool]()
+    partitions = Setting[int | None]()
+    connect_timeout = Setting[float]()
     id_column = ID_COLUMN
 
     def __init__(
@@ -119,24 +139,12 @@ class KafkaSink(ExactlyOnceSink):
         self._set_up(KafkaSinkConfig(**given(locals())), check)
 
     def _configure(self, config: KafkaSinkConfig) -> None:
-        self.config: KafkaSinkConfig = config
-        self.bootstrap_servers = config.bootstrap_servers
-        self.topic = config.topic
-        self.control_topic = config.control_topic
         # Only the preflight probes write here: its read_committed read cannot be held back
         # by the open transactions of crashed shard tasks, as it was on the control topic.
         self.probe_topic = f"{self.control_topic}.probe"
-        self.dead_letter_topic = config.dead_letter_topic_name
-        self.timeout_field = config.timeout_field
-        self.transaction_timeout_ms = config.timeout_ms
         client_config = config.client_config()
         self._config = Secret(json.dumps(client_config))
         self._secrets = config.secrets()
-        self.key_column = config.key_column
-        self.value = config.value
-        self.create_topic = config.create_topic
-        self.partitions = config.partitions
-        self.connect_timeout = config.connect_timeout
         self._ready = False
         self.hides_aborted: bool | None = None
         self._topic_partitions = 0
@@ -268,8 +276,8 @@ class KafkaSink(ExactlyOnceSink):
             return None
         return Head(record.epoch, record.spark_query_id, record.num_shards, record.written_at)
 
-    def rewind_refusal(self) -> str | None:
-        return (
+    def rewinder(self) -> Rewind:
+        return Refused(
             f"the records of epochs above N are committed to Kafka topic {self.topic!r}, and "
             "records in a topic cannot be removed (consumers may have read them already); a "
             "rewound head would write them a second time. To redo those epochs, write them to "

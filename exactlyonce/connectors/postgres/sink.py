@@ -9,9 +9,17 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from exactlyonce.connectors.base import ExactlyOnceSink, Removal, TaskWriter
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base import ExactlyOnceSink, TaskWriter
+from exactlyonce.connectors.base.config import (
+    UNSET,
+    DedupSettings,
+    IdFrom,
+    Setting,
+    Unset,
+    given,
+)
 from exactlyonce.connectors.base.guarantee import CheckOf
+from exactlyonce.connectors.base.rewind import Rewind
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres import check as _check
 from exactlyonce.connectors.postgres import rewind
@@ -90,6 +98,12 @@ class PostgresSink(ExactlyOnceSink):
     """
 
     kind = "postgres"
+    config: PostgresSinkConfig
+    mode = Setting[Mode]()
+    create_table = Setting[bool]()
+    id_column = Setting[str]()
+    epoch_column = Setting[str]()
+    connect_timeout = Setting[int]()
     sort_within_shard = True
 
     def __init__(
@@ -120,16 +134,10 @@ class PostgresSink(ExactlyOnceSink):
         self._set_up(PostgresSinkConfig(**given(locals())), check)
 
     def _configure(self, config: PostgresSinkConfig) -> None:
-        self.config: PostgresSinkConfig = config
         dsn = config.dsn.get_secret_value()
         self.dsn = Secret(dsn)
         self.where = redact_dsn(dsn)
         self.table = TableName.parse(config.table)
-        self.mode: Mode = config.mode
-        self.create_table = config.create_table
-        self.id_column = config.id_column
-        self.epoch_column = config.epoch_column
-        self.connect_timeout = config.connect_timeout
         self._checked_schema: StructType | None = None
         self._table_ready = False
 
@@ -285,22 +293,9 @@ class PostgresSink(ExactlyOnceSink):
 
     # -- inspection and rewind (see .rewind) ---------------------------------------------
 
-    def shard_commits(self) -> dict[int, list[int]]:
-        return rewind.shard_commits(self)
-
-    def rewind_refusal(self) -> str | None:
-        return rewind.refusal(self)
-
-    def removals_above(self, epoch: int) -> list[Removal]:
-        return rewind.removals_above(self, epoch)
-
-    def rewind_to(self, epoch: int) -> list[Removal]:
-        """Rows, dead letters and shard commits above ``epoch`` go and the head moves back,
-        in one transaction (:mod:`.rewind`)."""
-        removed = rewind.rewind_to(self, epoch)
-        self._head = None
-        log.warning("%s: head rewound to epoch %d", self, epoch)
-        return removed
+    def rewinder(self) -> Rewind:
+        """Its records by epoch (:mod:`.rewind`)."""
+        return rewind.PostgresRewind(self)
 
     # -- the write ---------------------------------------------------------------------
 

@@ -25,6 +25,9 @@ class RedisParts(Protocol):
     connect_timeout: float
 
     @property
+    def sink_name(self) -> str: ...
+
+    @property
     def upsert(self) -> UpsertSpec | None: ...
 
     @property

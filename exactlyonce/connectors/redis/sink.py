@@ -11,11 +11,18 @@ import redis
 
 from exactlyonce.connectors.base import (
     ExactlyOnceSink,
-    Removal,
     TaskWriter,
 )
-from exactlyonce.connectors.base.config import UNSET, DedupSettings, IdFrom, Unset, given
+from exactlyonce.connectors.base.config import (
+    UNSET,
+    DedupSettings,
+    IdFrom,
+    Setting,
+    Unset,
+    given,
+)
 from exactlyonce.connectors.base.guarantee import CheckOf
+from exactlyonce.connectors.base.rewind import Rewind
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import check as _check
 from exactlyonce.connectors.redis import rewind
@@ -30,7 +37,12 @@ from exactlyonce.connectors.redis.connection import (
 from exactlyonce.connectors.redis.head import RedisHeadStore, head_key
 from exactlyonce.connectors.redis.projection import project
 from exactlyonce.connectors.redis.streams import stream_ids
-from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
+from exactlyonce.connectors.redis.task import (
+    VALUE_COLUMN,
+    RedisShardWriter,
+    RedisTarget,
+    staged_rows,
+)
 from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
@@ -77,6 +89,16 @@ class RedisSink(ExactlyOnceSink):
     """
 
     kind = "redis"
+    config: RedisSinkConfig
+    template = Setting[Any]()
+    write = Setting[Write]()
+    pipeline_size = Setting[int]()
+    id_field = Setting[str]()
+    id_column = Setting[str]("id_field")
+    epoch_field = Setting[str]()
+    socket_timeout = Setting[float]()
+    connect_timeout = Setting[float]()
+    retries = Setting[int]()
 
     def __init__(
         self,
@@ -111,24 +133,19 @@ class RedisSink(ExactlyOnceSink):
         self._set_up(RedisSinkConfig(**given(locals())), check)
 
     def _configure(self, config: RedisSinkConfig) -> None:
-        self.config: RedisSinkConfig = config
         url = config.url.get_secret_value()
-        self.template = config.template
         self.url = Secret(url)
         self.where = redact_dsn(url)
-        self.write: Write = config.write
-        ttl = config.ttl_seconds
-        self.ttl_ms = None if ttl is None else int(round(ttl * 1000))
-        self.pipeline_size = config.pipeline_size
-        self.id_field = self.id_column = config.id_field
-        self.epoch_field = config.epoch_field
-        self.socket_timeout = config.socket_timeout
-        self.connect_timeout = config.connect_timeout
-        self.retries = config.retries
         self.busy = BUSY_POLICY
         self.prefix = config.prefix or f"{namespace(self.query_name, self.sink_name)}:sink"
         self._redis: Any = None
         self._ready = False
+
+    @property
+    def ttl_ms(self) -> int | None:
+        """``ttl_seconds`` in milliseconds (what PEXPIRE takes); None: keys never expire."""
+        ttl = self.config.ttl_seconds
+        return None if ttl is None else int(round(ttl * 1000))
 
     @property
     def upsert(self) -> UpsertSpec | None:
@@ -238,22 +255,9 @@ class RedisSink(ExactlyOnceSink):
 
     # -- inspection and rewind (see .rewind) ---------------------------------------------
 
-    def shard_commits(self) -> dict[int, list[int]]:
-        return rewind.shard_commits(self)
-
-    def rewind_refusal(self) -> str | None:
-        return rewind.refusal(self)
-
-    def removals_above(self, epoch: int) -> list[Removal]:
-        return rewind.removals_above(self, epoch)
-
-    def rewind_to(self, epoch: int) -> list[Removal]:
-        """Stream entries and dead letters above ``epoch`` go, then the head moves back
-        (:mod:`.rewind`)."""
-        removed = rewind.rewind_to(self, epoch)
-        self._head = None
-        log.warning("%s: head rewound to epoch %d", self, epoch)
-        return removed
+    def rewinder(self) -> Rewind:
+        """Its records by epoch (:mod:`.rewind`)."""
+        return rewind.RedisRewind(self)
 
     # -- the write ---------------------------------------------------------------------
 
@@ -285,7 +289,7 @@ class RedisSink(ExactlyOnceSink):
             id_field=self.id_field,
             epoch_field=self.epoch_field,
             ttl_ms=self.ttl_ms,
-            pipeline_size=self.pipeline_size,
+            pipeline_size=staged_rows(self.pipeline_size),
             prefix=self.prefix,
             query_name=self.query_name,
             sink_name=self.sink_name,

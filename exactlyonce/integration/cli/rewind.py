@@ -9,7 +9,7 @@ running it again):
    keeps writes exactly-once, as after ``reset-head``). First, because a catalog that still
    marks IDs above N would drop them on the re-run as duplicates: lost;
 2. the sink removes its records above N and moves its head back to N with the Spark query id
-   cleared (:meth:`~exactlyonce.connectors.base.sink.ExactlyOnceSink.rewind_to`);
+   cleared (:meth:`~exactlyonce.connectors.base.rewind.Rewind.rewind_to`);
 3. the Spark checkpoint is moved back to match (:mod:`exactlyonce.integration.checkpoint`):
    batches above N deleted, or for N = -1 the whole checkpoint.
 
@@ -102,7 +102,7 @@ def cmd_rewind(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     assert head is not None
     if not args.yes:
-        removals = sink.removals_above(epoch)
+        removals = sink.rewinder().removals_above(epoch)
         if args.json:
             _print_json(rewind_json(sink, head, epoch, before, removals, applied=False))
         else:
@@ -113,7 +113,8 @@ def cmd_rewind(args: argparse.Namespace) -> int:
         )
         return EXIT_CONFIG
     if not args.json:
-        print("\n".join(plan_lines(sink, head, epoch, sink.removals_above(epoch), checkpoint)))
+        removals = sink.rewinder().removals_above(epoch)
+        print("\n".join(plan_lines(sink, head, epoch, removals, checkpoint)))
     dropped, removed = rewind(sink, epoch, checkpoint)
     if args.json:
         _print_json(rewind_json(sink, head, epoch, before, removed, dropped=dropped))
@@ -131,7 +132,7 @@ def rewind(
     catalog keys dropped and what the sink removed."""
     dropped = drop_catalog(sink)  # first: a catalog must never mark IDs above the head
     crash_point("rewind_after_catalog", epoch)
-    removed = sink.rewind_to(epoch)
+    removed = sink.rewinder().rewind_to(epoch)
     crash_point("rewind_after_sink", epoch)
     rewind_checkpoint(checkpoint)
     return dropped, removed
@@ -191,7 +192,7 @@ def _print_json(document: dict[str, Any]) -> None:
 def _sink_refusal(sink: ExactlyOnceSink, epoch: int) -> str | None:
     if epoch < NO_EPOCH:
         return f"--to-epoch {epoch} is negative; use -1 to go back to before the first epoch"
-    refusal = sink.rewind_refusal()
+    refusal = sink.rewinder().refusal()
     if refusal is not None:
         return refusal
     dedup = sink.dedup_config

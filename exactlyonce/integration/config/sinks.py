@@ -74,14 +74,15 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def own_part(entry: BaseModel, model: type[ModelT]) -> ModelT:
-    """The part of a pipeline-file section that is ``model`` (a subclass adds settings
-    that only the file has, such as ``buffer:``). Only the settings the file gave (or a
-    validator set): a model's "was it given?" rules (``op_type`` with ``mode: upsert``) see
-    what the file said, and the defaults stay the model's."""
-    given = entry.model_fields_set
-    return model.model_validate(
-        {name: getattr(entry, name) for name in model.model_fields if name in given}
-    )
+    """The part of a pipeline-file section that is ``model``: ``entry``'s class is a subclass
+    of ``model`` that adds settings only the file has (``buffer:``), so every rule of
+    ``model`` already ran on these values; they are taken as they are, not validated again.
+    The settings the file gave stay marked as given (``op_type`` with ``mode: upsert`` is a
+    "was it given?" rule), and the defaults stay the model's."""
+    assert isinstance(entry, model), f"{type(entry).__name__} is not a {model.__name__}"
+    values = {name: getattr(entry, name) for name in model.model_fields}
+    given = entry.model_fields_set & set(model.model_fields)
+    return model.model_construct(_fields_set=given, **values)
 
 
 def build_sink(entry: SinkConfig, *, check: bool = True) -> ExactlyOnceSink:
