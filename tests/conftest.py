@@ -146,9 +146,17 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    from exactlyonce.connectors.base.sink import QUERY_ID_PROPERTY
     from exactlyonce.integration.spark import session
     from tests.crash.job_common import TEST_JVM
+    from tests.support.events import BATCH_QUERY_ID
 
     spark = session("exactlyonce-tests", master="local[2]", extra=TEST_JVM)
+    # The batch DataFrames a test hands a sink itself (``sink(df, epoch)``) stand for the
+    # batches of one streaming query, so they carry a Spark query id as its thread would: a
+    # new sink of the same query_name is then a restart from the same checkpoint. Without
+    # one, the guard refuses a head with committed epochs (tests/unit/test_checkpoint_guard.py).
+    # Streaming queries set their own id in their own thread.
+    spark.sparkContext.setLocalProperty(QUERY_ID_PROPERTY, BATCH_QUERY_ID)
     yield spark
     spark.stop()

@@ -169,6 +169,7 @@ class MemorySink(ExactlyOnceSink):
         dedup: bool | DedupSettings | DedupConfig | Unset = UNSET,
         redis_url: str | None | Unset = UNSET,
         path: str | None | Unset = UNSET,
+        allow_unknown_query_id: bool | Unset = UNSET,
     ) -> None:
         """Settings and their defaults: :class:`MemorySinkConfig` (no preflight here).
         ``store`` None: the :class:`FileStore` at ``path``."""

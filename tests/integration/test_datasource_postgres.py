@@ -108,6 +108,43 @@ def test_reset_checkpoint_is_refused(
         query.awaitTermination()
 
 
+def start_named(spark: Any, source: Path, root: Path, name: str, **options: str) -> Any:
+    """A query whose checkpoint is the session's ``spark.sql.streaming.checkpointLocation``
+    (``root/<name>``), not an option: the data source's driver cannot read its query id."""
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(root))
+    try:
+        df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+        writer = df.writeStream.format("exactlyonce").queryName(name)
+        for option, value in options.items():
+            writer = writer.option(option, value)
+        return writer.trigger(availableNow=True).start()
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+
+
+def test_a_driver_blind_to_the_query_id_leaves_the_guard_to_the_tasks(
+    spark: Any, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    """The start cannot establish the id, the tasks can: a restart of the same checkpoint
+    goes on (not refused for want of an id), a new checkpoint is refused by the tasks."""
+    data = make_input(tmp_path / "in", files=2, rows=40, seed=7)
+    prepared(pg_dsn, pg, unique_name)
+    options = pg_options(pg_dsn, unique_name)
+    first = start_named(spark, tmp_path / "in", tmp_path / "ck", unique_name, **options)
+    first.awaitTermination()
+    more = make_input(tmp_path / "more", files=1, rows=40, seed=8)
+    (tmp_path / "more" / "part-0000.json").rename(tmp_path / "in" / "part-0100.json")
+    again = start_named(spark, tmp_path / "in", tmp_path / "ck", unique_name, **options)
+    again.awaitTermination()
+    assert again.id == first.id and head(pg, unique_name) == (2, str(first.id))
+    expected = data.expected_ids | more.expected_ids
+    assert_exactly_once(pg, unique_name, expected)
+    other = start_named(spark, tmp_path / "in", tmp_path / "new-ck", unique_name, **options)
+    with pytest.raises(Exception, match="CheckpointResetError"):
+        other.awaitTermination()
+    assert head(pg, unique_name) == (2, str(first.id))
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("shards", "many"), ("dedup", "{not json"), ("mode", "append"), ("connect_timeout", "0")],

@@ -37,6 +37,8 @@ SECONDS: dict[str, int] = {
     "tests/crash/test_cluster.py::test_every_sink_survives_a_worker_kill_mid_write[redis]": 38,
     "tests/integration/test_buffer.py::test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing": 37,
     "tests/crash/test_cluster.py::test_every_sink_survives_a_worker_kill_mid_write[elasticsearch]": 36,
+    "tests/crash/test_kafka_second_query.py::test_a_second_query_is_refused_and_the_running_one_commits[format]": 35,
+    "tests/crash/test_kafka_second_query.py::test_a_second_query_is_refused_and_the_running_one_commits[foreachBatch]": 24,
     "tests/crash/test_redis_crash.py::test_lost_script_replies_are_verified_not_assumed": 32,
     "tests/crash/test_postgres_crash.py::test_lost_commit_replies_are_verified_not_assumed": 32,
     "tests/crash/test_catalog_loss.py::test_redis_restart_mid_run_recovers[insert]": 31,

@@ -138,16 +138,27 @@ class ControlTopicHeads:
         return False, None
 
     def read_head(self) -> Head | None:
-        """The head (None before the first epoch); remembers it, and fences every shard's
-        older producer before any task of this start runs."""
+        """The head (None before the first epoch); remembers it. Fences nothing: the start
+        checks the head against its Spark query first (:meth:`fence_writers`)."""
         record = self.find()
         self.record = record
         if record is None:
             return None
         self.scan_from = record.scan_from
+        return Head(record.epoch, record.spark_query_id, record.num_shards)
+
+    def fence_writers(self) -> None:
+        """At a (re)start, once the head read (or created) was checked against this run's
+        Spark query, before any task runs: fence every shard's and Spark partition's older
+        producer (:meth:`fence`, :meth:`fence_partitions`). Never before that check: under
+        a live query_name's head these are the running query's producers, and
+        ``init_transactions`` would abort its open transactions. Kafka's head is
+        last-writer-wins, so that check is all that keeps a second query out."""
+        record = self.record
+        if record is None:
+            return
         self.fence(record.num_shards)
         self.fence_partitions()
-        return Head(record.epoch, record.spark_query_id, record.num_shards)
 
     def fence(self, shards: int) -> None:
         """At a (re)start: fence every shard's older producer, aborting open transactions.

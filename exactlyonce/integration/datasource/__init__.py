@@ -24,7 +24,9 @@ none (Kafka, append-only, has its own partition markers: see "Kafka" below); eac
   does) and the ID's catalog shard (``pmod(hash(id), shards)``, deterministic: the catalog's
   Bloom filters and entries of an ID are always in the same shard);
 - refuses a head that another Spark checkpoint wrote (invariant 9: the task sees the Spark
-  query id; the driver's start also checks it when the checkpoint is a local path);
+  query id; the driver's start also checks it when the checkpoint is a local path, and
+  otherwise leaves the check to the tasks), and a head with committed epochs when it sees no
+  query id (invariant 13: fails closed, unless the sink's ``allow_unknown_query_id``);
 - skips an epoch at or below the head the driver read at the query's start (step 1);
 - shapes the rows as the sink's ``foreachBatch`` projection does (its ``datasource`` traits
   in the sink registry), and writes through the sink's own task writer (catalog check, dead
