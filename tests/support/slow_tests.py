@@ -8,6 +8,9 @@ setup + teardown per test, those of 3 s or more).
 """
 
 SECONDS: dict[str, int] = {
+    "tests/integration/test_spark_connect.py::test_spark_connect_writes_once_restarts_and_refuses_a_deleted_checkpoint": 150,
+    "tests/integration/test_plugin_sink.py::test_an_installed_sink_runs_drains_and_audits_exactly_once[buffered]": 19,
+    "tests/integration/test_plugin_sink.py::test_an_installed_sink_runs_drains_and_audits_exactly_once[direct]": 13,
     "tests/crash/test_upsert_crash.py::test_an_upserted_aggregation_survives_kill_9": 145,
     "tests/crash/test_chaos_command.py::test_chaos_kills_and_restarts_then_audits_exactly_once": 140,
     "tests/crash/test_kafka_format_crash.py::test_format_api_kill_at_each_named_point": 135,

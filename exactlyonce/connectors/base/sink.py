@@ -181,6 +181,19 @@ def unknown_query_id(sink_name: str, query_name: str, head: Head) -> str:
     )
 
 
+def default_parallelism(spark: Any) -> int:
+    """How many tasks the session runs at once by default: the SparkContext's
+    ``defaultParallelism``; under Spark Connect (no SparkContext in the client or in
+    ``foreachBatch`` on the server) ``spark.default.parallelism`` if set, else the number of
+    shuffle partitions (what a repartition by shard uses anyway)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect
+        conf = spark.conf
+        given = conf.get("spark.default.parallelism", None)
+        return int(given or conf.get("spark.sql.shuffle.partitions"))
+
+
 def run_without_writing(df: DataFrame) -> None:
     """Run a batch's whole plan and discard its rows (Spark's ``noop`` sink).
 
@@ -444,7 +457,7 @@ class ExactlyOnceSink(ABC):
             batch_id,
             query_id,
             df.schema,
-            default_shards=lambda: df.sparkSession.sparkContext.defaultParallelism,
+            default_shards=lambda: default_parallelism(df.sparkSession),
             write=lambda epoch, shards: self._write_epoch(df, epoch, shards),
         )
         if report.skipped:
