@@ -7,6 +7,7 @@ client libraries are passed through :func:`scrub` before they reach ours.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -141,14 +142,28 @@ def is_secret_key(key: str) -> bool:
 def secret_values(settings: object) -> list[str]:
     """Every value in ``settings`` that must never be printed: the one function that decides.
 
-    ``settings`` is a config object (a pydantic model), a mapping, a list or a value. Secret
-    values are: pydantic ``SecretStr`` fields and :class:`Secret` values, with the password
-    inside a URL or key=value DSN as well; and anything under a key :func:`is_secret_key`
-    names. The result is what :func:`scrub` takes.
+    ``settings`` is a config object (a pydantic model or a dataclass), a mapping, a list or a
+    value. Secret values are: pydantic ``SecretStr`` fields and :class:`Secret` values, with
+    the password inside a URL or key=value DSN as well; the password inside any URL (``hosts:
+    [https://u:pw@es]``, a catalog's ``redis://:pw@...``); and anything under a key
+    :func:`is_secret_key` names. The result is what :func:`scrub` takes.
     """
     found: list[str] = []
     _collect(settings, found, secret=False)
     return [s for s in dict.fromkeys(found) if s]
+
+
+def credentials(settings: object) -> list[str]:
+    """The credentials in ``settings``: :func:`secret_values` without connection strings
+    that carry no password (``postgresql://app@db/app``: a name and an address, which need
+    not be hidden from Spark's plans; their passwords, when they have one, are in)."""
+    return [value for value in secret_values(settings) if not _bare_connection_string(value)]
+
+
+def _bare_connection_string(value: str) -> bool:
+    keyword_pairs = len(_KEYWORD.findall(value))
+    keyword = keyword_pairs >= 2 and not _KEYWORD.sub("", value).strip()
+    return ("://" in value or keyword) and dsn_password(value) is None
 
 
 def _collect(value: object, found: list[str], secret: bool) -> None:
@@ -161,6 +176,9 @@ def _collect(value: object, found: list[str], secret: bool) -> None:
     if isinstance(fields, dict):
         for name in fields:
             _collect(getattr(value, name), found, secret or is_secret_key(name))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _collect(getattr(value, field.name), found, secret or is_secret_key(field.name))
     elif isinstance(value, dict):
         for key, item in value.items():
             _collect(item, found, secret or is_secret_key(str(key)))
@@ -169,3 +187,5 @@ def _collect(value: object, found: list[str], secret: bool) -> None:
             _collect(item, found, secret)
     elif secret and value not in (None, "", False):
         found.append(str(value))
+    elif isinstance(value, str) and "://" in value:
+        found.append(dsn_password(value) or "")

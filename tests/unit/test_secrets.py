@@ -12,6 +12,7 @@ from pydantic import BaseModel, SecretStr
 from exactlyonce.secrets import (
     MASK,
     Secret,
+    credentials,
     dsn_password,
     is_secret_key,
     redact_dsn,
@@ -119,3 +120,25 @@ def test_scrub_replaces_a_whole_dsn_before_its_password() -> None:
 
 def test_scrub_leaves_text_without_the_secret_alone() -> None:
     assert scrub("p-ss and p%41ss", "p@ss", None, "") == "p-ss and p%41ss"
+
+
+def test_a_url_password_is_found_in_any_setting_and_in_a_dataclass() -> None:
+    from exactlyonce.dedup.catalog import DedupConfig
+
+    settings = {
+        "hosts": ["https://user:host-pw@es:9200"],
+        "dedup": DedupConfig(redis_url="redis://:catalog%2Fpw@catalog:6379/0"),
+    }
+    found = secret_values(settings)
+    assert "host-pw" in found and "catalog/pw" in found
+    assert "https://user:host-pw@es:9200" not in found  # the URL itself is no credential
+
+
+def test_credentials_leave_out_connection_strings_without_a_password() -> None:
+    values = {
+        "dsn": SecretStr("postgresql://app@db/app"),
+        "keyword": SecretStr("host=db dbname=app"),
+        "with_pw": SecretStr("postgresql://app:pw-1@db/app"),
+        "api_key": "a2V5Cg==",
+    }
+    assert credentials(values) == ["postgresql://app:pw-1@db/app", "pw-1", "a2V5Cg=="]
