@@ -268,7 +268,16 @@ class Job:
             tail = self.log_tail()
             raise AssertionError(f"job did not finish in {timeout}s:\n{tail}") from exc
         assert code == 0, f"job exited {code}:\n{self.log_tail()}"
+        self.wait_for_session_end()
         self.assert_no_credentials()
+
+    def wait_for_session_end(self, timeout: float = 60) -> None:
+        """Wait until every process of the last run (its JVM, its Python workers) has
+        exited: the JVM finishes Spark's event log (renames it from ``.inprogress``) after
+        the job's Python process is gone."""
+        assert self.proc is not None
+        sid = self.proc.pid
+        wait_until(lambda: not session_members(sid), f"the end of run {self.runs}'s JVM", timeout)
 
     def assert_no_credentials(self) -> Scanned:
         """No file the runs left (their logs: the driver's, Spark's and the tasks' output,

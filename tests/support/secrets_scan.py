@@ -21,6 +21,7 @@ import fnmatch
 import gzip
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,10 +65,10 @@ def secret_forms(secret: str) -> dict[str, bytes]:
         "repr-escaped": repr(secret)[1:-1],
         "libpq-escaped": secret.replace("\\", "\\\\").replace("'", "\\'"),
     }
-    for name, form in list(forms.items()):
+    for name, text in list(forms.items()):
         if name.startswith("URL"):
-            forms[f"{name}, lower-case hex"] = re.sub(r"%[0-9A-F]{2}", _lower, form)
-    encoded = {name: form.encode() for name, form in forms.items()}
+            forms[f"{name}, lower-case hex"] = re.sub(r"%[0-9A-F]{2}", _lower, text)
+    encoded = {name: text.encode() for name, text in forms.items()}
     encoded.update(_base64_forms(secret.encode()))
     first_names: dict[bytes, str] = {}
     for name, form in encoded.items():
@@ -134,16 +135,10 @@ def assert_no_secrets(
     every form of every secret; fail on the first leaks found, naming them. ``expect``:
     file-name patterns (``"run-*.log"``, ``"events_*"``) each of which a non-empty scanned
     file must match (an event log that was never written fails). Returns what was scanned."""
-    wanted = [s for s in secrets if s]
+    paths, wanted = list(paths), [s for s in secrets if s]
     assert wanted, "no secret to look for: the scan would prove nothing"
     forms = [(n, name, form) for n, s in enumerate(wanted) for name, form in _forms(s)]
-    scanned, leaks = Scanned(), []
-    for path in _files(paths):
-        data = _read(path)
-        if data:
-            scanned.files.append(path)
-            scanned.size += len(data)
-            leaks += _leaks(str(path), data, forms)
+    scanned, leaks = _scan_files(paths, forms)
     for name, text in (texts or {}).items():
         if text:
             scanned.texts.append(name)
@@ -154,6 +149,27 @@ def assert_no_secrets(
     assert not missing, f"no non-empty file matches {missing}; scanned {scanned.names()}"
     assert not leaks, "credentials leaked:\n" + "\n".join(str(leak) for leak in leaks[:20])
     return scanned
+
+
+def _scan_files(
+    paths: list[Path], forms: list[tuple[int, str, bytes]], attempts: int = 20
+) -> tuple[Scanned, list[Leak]]:
+    """Every file under ``paths``, scanned; again from the start when one vanished while
+    scanned (a process still renaming its logs: Spark's ``.inprogress`` event log)."""
+    for _ in range(attempts):
+        scanned, leaks = Scanned(), []
+        try:
+            for path in _files(paths):
+                data = _read(path)
+                if data:
+                    scanned.files.append(path)
+                    scanned.size += len(data)
+                    leaks += _leaks(str(path), data, forms)
+        except FileNotFoundError:
+            time.sleep(0.5)
+            continue
+        return scanned, leaks
+    raise AssertionError(f"files under {[str(p) for p in paths]} kept vanishing while scanned")
 
 
 def _files(paths: Iterable[Path]) -> list[Path]:

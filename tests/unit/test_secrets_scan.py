@@ -65,3 +65,24 @@ def test_a_scan_of_nothing_or_for_nothing_fails(tmp_path: Path) -> None:
 def test_url_passwords_are_unquoted() -> None:
     urls = ["postgresql://u:p%40ss@db/app", "redis://127.0.0.1:6379/0", None]
     assert url_passwords(*urls) == ["p@ss"]
+
+
+def test_a_log_renamed_while_scanned_is_scanned_under_its_new_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's JVM renames its event log from ``.inprogress`` as it ends: a file that
+    vanished while the scan ran makes it start again, and the new name is read."""
+    from tests.support import secrets_scan
+
+    log = tmp_path / "events_1.inprogress"
+    log.write_text(f"leaked {PW}\n")
+    real_read = secrets_scan._read
+
+    def renamed_once(path: Path) -> bytes:
+        if path.name.endswith(".inprogress"):
+            path.rename(path.with_suffix(""))
+        return real_read(path)
+
+    monkeypatch.setattr(secrets_scan, "_read", renamed_once)
+    with pytest.raises(AssertionError, match=r"events_1:1 shows secret #0"):
+        assert_no_secrets([tmp_path], [PW])
