@@ -75,7 +75,7 @@ def run(spark: Any, api: str, work: Path, table: str, checkpoint: Path) -> dict[
         writer = writer.format("exactlyonce")
         options = {
             "sink": "postgres",
-            "dsn": os.environ["EXACTLYONCE_PG_DSN"],
+            "secret.dsn": os.environ["EXACTLYONCE_PG_DSN"],
             "table": table,
             "id_columns": "event_id",
             "query_name": table,

@@ -4,11 +4,14 @@ Registered by :func:`exactlyonce.integration.spark.register_data_source` (which
 :func:`exactlyonce.integration.spark.session` calls)::
 
     (df.writeStream.format("exactlyonce")
-       .option("sink", "postgres").option("dsn", dsn).option("table", "events")
+       .option("sink", "postgres").option("secret.dsn", dsn).option("table", "events")
        .option("id_columns", "event_id").option("query_name", "clicks-to-pg")
        .option("checkpointLocation", ckpt).start())
 
 The options are the sink's own settings, parsed by its one config model (:mod:`.options`).
+A setting holding a credential goes as ``secret.<name>`` (``secret.dsn``, ``secret.url``,
+``secret.redis_url``, ``secret.api_key``), a name Spark redacts wherever it shows options;
+:func:`.options.writer_options` builds them so from a sink's config.
 
 How this path keeps the invariants
 ----------------------------------
