@@ -38,7 +38,6 @@ from exactlyonce.connectors.redis.head import RedisHeadStore, head_key
 from exactlyonce.connectors.redis.projection import project
 from exactlyonce.connectors.redis.streams import stream_ids
 from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
-from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError
@@ -131,7 +130,7 @@ class RedisSink(ExactlyOnceSink):
         self.url = Secret(url)
         self.where = redact_dsn(url)
         self.busy = BUSY_POLICY
-        self.prefix = config.prefix or f"{namespace(self.query_name, self.sink_name)}:sink"
+        self.prefix = config.key_prefix
         self._redis: Any = None
         self._ready = False
 
@@ -285,6 +284,7 @@ class RedisSink(ExactlyOnceSink):
             ttl_ms=self.ttl_ms,
             pipeline_size=self.pipeline_size,
             prefix=self.prefix,
+            guarded=self.config.guarded_namespaces,
             query_name=self.query_name,
             sink_name=self.sink_name,
             num_shards=self._head.num_shards,
