@@ -58,7 +58,7 @@ def test_a_stored_offset_below_the_start_names_the_lost_range(
         ({0: 0, 1: 0}, (0, 14)),  # the query's records began at 0
         ({0: 0, 1: 5}, (5, 14)),  # ... at 5: 5..14 were the query's
         ({0: 0}, (0, 14)),  # partition 1 came after the head: its records begin at 0
-        (None, (0, 14)),  # a head without an origin: unknown, so 0 (fail closed)
+        ({}, (0, 14)),  # a head written before origins were kept: 0 (fail closed)
     ],
 )
 def test_a_never_drained_partition_is_checked_against_the_heads_origin(
@@ -80,6 +80,7 @@ def test_records_below_the_origin_are_not_the_querys_the_drain_starts_at_the_sta
     broker.update({0: (0, 50), 1: (15, 60), 2: (0, 0)})
     assert check({0: 10}, {0: 0, 1: 15, 2: 0}, broker) == {0: 10, 1: 15}
     assert check({0: 10}, {0: 0, 1: 40, 2: 0}, broker) == {0: 10, 1: 15}
+    assert check({}, None, broker) == {1: 15}, "no head yet: the query wrote nothing"
 
 
 def test_stored_offsets_past_the_end_or_of_a_missing_partition_are_refused(

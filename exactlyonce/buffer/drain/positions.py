@@ -15,7 +15,8 @@ where each of the drainer's partitions must be read from with where the partitio
 - a partition never drained must be read from where the query's records begin: the head's
   ``origin`` (where the partition ended when the buffered query's head was created, before
   any of its records; 0 for a partition created later). A head written before origins were
-  kept, or no origin at all, leaves 0: the check then fails closed, never open.
+  kept leaves 0: the check then fails closed, never open. With no head at all the query has
+  written nothing yet, so nothing of it can have expired.
 
 If the partition starts above that offset, the records in between are gone: the drain stops
 with :class:`~exactlyonce.errors.ExpiredRecordsError` naming the topic, the partition and the
@@ -74,9 +75,10 @@ def check_positions(
     """Where each of ``partitions`` (the drainer's own) is read from: its stored offset in
     ``positions``, or for a partition never drained, its current start if that is above 0
     (else it is left out: read from 0). Raises :class:`ExpiredRecordsError` when records
-    between that offset (a never-drained partition's: its ``origin``, 0 when unknown) and the
-    partition's start expired, and :class:`ConfigError` for stored offsets of a partition the
-    topic lacks or past a partition's end."""
+    between that offset (a never-drained partition's: its ``origin``, 0 where it names none)
+    and the partition's start expired, and :class:`ConfigError` for stored offsets of a
+    partition the topic lacks or past a partition's end. ``origin`` None: no head yet (the
+    query wrote nothing), a never-drained partition is read from its start."""
     _refuse_unknown_partitions(topic, partitions, positions)
     starts = dict(positions)
     for p in sorted(partitions):
@@ -84,7 +86,7 @@ def check_positions(
         if p in positions:
             _check_stored(client, topic, p, positions[p], low, frontier, timeout_s)
         elif low > 0:
-            expected = (origin or {}).get(p, 0)
+            expected = low if origin is None else origin.get(p, 0)
             if low > expected:
                 raise expired(topic, p, expected, low, "before the partition was first drained")
             starts[p] = low

@@ -187,10 +187,11 @@ class Commits:
         return dict(self.head.frontier.get(topic, {})) if self.head is not None else {}
 
     def origin(self, topic: str) -> dict[int, int] | None:
-        """Where the query's records begin in each partition of ``topic`` (the head's
-        ``origin``; 0 for a partition it lacks). None when the head keeps no origin (written
-        before origins were kept) or there is no head: then unknown."""
-        if self.head is None or not self.head.origin:
+        """Where the query's records begin in each partition of ``topic``: the head's
+        ``origin``, 0 for a partition it lacks (created later) and for every partition when
+        the head keeps no origin (written before origins were kept: 0 is all that is known).
+        None when there is no head: nothing of the query is in the topic yet."""
+        if self.head is None:
             return None
         return dict(self.head.origin.get(topic, {}))
 
