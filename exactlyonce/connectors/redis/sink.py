@@ -43,7 +43,6 @@ from exactlyonce.connectors.redis.task import (
     RedisTarget,
     staged_rows,
 )
-from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError
@@ -137,7 +136,7 @@ class RedisSink(ExactlyOnceSink):
         self.url = Secret(url)
         self.where = redact_dsn(url)
         self.busy = BUSY_POLICY
-        self.prefix = config.prefix or f"{namespace(self.query_name, self.sink_name)}:sink"
+        self.prefix = config.key_prefix
         self._redis: Any = None
         self._ready = False
 
@@ -291,6 +290,7 @@ class RedisSink(ExactlyOnceSink):
             ttl_ms=self.ttl_ms,
             pipeline_size=staged_rows(self.pipeline_size),
             prefix=self.prefix,
+            guarded=self.config.guarded_namespaces,
             query_name=self.query_name,
             sink_name=self.sink_name,
             num_shards=self._head.num_shards,

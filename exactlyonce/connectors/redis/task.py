@@ -67,6 +67,9 @@ class RedisTarget:
     dedup: DedupPlan | None = None
     busy: RetryPolicy = BUSY_POLICY
     upsert: UpsertSpec | None = None
+    # Control namespaces a rendered key may fall into: such a record is refused by the
+    # script (a dead letter), never written (RedisSinkConfig.guarded_namespaces).
+    guarded: tuple[str, ...] = ()
 
     @property
     def tombstone_prefix(self) -> str:
@@ -249,6 +252,7 @@ class RedisShardTask(ShardTask):
             "tomb": self.t.tombstone_prefix,
             "ekey": self.t.epoch_prefix,
             "unaligned": not self.shard_markers,
+            "guarded": list(self.t.guarded),
         }
         return [
             self.epoch,
