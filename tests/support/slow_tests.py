@@ -9,6 +9,15 @@ setup + teardown per test, those of 3 s or more).
 
 SECONDS: dict[str, int] = {
     "tests/crash/test_upsert_crash.py::test_an_upserted_aggregation_survives_kill_9": 145,
+    # Measured one after another (-n 0) on a loaded machine (load average 10-13 on 2 cores).
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[postgres-columns]": 197,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[postgres-source]": 169,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[kafka-columns]": 167,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[kafka-source]": 165,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[redis-source]": 138,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[elasticsearch-columns]": 95,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[elasticsearch-source]": 83,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[redis-columns]": 80,
     "tests/crash/test_chaos_command.py::test_chaos_kills_and_restarts_then_audits_exactly_once": 140,
     "tests/crash/test_kafka_format_crash.py::test_format_api_kill_at_each_named_point": 135,
     "tests/crash/test_broker_bounce.py::test_broker_bounces_end_exactly_once": 132,
