@@ -27,7 +27,8 @@ pytest_plugins = [
 
 # One marker per sink (registered in pyproject.toml), put on every test of a file whose name
 # says the sink: `pytest -m redis`, `pytest -m "not elasticsearch"`. A test file of the
-# stand-in (es_*) counts as Elasticsearch's, the Kafka broker's (broker_*) as Kafka's.
+# stand-in (es_*) counts as Elasticsearch's, the Kafka broker's (broker_*) as Kafka's. A file
+# whose cells write several sinks marks each cell with its own sink (pytest.param's marks).
 SINK_MARKERS: dict[str, tuple[str, ...]] = {
     "postgres": ("postgres",),
     "kafka": ("kafka", "broker", "tansu"),

@@ -112,25 +112,30 @@ class Job:
         self.runs += 1
         log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(self.script),
-                "--input",
-                str(self.workdir / "input"),
-                "--checkpoint",
-                str(self.checkpoint),
-                "--query-name",
-                self.table,
-                "--master",
-                self.master,
-                *self.sink_args(),
-                *self.extra_args,
-            ],
+            self.command(),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
         )
+
+    def command(self) -> list[str]:
+        """The run's command line: the job script with the arguments every crash job takes,
+        then the sink's (a subclass may run another program, ``exactlyonce run`` say)."""
+        return [
+            sys.executable,
+            str(self.script),
+            "--input",
+            str(self.workdir / "input"),
+            "--checkpoint",
+            str(self.checkpoint),
+            "--query-name",
+            self.table,
+            "--master",
+            self.master,
+            *self.sink_args(),
+            *self.extra_args,
+        ]
 
     def sink_env(self) -> dict[str, str]:
         """Environment the job script finds its sink in (job.py: the PostgreSQL DSN)."""
