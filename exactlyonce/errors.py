@@ -28,6 +28,25 @@ class ConfigError(ExactlyOnceError, ValueError):
         return (type(self), (self.field, self.reason))
 
 
+class ExpiredRecordsError(ConfigError):
+    """Records of a buffer partition expired (retention) before the drainer wrote them:
+    offsets ``first..last`` of ``topic[partition]`` are lost to the sink. The drain stops
+    with this, never skipping them (DESIGN invariant 13); going on without them is an explicit
+    reset of the drain offsets. Names the field ``buffer.topic``."""
+
+    def __init__(self, topic: str, partition: int, first: int, last: int, reason: str) -> None:
+        super().__init__("buffer.topic", reason)
+        self.topic = topic
+        self.partition = partition
+        self.first = first
+        self.last = last
+
+    def __reduce__(  # type: ignore[override]
+        self,
+    ) -> tuple[type[ExpiredRecordsError], tuple[str, int, int, int, str]]:
+        return (type(self), (self.topic, self.partition, self.first, self.last, self.reason))
+
+
 class SinkUnavailableError(ExactlyOnceError):
     """The destination cannot be reached now. Transient: retrying later may succeed."""
 

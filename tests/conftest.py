@@ -27,7 +27,8 @@ pytest_plugins = [
 
 # One marker per sink (registered in pyproject.toml), put on every test of a file whose name
 # says the sink: `pytest -m redis`, `pytest -m "not elasticsearch"`. A test file of the
-# stand-in (es_*) counts as Elasticsearch's, the Kafka broker's (broker_*) as Kafka's.
+# stand-in (es_*) counts as Elasticsearch's, the Kafka broker's (broker_*) as Kafka's. A file
+# whose cells write several sinks marks each cell with its own sink (pytest.param's marks).
 SINK_MARKERS: dict[str, tuple[str, ...]] = {
     "postgres": ("postgres",),
     "kafka": ("kafka", "broker", "tansu"),
@@ -146,9 +147,17 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    from exactlyonce.connectors.base.sink import QUERY_ID_PROPERTY
     from exactlyonce.integration.spark import session
     from tests.crash.job_common import TEST_JVM
+    from tests.support.events import BATCH_QUERY_ID
 
     spark = session("exactlyonce-tests", master="local[2]", extra=TEST_JVM)
+    # The batch DataFrames a test hands a sink itself (``sink(df, epoch)``) stand for the
+    # batches of one streaming query, so they carry a Spark query id as its thread would: a
+    # new sink of the same query_name is then a restart from the same checkpoint. Without
+    # one, the guard refuses a head with committed epochs (tests/unit/test_checkpoint_guard.py).
+    # Streaming queries set their own id in their own thread.
+    spark.sparkContext.setLocalProperty(QUERY_ID_PROPERTY, BATCH_QUERY_ID)
     yield spark
     spark.stop()

@@ -52,7 +52,9 @@ and its meta has no ``layout`` field. :mod:`.upgrade` renames such a catalog int
 layout on a standalone Redis; on a cluster it is dropped and treated as lost.
 
 The Redis sink builds its own keys under ``namespace(query, sink) + ":sink"``; no pattern
-here matches them.
+here matches them. Every key of this module, of every query, begins with
+:data:`NAMESPACE_ROOT` (``eo:{``): a Redis sink never writes a record under it (DESIGN
+invariant 14), so data keys cannot overwrite a catalog that shares the sink's Redis.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ import uuid
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["LAYOUT_VERSION", "CatalogKeys", "namespace"]
+__all__ = ["LAYOUT_VERSION", "NAMESPACE_ROOT", "CatalogKeys", "namespace"]
 
 LAYOUT_VERSION = "2"
+NAMESPACE_ROOT = "eo:{"  # the start of every catalog key (and of the Redis sink's default prefix)
 SHARD_KINDS = ("i", "p", "stats", "c", "j", "b", "bv", "tmp", "cl", "pt")
 OLD_KINDS = ("stats", "c", "j", "b", "bv", "tmp")  # layout 1, under the query's prefix
 
@@ -73,7 +76,7 @@ OLD_KINDS = ("stats", "c", "j", "b", "bv", "tmp")  # layout 1, under the query's
 def namespace(query_name: str, sink_name: str) -> str:
     """The key prefix of a (query, sink): a hash tag of the query name and a short digest."""
     digest = hashlib.sha1(f"{query_name}\0{sink_name}".encode()).hexdigest()[:10]
-    return f"eo:{{{query_name}:{digest}}}"
+    return f"{NAMESPACE_ROOT}{query_name}:{digest}}}"
 
 
 @dataclass(frozen=True)

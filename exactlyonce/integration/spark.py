@@ -138,10 +138,12 @@ def start_stream(
     the stream starts, rather than at the first batch. ``output_mode`` is Spark's
     (``"update"`` for an aggregation written by a sink in ``mode="upsert"``).
     """
+    from exactlyonce.connectors.base.sink import spark_query_name
+
     sink.check_trigger(interval_seconds(processing_time) if processing_time else None)
     sink.preflight(df.schema)
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-    writer = writer.queryName(sink.query_name.replace("-", "_"))
+    writer = writer.queryName(spark_query_name(sink.query_name))
     if output_mode is not None:
         writer = writer.outputMode(output_mode)
     if available_now:

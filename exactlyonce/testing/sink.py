@@ -169,6 +169,7 @@ class MemorySink(ExactlyOnceSink):
         dedup: bool | DedupSettings | DedupConfig | Unset = UNSET,
         redis_url: str | None | Unset = UNSET,
         path: str | None | Unset = UNSET,
+        allow_unknown_query_id: bool | Unset = UNSET,
     ) -> None:
         """Settings and their defaults: :class:`MemorySinkConfig` (no preflight here).
         ``store`` None: the :class:`FileStore` at ``path``."""
@@ -186,6 +187,9 @@ class MemorySink(ExactlyOnceSink):
     @property
     def unique_sink(self) -> bool:
         return self.mode == "insert"
+
+    def _pickled_parts(self) -> dict[str, Any]:
+        return {"store": self.store}  # a FileStore pickles as its path; a MemoryStore refuses
 
     def preflight(self, schema: StructType | None = None) -> None:
         """Create the table if missing; refuse ``mode="insert"`` on a table without a

@@ -19,12 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import urlsplit
 
 from exactlyonce.dedup.ids import record_id
+from tests.support.secrets_scan import Scanned, assert_no_secrets, url_passwords
 
 JOB = Path(__file__).with_name("job.py")
 ROOT = Path(__file__).resolve().parents[2]
+# Where a crash job writes Spark's event log (job_common.crash_session reads it).
+EVENT_LOG_ENV = "EXACTLYONCE_TEST_EVENT_LOG"
 
 
 @dataclass
@@ -79,6 +81,8 @@ class Job:
     kills: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     script: ClassVar[Path] = JOB  # the job script a subclass runs instead
+    # Files every finished job must have left, non-empty, for the credential scan.
+    scanned_logs: ClassVar[tuple[str, ...]] = ("run-*.log", "events_*")
 
     @property
     def checkpoint(self) -> Path:
@@ -93,6 +97,7 @@ class Job:
     def start(self, crash_at: str | None = None, hold_at: str | None = None) -> None:
         """Start a run; ``crash_at``/``hold_at`` (``POINT@EPOCH``): see crashpoints.py."""
         env = {**os.environ, **self.env, **self.sink_env(), "PYTHONPATH": str(ROOT)}
+        env[EVENT_LOG_ENV] = str(self.workdir / "eventlog")
         env.pop("EXACTLYONCE_CRASH_AT", None)
         env.pop("EXACTLYONCE_HOLD_AT", None)
         if crash_at:
@@ -107,25 +112,30 @@ class Job:
         self.runs += 1
         log = open(self.workdir / f"run-{self.runs}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(self.script),
-                "--input",
-                str(self.workdir / "input"),
-                "--checkpoint",
-                str(self.checkpoint),
-                "--query-name",
-                self.table,
-                "--master",
-                self.master,
-                *self.sink_args(),
-                *self.extra_args,
-            ],
+            self.command(),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
         )
+
+    def command(self) -> list[str]:
+        """The run's command line: the job script with the arguments every crash job takes,
+        then the sink's (a subclass may run another program, ``exactlyonce run`` say)."""
+        return [
+            sys.executable,
+            str(self.script),
+            "--input",
+            str(self.workdir / "input"),
+            "--checkpoint",
+            str(self.checkpoint),
+            "--query-name",
+            self.table,
+            "--master",
+            self.master,
+            *self.sink_args(),
+            *self.extra_args,
+        ]
 
     def sink_env(self) -> dict[str, str]:
         """Environment the job script finds its sink in (job.py: the PostgreSQL DSN)."""
@@ -263,16 +273,28 @@ class Job:
             tail = self.log_tail()
             raise AssertionError(f"job did not finish in {timeout}s:\n{tail}") from exc
         assert code == 0, f"job exited {code}:\n{self.log_tail()}"
+        self.wait_for_session_end()
         self.assert_no_credentials()
 
-    def assert_no_credentials(self) -> None:
-        """No run's log (the driver's, Spark's and the tasks' output, crashes included)
-        shows a service password (DESIGN invariant 8)."""
-        secrets = service_passwords()
-        for log in sorted(self.workdir.glob("run-*.log")):
-            text = log.read_text(errors="replace")
-            leaked = [n for n, secret in enumerate(secrets) if secret in text]
-            assert not leaked, f"{log.name} shows a service password (#{leaked})"
+    def wait_for_session_end(self, timeout: float = 60) -> None:
+        """Wait until every process of the last run (its JVM, its Python workers) has
+        exited: the JVM finishes Spark's event log (renames it from ``.inprogress``) after
+        the job's Python process is gone."""
+        assert self.proc is not None
+        sid = self.proc.pid
+        wait_until(lambda: not session_members(sid), f"the end of run {self.runs}'s JVM", timeout)
+
+    def assert_no_credentials(self) -> Scanned:
+        """No file the runs left (their logs: the driver's, Spark's and the tasks' output,
+        crashes included; Spark's event log; the checkpoint) shows a password they were
+        given, in any form (DESIGN invariant 8); the run logs and the event log must have
+        been scanned."""
+        return assert_no_secrets([self.workdir], self.secrets(), expect=self.scanned_logs)
+
+    def secrets(self) -> list[str]:
+        """Every password the runs are given: the services' and the sink's."""
+        env = {**os.environ, **self.env, **self.sink_env()}
+        return list(dict.fromkeys([*service_passwords(), *url_passwords(*env.values())]))
 
     def last_commit(self) -> int:
         """Spark's last committed epoch; its commit log must have no gap."""
@@ -321,10 +343,10 @@ def wait_until(ready: Callable[[], bool], what: str, timeout: float = 120) -> No
 
 
 def service_passwords() -> list[str]:
-    """The passwords in the services' URLs (PostgreSQL's role; a Redis URL's, if any)."""
+    """The passwords in the services' URLs (PostgreSQL's role; a Redis URL's, if any),
+    unquoted."""
     names = ("EXACTLYONCE_PG_DSN", "EXACTLYONCE_REDIS_URL", "EXACTLYONCE_SINK_REDIS_URL")
-    found = (urlsplit(os.environ.get(name, "")).password for name in names)
-    return [p for p in found if p]
+    return url_passwords(*(os.environ.get(name) for name in names))
 
 
 def session_members(sid: int) -> list[int]:

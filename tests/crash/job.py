@@ -5,10 +5,13 @@ Runs until every input file is committed (availableNow), then exits 0.
 
 from __future__ import annotations
 
-import json
 import os
+from typing import Any
 
 from exactlyonce.connectors import PostgresSink
+from exactlyonce.connectors.base.config import DedupSettings
+from exactlyonce.connectors.postgres.config import PostgresSinkConfig
+from exactlyonce.integration.datasource.options import writer_options
 from tests.crash import job_common
 
 # Report fields summed in the JOB DONE line.
@@ -25,17 +28,19 @@ def main() -> None:
     args = parser.parse_args()
     spark = job_common.crash_session("crash-job", args.master, api=args.api)
     if args.api == "format":
-        options = {
-            "sink": "postgres",
+        settings: dict[str, Any] = {
             "dsn": os.environ["EXACTLYONCE_PG_DSN"],
             "table": args.table,
-            "id_columns": "event_id",
+            "id_columns": ["event_id"],
             "query_name": args.query_name,
-            "shards": str(args.shards),
+            "shards": args.shards,
             "mode": args.mode,
-            "dedup": json.dumps({"expected_ids": 2_000, "on_catalog_loss": args.on_catalog_loss}),
+            "dedup": DedupSettings(expected_ids=2_000, on_catalog_loss=args.on_catalog_loss),
             "redis_url": os.environ["EXACTLYONCE_REDIS_URL"],
         }
+        config = PostgresSinkConfig(**settings)
+        # As a user passes them: the DSN under a name Spark redacts (secret.dsn).
+        options = writer_options(config)
         job_common.run_format_to_end(spark, args, options)
         return
     sink = PostgresSink(

@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from exactlyonce.dedup.catalog import DedupConfig
 from exactlyonce.integration.spark import session, start_stream
+from tests.crash.harness import EVENT_LOG_ENV
+from tests.support.secrets_scan import event_log_conf
 
 SCHEMA = "event_id STRING, amount BIGINT, action STRING"
 # Short-lived test JVMs start faster with the C1 compiler only (the JIT tier; nothing else).
@@ -46,11 +49,16 @@ def crash_session(
     """Logging set up, and a Spark session whose executors see the crash-point environment.
     Every crash job reads JSON files, so Spark's Kafka and Avro jars stay off its class path
     unless ``connectors`` (the sinks' own clients write Kafka); ``format("exactlyonce")`` is
-    registered only for ``api="format"`` (registering costs a Python process per start)."""
+    registered only for ``api="format"`` (registering costs a Python process per start).
+    Spark's event log is written, uncompressed, where ``$EXACTLYONCE_TEST_EVENT_LOG`` says
+    (the harness sets it: its credential scan reads the log)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # Small COPY chunks: a shard of a few hundred bytes goes in several, so mid_copy fires
     # between two chunks of one COPY (exactlyonce/connectors/postgres/writer.py).
     os.environ.setdefault("EXACTLYONCE_CRASH_COPY_CHUNK_BYTES", "256")
+    # Likewise Redis: tasks stage 4-record chunks, so mid_write fires between two of them
+    # (the path a task bigger than pipeline_size takes; exactlyonce/connectors/redis/task.py).
+    os.environ.setdefault("EXACTLYONCE_CRASH_PIPELINE_SIZE", "4")
     # Executors launched by a standalone worker do not inherit this process's environment.
     crash_env = {
         f"spark.executorEnv.{key}": value
@@ -60,10 +68,15 @@ def crash_session(
     return session(
         app_name,
         master=master,
-        extra={**crash_env, **TEST_JVM, **(extra or {})},
+        extra={**crash_env, **TEST_JVM, **_event_log(), **(extra or {})},
         connectors=connectors,
         data_source=api == "format",
     )
+
+
+def _event_log() -> dict[str, str]:
+    directory = os.environ.get(EVENT_LOG_ENV)
+    return event_log_conf(Path(directory)) if directory else {}
 
 
 def json_files(spark: SparkSession, args: argparse.Namespace) -> DataFrame:

@@ -6,10 +6,13 @@ command line. Runs until every input file is committed (availableNow), then exit
 
 from __future__ import annotations
 
-import json
 import os
+from typing import Any
 
+from exactlyonce.connectors.base.config import DedupSettings
 from exactlyonce.connectors.redis import RedisSink
+from exactlyonce.connectors.redis.config import RedisSinkConfig
+from exactlyonce.integration.datasource.options import writer_options
 from tests.crash import job_common
 
 # Report fields summed in the JOB DONE line.
@@ -28,18 +31,20 @@ def main() -> None:
     args = parser.parse_args()
     spark = job_common.crash_session("redis-crash-job", args.master, api=args.api)
     if args.api == "format":
-        options = {
-            "sink": "redis",
+        settings: dict[str, Any] = {
             "url": os.environ["EXACTLYONCE_SINK_REDIS_URL"],
             "key_template": key_template(args.query_name, args.write),
             "write": args.write,
-            "id_columns": "event_id",
+            "id_columns": ["event_id"],
             "query_name": args.query_name,
-            "shards": str(args.shards),
-            "pipeline_size": str(args.pipeline_size),
-            "dedup": json.dumps({"expected_ids": 2_000}),
+            "shards": args.shards,
+            "pipeline_size": args.pipeline_size,
+            "dedup": DedupSettings(expected_ids=2_000),
             "redis_url": os.environ["EXACTLYONCE_REDIS_URL"],
         }
+        config = RedisSinkConfig(**settings)
+        # As a user passes them: the URL under a name Spark redacts (secret.url).
+        options = writer_options(config)
         job_common.run_format_to_end(spark, args, options)
         return
     sink = RedisSink(

@@ -10,15 +10,16 @@ replies are held for a while.
 
 Asserted: the printed seed, every fault printed and done (none missed: a proxy fault is done
 only when the proxy saw it fire), the verdict line and the JSON report (0 duplicates, 0
-missing, the null keys as dead letters), no credential of the proxied address in the output,
-and, counting WRITES with an audit trigger, every expected ID inserted once. These two run
-without the negative control (``--no-control``), so their verdict is INCONCLUSIVE (exit 3)
-with a clean audit; the control is the third test's: the same schedule (a kill aimed at
-the commit window, one at ``after_head``) against our sink in append mode and against the
-plain writer, which must show duplicates where ours shows none. That a failing audit (or a
-failed last run, a missed fault, a control without duplicates) makes the command say FAILED
-or INCONCLUSIVE is tests/unit/test_chaos_report.py's (the audit's own tests mutate real
-sinks), which saves these tests more runs of Spark.
+missing, the null keys as dead letters), no form of a service password in the output or in
+any file chaos leaves (its logs, Spark's event log, the report), and, counting WRITES with an
+audit trigger, every expected ID inserted once. These two run without the negative control
+(``--no-control``), so their verdict is INCONCLUSIVE (exit 3) with a clean audit; the control
+is the third test's: the same schedule (a kill aimed at the commit window, one at
+``after_head``) against our sink in append mode and against the plain writer, which must show
+duplicates where ours shows none. That a failing audit (or a failed last run, a missed fault,
+a control without duplicates) makes the command say FAILED or INCONCLUSIVE is
+tests/unit/test_chaos_report.py's (the audit's own tests mutate real sinks), which saves
+these tests more runs of Spark.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -50,15 +50,17 @@ from exactlyonce.integration.lab.chaos.schedule import (
 )
 from exactlyonce.integration.lab.services import redis as local_redis
 from exactlyonce.integration.lab.services.env import PORT_ENV
-from tests.crash.harness import ROOT, crash_seed, make_input
+from tests.crash.harness import ROOT, crash_seed, make_input, service_passwords
 from tests.support.audit import install_audit, write_counts
 from tests.support.private_kafka import free_port
+from tests.support.secrets_scan import assert_no_secrets, event_log_conf
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 FILES, ROWS = 30, 12
 KILLS, POINT = 6, "mid_copy"
 PROXY_KINDS = (LOST_REPLY, REFUSE, STALL)
+SERVICES_HOME = "services"  # the private Redis's services home, under the test's tmp_path
 SCHEMA = StructType(
     [
         StructField("event_id", StringType()),
@@ -88,6 +90,7 @@ spark:
   conf:
     spark.sql.shuffle.partitions: "2"
     spark.driver.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+{event_log}
 """
 
 
@@ -95,7 +98,7 @@ spark:
 def private_redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """A Redis of this test's own (services home, port): the environment the command needs
     to find it as a local service it may restart."""
-    home, port = tmp_path / "services", free_port()
+    home, port = tmp_path / SERVICES_HOME, free_port()
     monkeypatch.setenv(PORT_ENV["redis"], str(port))
     local_redis.start(home)
     yield {
@@ -104,6 +107,26 @@ def private_redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[d
         "EXACTLYONCE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
     }
     local_redis.stop(home)
+
+
+def _event_log(work: Path) -> str:
+    """The pipeline's Spark settings that write the runs' event log (uncompressed) under
+    ``work``, to be scanned for credentials with everything else chaos leaves."""
+    conf = event_log_conf(work / "eventlog")
+    return "\n".join(f"    {key}: {json.dumps(value)}" for key, value in conf.items())
+
+
+def _assert_no_credentials(
+    work: Path, done: subprocess.CompletedProcess[str], expect: list[str]
+) -> None:
+    """No form of a service password in chaos's output, its logs (the runs', the drainer's,
+    the cluster's and its executors'), Spark's event log, reports or checkpoint. A private
+    services home is left out: its ``services.env`` holds the services' URLs on purpose (as
+    ``exactlyonce services env`` prints them)."""
+    texts = {"chaos stdout": done.stdout, "chaos stderr": done.stderr}
+    paths = [path for path in work.iterdir() if path.name != SERVICES_HOME]
+    scanned = assert_no_secrets(paths, service_passwords(), texts=texts, expect=expect)
+    print(f"credential scan: {len(scanned.files)} files, {scanned.size} bytes")
 
 
 def _chaos(
@@ -137,7 +160,9 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     seed = _hard_restart_seed()
     data = make_input(tmp_path / "input", files=FILES, rows=ROWS, seed=seed)
     config = tmp_path / "pipeline.yaml"
-    config.write_text(PIPELINE.format(name=unique_name, work=tmp_path))
+    config.write_text(
+        PIPELINE.format(name=unique_name, work=tmp_path, event_log=_event_log(tmp_path))
+    )
     for statement in create_table_ddl(
         TableName.parse(unique_name), SCHEMA, "record_id", "epoch", unique=True
     ):
@@ -165,8 +190,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     assert f"CHAOS seed {seed} (replay with --seed {seed})" in out.splitlines()[0]
     assert "server faults SKIPPED for the sink at 127.0.0.1:" in out  # the shared PostgreSQL
     assert "CHAOS proxy faults on the sink at 127.0.0.1:" in out
-    password = urlsplit(pg_dsn).password
-    assert not password or password not in out + done.stderr, "a credential was printed"
+    _assert_no_credentials(tmp_path, done, ["run-*.log", "events_*", "report.json"])
     for n in range(1, KILLS + 1):
         assert f"CHAOS fault {n}/{KILLS} done: " in out, f"fault {n} did not happen"
     assert "MISSED" not in out
@@ -241,6 +265,7 @@ spark:
     spark.sql.shuffle.partitions: "2"
     spark.driver.extraJavaOptions: "-XX:TieredStopAtLevel=1"
     spark.executor.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+{event_log}
 """
 
 
@@ -255,7 +280,10 @@ def test_chaos_kills_a_cluster_worker_and_the_drainer_then_audits_exactly_once(
     seed = crash_seed("chaos worker and drainer")
     data = make_input(tmp_path / "input", files=20, rows=10, seed=seed)
     config = tmp_path / "pipeline.yaml"
-    config.write_text(BUFFERED_PIPELINE.format(name=unique_name, work=tmp_path))
+    pipeline = BUFFERED_PIPELINE.format(
+        name=unique_name, work=tmp_path, event_log=_event_log(tmp_path)
+    )
+    config.write_text(pipeline)
     load_config(config).build_sink().preflight(SCHEMA)  # the table, to put the audit on
     install_audit(pg, unique_name)
 
@@ -271,6 +299,7 @@ def test_chaos_kills_a_cluster_worker_and_the_drainer_then_audits_exactly_once(
     assert done.returncode == 3, done.stderr[-2000:]  # INCONCLUSIVE: no control
     out = done.stdout
     assert "CHAOS the runs go to spark://127.0.0.1:" in out
+    _assert_no_credentials(tmp_path, done, ["run-*.log", "drain.log", "events_*", "stderr"])
     assert "CHAOS fault 1/2 done: " in out and "CHAOS fault 2/2 done: " in out
     report = json.loads(report_path.read_text())
     counts = {k: v for k, v in report["counts"].items() if v}
@@ -312,6 +341,7 @@ spark:
   conf:
     spark.sql.shuffle.partitions: "2"
     spark.driver.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+{event_log}
 """
 
 
@@ -328,7 +358,9 @@ def test_the_control_shows_duplicates_under_the_schedule_where_ours_shows_none(
     seed = crash_seed("chaos negative control")
     data = make_input(tmp_path / "input", files=16, rows=10, seed=seed)
     config = tmp_path / "pipeline.yaml"
-    config.write_text(APPEND_PIPELINE.format(name=unique_name, work=tmp_path))
+    config.write_text(
+        APPEND_PIPELINE.format(name=unique_name, work=tmp_path, event_log=_event_log(tmp_path))
+    )
     load_config(config).build_sink().preflight(SCHEMA)  # the table, to put the audit on
     install_audit(pg, unique_name)
 
@@ -341,6 +373,8 @@ def test_the_control_shows_duplicates_under_the_schedule_where_ours_shows_none(
     print(done.stdout[-8000:], done.stderr[-3000:], sep="\n")
     print(f"chaos took {time.monotonic() - began:.0f} s")
     assert done.returncode == 0, done.stderr[-2000:]
+    # the control's runs and logs too (the runs get the DSN only through the environment)
+    _assert_no_credentials(tmp_path, done, ["run-*.log", "events_*", "report.json"])
     report = json.loads(report_path.read_text())
     assert report["result"] == "EXACTLY ONCE" and report["not_evidence"] == []
     assert (report["sink"], report["write_mode"]) == ("postgres", "append")

@@ -22,6 +22,7 @@ from tests.crash import test_kafka_crash as kafka_crash
 from tests.crash import test_redis_crash as redis_crash
 from tests.crash.harness import Job, make_input
 from tests.crash.test_postgres_crash import prepare, verify
+from tests.support.secrets_scan import assert_no_secrets
 
 pytestmark = [pytest.mark.crash, pytest.mark.cluster, pytest.mark.integration]
 
@@ -59,6 +60,12 @@ def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     c.stop()
 
 
+def assert_cluster_logs_silent(cluster: Cluster, job: Job) -> None:
+    """The cluster's logs (the master's, the workers', every executor's stdout and stderr)
+    show no form of a password the job was given (the harness scans the job's own files)."""
+    assert_no_secrets([cluster.workdir], job.secrets(), expect=["stderr", "worker*.log"])
+
+
 @pytest.fixture
 def cluster(module_cluster: Cluster) -> Cluster:
     """The module's cluster with both workers alive: the one an earlier test killed is
@@ -87,6 +94,7 @@ def test_writes_run_on_executors_and_survive_a_worker_kill(
     job.finish(timeout=400)
     watcher.stopped.set()
     watcher.join()
+    assert_cluster_logs_silent(cluster, job)
 
     verify(job, data, pg)
     writers = {
@@ -122,6 +130,7 @@ def test_every_sink_survives_a_worker_kill_mid_write(
         print(f"{sink}: killed {victim} while its task was at {point} in epoch 2")
         job.finish(timeout=400)
         assert 2 in job.spark_commits()
+        assert_cluster_logs_silent(cluster, job)
         verify_sink()
     finally:
         job.stop_if_running()

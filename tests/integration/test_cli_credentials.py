@@ -3,8 +3,9 @@
 Every subcommand runs as a real subprocess with the test services' passwords in its
 environment and pipeline file, on its success path and on its failure paths (a wrong
 password, an unreachable host), and its stdout and stderr are searched for every password it
-was given. ``services env`` is left out on purpose: printing the local services' URLs for a
-shell to ``eval`` is its job.
+was given, in every form (:mod:`tests.support.secrets_scan`); so is every file the commands
+leave in the work directory, Spark's event log of the runs included. ``services env`` is left
+out on purpose: printing the local services' URLs for a shell to ``eval`` is its job.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tests.crash.harness import service_passwords
+from tests.support.secrets_scan import assert_no_secrets, event_log_conf
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +47,7 @@ sink:
   redis_url: ${{EXACTLYONCE_REDIS_URL}}
 spark:
   master: local[1]
-  conf: {{spark.sql.shuffle.partitions: "2"}}
+  conf: {conf}
 """
 
 
@@ -68,9 +70,11 @@ def exactlyonce(env: dict[str, str], *args: str, cwd: Path) -> subprocess.Comple
 
 
 def assert_silent(result: subprocess.CompletedProcess[str], secrets: list[str]) -> None:
-    printed = result.stdout + result.stderr
-    leaked = [n for n, secret in enumerate(secrets) if secret in printed]
-    assert not leaked, f"{result.args[3:]} printed password #{leaked}:\n{printed[-3000:]}"
+    """Neither output of the command shows any form of a password (and it printed
+    something: a scan of nothing fails)."""
+    command = " ".join(str(a) for a in result.args[3:5])
+    texts = {f"{command} stdout": result.stdout, f"{command} stderr": result.stderr}
+    assert_no_secrets([], secrets, texts=texts)
 
 
 @pytest.fixture
@@ -79,7 +83,10 @@ def workdir(tmp_path: Path, unique_name: str) -> Path:
     lines = [json.dumps({"event_id": f"e{i}", "n": i}) for i in range(50)]
     (tmp_path / "input" / "part-0.json").write_text("\n".join(lines) + "\n")
     (tmp_path / "ids.txt").write_text("\n".join(f"e{i}" for i in range(50)) + "\n")
-    (tmp_path / "pipeline.yaml").write_text(PIPELINE.format(name=unique_name, workdir=tmp_path))
+    # Spark's event log of every run, uncompressed, to be scanned too.
+    conf = {"spark.sql.shuffle.partitions": "2", **event_log_conf(tmp_path / "eventlog")}
+    pipeline = PIPELINE.format(name=unique_name, workdir=tmp_path, conf=json.dumps(conf))
+    (tmp_path / "pipeline.yaml").write_text(pipeline)
     return tmp_path
 
 
@@ -139,3 +146,5 @@ def test_no_subcommand_prints_a_password_on_success_or_failure(
         result = exactlyonce(base, *args, cwd=workdir)
         assert_silent(result, secrets)
         assert result.returncode == code, (args, result.stderr[-1500:])
+    # What the commands left: Spark's event log, the checkpoint, the pipeline file.
+    assert_no_secrets([workdir], secrets, expect=["events_*"])

@@ -217,6 +217,28 @@ def test_a_stream_behind_a_buffer_without_the_catalog_is_refused(
     assert refused.value.field == "dedup"
 
 
+def test_redis_a_drained_key_in_the_control_namespace_is_a_dead_letter(
+    filled: FilledBuffer, sink_redis: SinkRedis
+) -> None:
+    """DESIGN invariant 14 on the drain path: with ``prefix="<name>:e7"``, event e7's key
+    ``<name>:e7:x`` lies in the sink's own namespace (where its head and drain offsets live):
+    it is refused in the atomic script, a dead letter of the sink's; the offsets stay the
+    drainer's."""
+    name = filled.name
+    prefix = f"{name}:e7"
+    sink = RedisSink(sink_redis.url, f"{name}:{{event_id}}:x", ["event_id"], name, prefix=prefix)
+    with Drainer(sink, filled.with_letters("control"), batch_size=200) as drainer:
+        report = drainer.drain_available(timeout_s=60)
+    assert (report.written, report.dead_letters) == (519, 1)
+    r = sink_redis.client()
+    assert not r.exists(f"{prefix}:x")
+    assert r.hgetall(f"{name}:e70:x")[b"event_id"] == b"e70"
+    letters = [f for _, f in r.xrange(sink.dead_letter_key)]
+    assert [f[b"record_id"].decode() for f in letters] == [record_id(["e7"])]
+    assert f"control namespace {prefix}:".encode() in letters[0][b"error"]
+    assert stored_offsets(sink_redis, sink, name) == filled.frontier
+
+
 def test_redis_target_names_its_offsets_by_query_sink_and_topic(sink_redis: SinkRedis) -> None:
     a = RedisSink(sink_redis.url, "a:{k}", ["k"], "q", write="hash", dedup=False, check=False)
     b = RedisSink(sink_redis.url, "a:{k}", ["k"], "q", write="string", dedup=False, check=False)

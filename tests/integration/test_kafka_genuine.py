@@ -40,7 +40,7 @@ from exactlyonce.connectors.kafka import (
 )
 from exactlyonce.dedup.ids import record_id
 from tests.integration.test_kafka_sink import _batch
-from tests.support.events import events, ids
+from tests.support.events import BATCH_QUERY_ID, events, ids
 from tests.support.kafka_audit import (
     PLAIN_CLIENTS,
     assert_plain_exactly_once,
@@ -301,7 +301,7 @@ def test_a_transaction_open_longer_than_its_timeout_is_aborted_and_retried(
         print(f"commit past the timeout failed after {time.monotonic() - began:.1f}s: {failure}")
         return [KafkaShardTask(target, epoch).run(iter([_batch(0, 0, 50)]))]
 
-    report = sink.run_epoch(1, None, events(spark, 0, 1).schema, lambda: 1, write)
+    report = sink.run_epoch(1, BATCH_QUERY_ID, events(spark, 0, 1).schema, lambda: 1, write)
     assert report.written == 50
     assert failure, "the broker did not abort a transaction older than its timeout"
     expected = ids(0, 10) | {record_id([f"z{i}"]) for i in range(50)}

@@ -44,7 +44,7 @@ from exactlyonce.dedup.catalog import namespace
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import AmbiguousCommitError
 from exactlyonce.secrets import Secret
-from tests.support.events import events, ids
+from tests.support.events import BATCH_QUERY_ID, events, ids
 from tests.support.kafka_audit import KafkaAudit, audit
 
 pytestmark = pytest.mark.integration
@@ -310,7 +310,7 @@ def test_a_zombie_attempt_is_fenced_and_never_counted(
             zombie.close()
         return [result]
 
-    report = sink.run_epoch(1, None, events(spark, 0, 1).schema, lambda: 1, write)
+    report = sink.run_epoch(1, BATCH_QUERY_ID, events(spark, 0, 1).schema, lambda: 1, write)
     assert report.written == 50
     assert zombie_error, "the fenced zombie's commit must fail"
     assert "fence" in str(zombie_error[0]).lower() or "FENCED" in str(zombie_error[0])

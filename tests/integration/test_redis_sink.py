@@ -301,27 +301,30 @@ def test_the_write_counter_sees_a_second_write(sink_redis: SinkRedis, unique_nam
     }
 
 
-def test_an_armed_mid_write_stages_part_of_a_small_task_before_the_point(
-    sink_redis: SinkRedis, unique_name: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("armed", [False, True], ids=["unarmed", "armed"])
+def test_mid_write_is_on_the_path_of_a_task_bigger_than_its_chunks_armed_or_not(
+    sink_redis: SinkRedis, unique_name: str, monkeypatch: pytest.MonkeyPatch, armed: bool
 ) -> None:
-    """``mid_write`` is reached by a task of any size, with records sent before it and more
-    after it. It used to need more than ``pipeline_size`` (10,000) records in one task, so a
-    chaos point kill on a stream of small epochs never fired (the soak's Redis cell)."""
+    """A task of more records than ``pipeline_size`` stages chunks as it goes, and
+    ``mid_write`` sits after each stage, with records sent before it and more after it. Arming
+    the point changes nothing on that path (it once staged half of any task up front); the
+    crash tests and ``exactlyonce chaos`` make small tasks take it with a smaller chunk
+    (``EXACTLYONCE_CRASH_PIPELINE_SIZE``), as PostgreSQL's ``mid_copy`` does with COPY chunks."""
+    monkeypatch.setenv(task_module.STAGE_ROWS_ENV, "2")
     sink = new_sink(sink_redis, unique_name, dedup=False, shards=1)  # default pipeline_size
     schema = StructType([StructField("event_id", StringType())])
     steps: list[str] = []
     monkeypatch.setattr(task_module, "crash_point", lambda name, epoch: steps.append(name))
-    monkeypatch.setenv("EXACTLYONCE_CRASH_AT", "mid_write")
+    if armed:
+        monkeypatch.setenv("EXACTLYONCE_CRASH_AT", "mid_write")
 
     def write(epoch: int, shards: int) -> list[TaskResult]:
         task = RedisShardTask(sink._task_writer(epoch, TASK_COLUMNS).target, epoch)  # type: ignore[attr-defined]
         add = task._add
         monkeypatch.setattr(task, "_add", lambda chunk, n: (steps.append("add"), add(chunk, n)))
         task.write(batch([f"e{i}" for i in range(6)], epoch))
-        assert steps.count("mid_write") == 1, steps
-        point = steps.index("mid_write")
-        assert "add" in steps[:point] and "add" in steps[point:], f"before and after: {steps}"
-        assert sink_redis.client().hlen(task.stage_key) >= 1, "the first records reached Redis"
+        assert steps == ["add", "add", "mid_write", "add", "mid_write"], steps
+        assert sink_redis.client().hlen(task.stage_key) == 2, "two chunks reached Redis"
         task.commit()
         assert task.status == 1 and task.result.written == 6
         task.close()
@@ -329,3 +332,96 @@ def test_an_armed_mid_write_stages_part_of_a_small_task_before_the_point(
 
     sink.run_epoch(0, None, schema, lambda: 1, write)
     assert len(sink_redis.write_counts("HSET", f"{unique_name}:e")) == 6
+
+
+# ---------------------------------------------------------------------- control keys
+
+
+def control_dead_letters(server: SinkRedis, sink: RedisSink) -> dict[str, str]:
+    """record ID -> error of every dead letter of ``sink``."""
+    r = server.client()
+    return {
+        f[b"record_id"].decode(): f[b"error"].decode() for _, f in r.xrange(sink.dead_letter_key)
+    }
+
+
+def test_a_key_rendered_into_the_control_namespace_is_a_dead_letter_and_the_head_is_intact(
+    sink_redis: SinkRedis, unique_name: str
+) -> None:
+    """DESIGN invariant 14: a record whose key would be the head, a shard marker or a catalog
+    key is refused inside the atomic step (a dead letter with why); the rest is written, the
+    head and the markers keep what the sink wrote, and the next epoch is not skipped."""
+    sink = RedisSink(sink_redis.url, "{event_id}", ["event_id"], unique_name, dedup=False, shards=1)
+    schema = StructType([StructField("event_id", StringType())])
+    intruders = [
+        sink.head_key,
+        f"{sink.prefix}:done:5",
+        f"{sink.prefix}:done-epochs",
+        "eo:{another-query:0123456789}:meta",
+    ]
+    plain = [f"{unique_name}-a", f"{unique_name}-b"]
+
+    def write(epoch: int, shards: int) -> list[TaskResult]:
+        task = RedisShardTask(sink._task_writer(epoch, TASK_COLUMNS).target, epoch)  # type: ignore[attr-defined]
+        task.write(batch([plain[0], *intruders, plain[1]], epoch))
+        task.commit()
+        task.close()
+        return [task.result]
+
+    report = sink.run_epoch(0, None, schema, lambda: 1, write)
+    assert (report.written, report.dead_letters) == (2, len(intruders))
+    r = sink_redis.client()
+    head = {k.decode(): v.decode() for k, v in r.hgetall(sink.head_key).items()}
+    assert head["epoch"] == "0" and head["num_shards"] == "1", head
+    assert "event_id" not in head and "record_id" not in head, "the head was written over"
+    assert not r.exists(f"{sink.prefix}:done:5"), "no shard marker made of a record"
+    assert r.type(f"{sink.prefix}:done-epochs") in (b"set", b"none")
+    assert not r.exists("eo:{another-query:0123456789}:meta")
+    assert all(r.hget(k, "event_id") == k.encode() for k in plain)
+    letters = control_dead_letters(sink_redis, sink)
+    assert set(letters) == {record_id([k]) for k in intruders}
+    assert all("control namespace" in why for why in letters.values()), letters
+
+    report = sink.run_epoch(1, None, schema, lambda: 1, write)
+    assert not report.skipped, "epoch 1 ran: the head said 0, not what a record wrote"
+    assert sink.head() is not None and sink.head().epoch == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("write", "mode"), [("hash", "insert"), ("string", "insert"), ("hash", "upsert")]
+)
+def test_spark_batches_cannot_write_over_the_head(
+    spark: SparkSession, sink_redis: SinkRedis, unique_name: str, write: str, mode: str
+) -> None:
+    """The same through foreachBatch: a row whose key renders to the head key (a custom
+    prefix reachable from the template) is a dead letter; the head still says the epoch.
+    A string write would SET over a hash of any type; an upsert would DEL it first."""
+    prefix = f"{unique_name}-ctl"
+    sink = RedisSink(
+        sink_redis.url,
+        unique_name + "{event_id}",  # the intruder's event_id is "-ctl:head"
+        ["event_id"],
+        unique_name,
+        prefix=prefix,
+        dedup=False,
+        write=write,  # type: ignore[arg-type]
+        mode=mode,  # type: ignore[arg-type]
+    )
+    df = events(spark, 0, 10).withColumn(
+        "event_id",
+        F.when(F.col("amount") == 30, F.lit("-ctl:head")).otherwise(F.col("event_id")),
+    )
+    sink(df, 0)
+    report = sink.last_report
+    assert report is not None and (report.written, report.dead_letters) == (9, 1)
+    r = sink_redis.client()
+    assert r.type(f"{prefix}:head") == b"hash"
+    assert r.hget(f"{prefix}:head", "epoch") == b"0"
+    assert r.hget(f"{prefix}:head", "amount") is None, "the head was written over"
+    letters = control_dead_letters(sink_redis, sink)
+    assert list(letters.values()) == [
+        f"key {prefix}:head is in the sink's control namespace {prefix}: (its head, shard "
+        "markers, offsets and catalog): change key_template or prefix"
+    ]
+    sink(events(spark, 10, 12), 1)
+    assert sink.last_report is not None and sink.last_report.written == 2

@@ -11,6 +11,10 @@ from pyspark.sql import functions as F
 
 from exactlyonce.dedup.ids import record_id
 
+# The Spark query id the batch DataFrames of the test thread carry (the ``spark`` fixture
+# sets it), as a streaming query's batches carry theirs: pass it to ``run_epoch`` too.
+BATCH_QUERY_ID = "tests-batch-query"
+
 
 def events(spark: SparkSession, start: int, end: int) -> DataFrame:
     """Events ``start`` to ``end - 1`` as a Spark DataFrame."""

@@ -8,7 +8,19 @@ setup + teardown per test, those of 3 s or more).
 """
 
 SECONDS: dict[str, int] = {
+    "tests/integration/test_spark_connect.py::test_spark_connect_writes_once_restarts_and_refuses_a_deleted_checkpoint": 150,
+    "tests/integration/test_plugin_sink.py::test_an_installed_sink_runs_drains_and_audits_exactly_once[buffered]": 19,
+    "tests/integration/test_plugin_sink.py::test_an_installed_sink_runs_drains_and_audits_exactly_once[direct]": 13,
     "tests/crash/test_upsert_crash.py::test_an_upserted_aggregation_survives_kill_9": 145,
+    # Measured one after another (-n 0) on a loaded machine (load average 10-13 on 2 cores).
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[postgres-columns]": 197,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[postgres-source]": 169,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[kafka-columns]": 167,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[kafka-source]": 165,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[redis-source]": 138,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[elasticsearch-columns]": 95,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[elasticsearch-source]": 83,
+    "tests/crash/test_kafka_source_crash.py::test_kafka_source_killed_runs_end_exactly_once[redis-columns]": 80,
     "tests/crash/test_chaos_command.py::test_chaos_kills_and_restarts_then_audits_exactly_once": 140,
     "tests/crash/test_chaos_command.py::test_the_control_shows_duplicates_under_the_schedule_where_ours_shows_none": 170,
     "tests/crash/test_kafka_format_crash.py::test_format_api_kill_at_each_named_point": 135,
@@ -38,6 +50,8 @@ SECONDS: dict[str, int] = {
     "tests/crash/test_cluster.py::test_every_sink_survives_a_worker_kill_mid_write[redis]": 38,
     "tests/integration/test_buffer.py::test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing": 37,
     "tests/crash/test_cluster.py::test_every_sink_survives_a_worker_kill_mid_write[elasticsearch]": 36,
+    "tests/crash/test_kafka_second_query.py::test_a_second_query_is_refused_and_the_running_one_commits[format]": 35,
+    "tests/crash/test_kafka_second_query.py::test_a_second_query_is_refused_and_the_running_one_commits[foreachBatch]": 24,
     "tests/crash/test_redis_crash.py::test_lost_script_replies_are_verified_not_assumed": 32,
     "tests/crash/test_postgres_crash.py::test_lost_commit_replies_are_verified_not_assumed": 32,
     "tests/crash/test_catalog_loss.py::test_redis_restart_mid_run_recovers[insert]": 31,

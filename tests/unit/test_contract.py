@@ -19,6 +19,7 @@ ENTRY_POINTS = (
     "commit_epoch",
     "guarantee_report",
     "_start",
+    "_refuse_another_checkpoint",
     "_write_with_retries",
     "_write_epoch",
     "_record",

@@ -2,7 +2,9 @@
 
 Every consumer reads ``read_uncommitted`` with ``assign()`` and explicit offsets, never a
 consumer group: the recipe decides by confirmations (correct on every broker), and an open
-transaction past the frontier cannot hold reads back.
+transaction past the frontier cannot hold reads back. The chunks' consumer has
+``auto.offset.reset=error``: records that expired under the drainer stop its read (see
+:mod:`.positions`), where ``earliest`` would have skipped them.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ class BufferClients:
         self._partitions: tuple[float, list[int]] | None = None
 
     def client(self, role: str) -> Any:
+        """The consumer of ``role``. The ``read`` role's never jumps over a range that
+        expired: a fetch below the partition's start is an error, not a skip."""
         if role not in self._clients:
             self._clients[role] = consumer(
                 self.buffer.bootstrap_servers,
                 self.buffer.client_config,
                 isolation="read_uncommitted",
+                offset_reset="error" if role == "read" else "earliest",
             )
         return self._clients[role]
 

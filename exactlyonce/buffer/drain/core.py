@@ -22,7 +22,13 @@ from exactlyonce.buffer.drain.control import ControlFollower
 from exactlyonce.buffer.drain.dead_letters import DeadLetters
 from exactlyonce.buffer.drain.lag import Lag, compute_lag
 from exactlyonce.buffer.drain.planner import ChunkPlanner
-from exactlyonce.buffer.drain.positions import check_positions, read_positions, reset_positions
+from exactlyonce.buffer.drain.positions import (
+    check_positions,
+    current_starts,
+    read_positions,
+    reset_positions,
+    start_here,
+)
 from exactlyonce.buffer.drain.report import DrainReport
 from exactlyonce.buffer.drain.retries import drain_retry_policy
 from exactlyonce.buffer.drain.targets import target_for
@@ -163,14 +169,30 @@ class DrainerCore:
         return self._compute_lag()
 
     def reset_offsets(self) -> int:
-        """Forget the stored offsets (not the data): the next run starts at the topic's start.
-        Record IDs already in the sink stay no-ops (PostgreSQL in mode insert, Elasticsearch;
-        Redis hash and string keys are written again with the same values); a Redis stream
-        appends its records again. A PostgreSQL table in mode append refuses (ConfigError,
-        nothing forgotten): it would append every record again."""
+        """Forget the stored offsets (not the data): the next run starts at the topic's start,
+        as it is now. Record IDs already in the sink stay no-ops (PostgreSQL in mode insert,
+        Elasticsearch; Redis hash and string keys are written again with the same values); a
+        Redis stream appends its records again. A PostgreSQL table in mode append refuses
+        (ConfigError, nothing forgotten): it would append every record again.
+
+        Records that expired are given up here, knowingly: every partition that starts above
+        0 gets its start stored as its offset, so the drain goes on from there instead of
+        stopping for them (:mod:`.positions`). Returns how many partitions' offsets went."""
         n = reset_positions(self.targets)
         self.positions = None
         self._ready = False
+        self.planner.cancel_prefetch()
+        starts = current_starts(
+            self._clients.client("data"),
+            self.topic,
+            self._clients.partitions(),
+            self.kafka_timeout_s,
+        )
+        everything = target_for(self.sink, self.topic, f"exactlyonce:{self.name}:reset")
+        try:
+            start_here(everything, starts)
+        finally:
+            everything.close()
         return n
 
     def __repr__(self) -> str:
@@ -185,14 +207,15 @@ class DrainerCore:
             return
         self.planner.cancel_prefetch()
         self._clients.forget_partitions()
-        self.positions = read_positions(self.targets, self._mine)
+        stored = read_positions(self.targets, self._mine)
         self._refresh_control()
-        check_positions(
+        self.positions = check_positions(
             self._clients.client("data"),
             self.topic,
-            self._clients.partitions(),
-            self.positions,
+            [p for p in self._clients.partitions() if self._mine(p)],
+            stored,
             self._frontier(),
+            self.commits.origin(self.topic),
             self.kafka_timeout_s,
         )
         self.dead_letters.ensure_topic()

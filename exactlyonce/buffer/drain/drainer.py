@@ -25,7 +25,11 @@ How (one module per part):
   :class:`~exactlyonce.retry.RetryPolicy`: from 0.25 s doubling up to ``max_backoff_s``),
   re-reads the offsets from the sink (a commit whose reply was lost is seen there, never
   assumed failed) and resumes from them; a configuration error is never retried;
-- stored offsets beyond the topic's end or below its start stop it with an error.
+- stored offsets beyond the topic's end stop it with an error; so do records that expired
+  before they were drained (:class:`~exactlyonce.errors.ExpiredRecordsError`, naming the
+  topic, the partition and the lost range): below a stored offset, below where the query's
+  records begin in a partition never drained (the head's ``origin``), or under the running
+  drainer (its reader's fetch is out of range). It never skips them (:mod:`.positions`).
 
 Lag: see :mod:`.lag`. Dead letters (at-least-once): see :mod:`.dead_letters`.
 """

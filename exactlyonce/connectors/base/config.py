@@ -181,6 +181,8 @@ class SinkConfig(Settings):
     ``id_columns`` (see :mod:`exactlyonce.dedup.content` for when that is safe).
 
     ``type``: the sink's name in the registry (each sink's model fixes it).
+
+    ``allow_unknown_query_id`` (default False): see its description; leave it off.
     """
 
     type: str
@@ -193,6 +195,19 @@ class SinkConfig(Settings):
     dedup: Dedup = True
     redis_url: SecretStr | None = None
     write_retries: int = Field(default=3, ge=0)
+    allow_unknown_query_id: bool = Field(
+        default=False,
+        description=(
+            "Start over a head with committed epochs even when Spark's query id cannot be "
+            "established for the run (Spark Connect with several queries in the session and "
+            "none named like the sink; a call outside a streaming query). Off by default: "
+            "the sink then cannot tell a restart of the same checkpoint from a deleted one, "
+            "whose epochs restart at 0 and would be skipped as already committed (silent "
+            "loss; DESIGN invariants 9 and 13), so it refuses. Turn it on only where the "
+            "checkpoint is never deleted or replaced; an id that differs from the head's is "
+            "refused even then."
+        ),
+    )
 
     @field_validator("query_name")
     @classmethod

@@ -84,23 +84,67 @@ CATALOG_RETRY = RetryPolicy(initial_s=0.5, max_s=10.0)
 TaskWriter = Callable[["Iterator[pa.RecordBatch]"], "Iterator[pa.RecordBatch]"]
 
 
-def spark_query_id(df: DataFrame) -> str | None:
-    """The streaming query's id: stable across restarts from one checkpoint, new for a new one."""
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's local property in a query's thread
+
+
+def spark_query_name(query_name: str) -> str:
+    """The name a streaming query of ``query_name`` has in Spark (``.queryName``): the
+    ``query_name`` with ``-`` as ``_``, as :func:`~exactlyonce.integration.spark.start_stream`
+    names it."""
+    return query_name.replace("-", "_")
+
+
+def spark_query_id(df: DataFrame, query_name: str | None = None) -> str | None:
+    """The streaming query's id: stable across restarts from one checkpoint, new for a new one.
+
+    In a classic session, Spark's local property ``sql.streaming.queryId``, which the query's
+    thread carries into ``foreachBatch``. Under Spark Connect (``foreachBatch`` runs on the
+    server, with a Connect session and no SparkContext): the query active in the session, if
+    it is the only one, else the one named after ``query_name`` (:func:`spark_query_name`).
+    None when neither establishes it; the guard then refuses a head with committed epochs
+    (:func:`refuse_another_checkpoint`)."""
+    session = df.sparkSession
     try:
-        value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        context = session.sparkContext
     except Exception:  # Spark Connect has no SparkContext
-        return None
+        return connect_query_id(session, query_name)
+    value = context.getLocalProperty(QUERY_ID_PROPERTY)
     return str(value) if value else None
 
 
+def connect_query_id(session: Any, query_name: str | None) -> str | None:
+    """The id of the query whose ``foreachBatch`` runs now in a Spark Connect ``session``:
+    the one query active there, or the only one named after ``query_name``; None when the
+    session's queries cannot be listed or do not say which."""
+    try:
+        active = list(session.streams.active)
+    except Exception:
+        return None
+    if len(active) != 1:
+        names = {query_name, spark_query_name(query_name)} if query_name else set()
+        active = [q for q in active if q.name in names]
+    return str(active[0].id) if len(active) == 1 else None
+
+
+def fresh(head: Head) -> bool:
+    """Nothing committed under ``head`` and no Spark query bound to it: no run to mistake."""
+    return head.epoch == NO_EPOCH and not head.spark_query_id
+
+
 def refuse_another_checkpoint(
-    sink_name: str, query_name: str, head: Head, query_id: str | None
+    sink_name: str, query_name: str, head: Head, query_id: str | None, *, trust: bool = False
 ) -> None:
-    """Invariant 9: a head another Spark checkpoint wrote is never taken for a replay. Every
-    driver of the protocol (``foreachBatch``, the data source path's start, tasks and
-    commits) refuses through here. No query id to compare (Spark Connect's client) passes:
-    the caller that cannot see one must not call this as its only guard."""
-    if query_id and head.spark_query_id and head.spark_query_id != query_id:
+    """Invariants 9 and 13: a head another Spark checkpoint wrote is never taken for a
+    replay, and a run whose Spark query id is unknown (``query_id`` None) cannot prove it is
+    not one, so it is refused too unless the head is :func:`fresh`, or ``trust`` (the
+    config's ``allow_unknown_query_id``) says the user accepts that risk. A different id is
+    refused even then. Every driver of the protocol (``foreachBatch``, the data source
+    path's start, tasks and commits) refuses through here."""
+    if query_id is None:
+        if not (trust or fresh(head)):
+            raise CheckpointResetError(unknown_query_id(sink_name, query_name, head))
+        return
+    if head.spark_query_id and head.spark_query_id != query_id:
         raise CheckpointResetError(
             f"{sink_name}: the head of query_name {query_name!r} was written by Spark query "
             f"{head.spark_query_id}, but this run is query {query_id} (a new or deleted "
@@ -109,6 +153,45 @@ def refuse_another_checkpoint(
             "query's. Use a new query_name, or reset the head explicitly with `exactlyonce "
             "reset-head` / sink.reset_head() if you mean to start over."
         )
+
+
+def _rebuilt(cls: type[SinkT], config: SinkConfig, parts: dict[str, Any]) -> SinkT:
+    """A pickled sink, built again from its config (and its :meth:`_pickled_parts`)."""
+    sink = cls.__new__(cls)
+    sink.__dict__.update(parts)
+    sink._set_up(config, check=False)
+    return sink
+
+
+def unknown_query_id(sink_name: str, query_name: str, head: Head) -> str:
+    """Why a run without a Spark query id is refused, and the ways out."""
+    holds = f"holds epochs up to {head.epoch}" if head.epoch != NO_EPOCH else "exists"
+    owner = f" and names Spark query {head.spark_query_id}" if head.spark_query_id else ""
+    return (
+        f"{sink_name}: Spark's query id cannot be established for this run of query_name "
+        f"{query_name!r}, and its head {holds}{owner}. A run from a deleted checkpoint "
+        "restarts at epoch 0 and would skip every epoch up to the head as already committed, "
+        "and the sink cannot tell it from a restart without the id. Call the sink as a "
+        "streaming query's foreachBatch, where the id is visible (classic Spark; under Spark "
+        "Connect, the only query of its session or one started with "
+        f".queryName({spark_query_name(query_name)!r})), use a new "
+        "query_name, reset the head with `exactlyonce reset-head` / sink.reset_head() if you "
+        "mean to start over, or set allow_unknown_query_id=True if this checkpoint is never "
+        "deleted or replaced."
+    )
+
+
+def default_parallelism(spark: Any) -> int:
+    """How many tasks the session runs at once by default: the SparkContext's
+    ``defaultParallelism``; under Spark Connect (no SparkContext in the client or in
+    ``foreachBatch`` on the server) ``spark.default.parallelism`` if set, else the number of
+    shuffle partitions (what a repartition by shard uses anyway)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect
+        conf = spark.conf
+        given = conf.get("spark.default.parallelism", None)
+        return int(given or conf.get("spark.sql.shuffle.partitions"))
 
 
 def run_without_writing(df: DataFrame) -> None:
@@ -212,6 +295,18 @@ class ExactlyOnceSink(ABC):
         HeadStore` (read in the driver only, by the protocol, each method's obligations
         there). Called whenever the driver needs the head; may return a new object each
         time (config only: it opens its own connections), or one it keeps."""
+
+    def _fence_earlier_writers(self, head: Head) -> None:
+        """Fence the writers of earlier runs of this query, so that none can still commit
+        (Kafka: ``init_transactions`` of every shard's transactional id). Default: nothing.
+
+        Called by the protocol in the driver once per (re)start, after the head was checked
+        against this run's Spark query id (invariant 9) and before any task runs. Never
+        before that check: a second query under a live ``query_name`` must be refused before
+        it can fence the running query's writers. Not called by a start that left the check
+        to its tasks (``checked_by_tasks`` and no id): it cannot tell the running query from
+        an earlier run of its own, and its tasks fence their own earlier attempts."""
+        return None
 
     def check_trigger(self, interval_s: float | None) -> None:
         """Refuse a trigger interval the sink cannot serve (ConfigError); most can serve any."""
@@ -355,13 +450,14 @@ class ExactlyOnceSink(ABC):
         with the batch and its ``batchId`` (the epoch). Runs the protocol
         (:meth:`run_epoch`) with the writes in executor tasks; a skipped epoch's plan still
         runs into Spark's ``noop`` sink (:func:`run_without_writing`)."""
-        self._check_workers(df)
+        query_id = spark_query_id(df, self.query_name)
+        self._check_workers(df, query_id)
         self.prepare_batch(df.schema)
         report = self.run_epoch(
             batch_id,
-            spark_query_id(df),
+            query_id,
             df.schema,
-            default_shards=lambda: df.sparkSession.sparkContext.defaultParallelism,
+            default_shards=lambda: default_parallelism(df.sparkSession),
             write=lambda epoch, shards: self._write_epoch(df, epoch, shards),
         )
         if report.skipped:
@@ -378,10 +474,9 @@ class ExactlyOnceSink(ABC):
         return []
 
     @final
-    def _check_workers(self, df: DataFrame) -> None:
+    def _check_workers(self, df: DataFrame, query_id: str | None) -> None:
         """Once per start (a new Spark query id) of this sink object, before the first batch:
         can Spark's Python workers import exactlyonce? (:mod:`.workers`; ConfigError if not.)"""
-        query_id = spark_query_id(df)
         if "worker_probe" in self.__dict__ and self.__dict__["_workers_for"] == query_id:
             return
         from exactlyonce.connectors.base.workers import check_workers
@@ -432,11 +527,21 @@ class ExactlyOnceSink(ABC):
 
     @final
     def start(
-        self, schema: StructType, query_id: str | None, default_shards: Callable[[], int]
+        self,
+        schema: StructType,
+        query_id: str | None,
+        default_shards: Callable[[], int],
+        *,
+        checked_by_tasks: bool = False,
     ) -> Head:
         """Preflight, read and check the head, open the catalog: what the first epoch after a
-        (re)start does. Call it once per query run, before any task writes."""
-        return self._start(schema, default_shards, query_id)
+        (re)start does. Call it once per query run, before any task writes.
+
+        ``checked_by_tasks``: the caller's tasks see Spark's query id and refuse a head
+        another checkpoint wrote themselves, before they write or skip anything (the data
+        source path, whose driver sees the id only in a local checkpoint). A start without
+        ``query_id`` then leaves the check to them instead of refusing."""
+        return self._start(schema, default_shards, query_id, checked_by_tasks)
 
     @final
     def task_writer(self, epoch: int, columns: Sequence[str]) -> TaskWriter:
@@ -485,7 +590,11 @@ class ExactlyOnceSink(ABC):
 
     @final
     def _start(
-        self, schema: StructType, default_shards: Callable[[], int], query_id: str | None
+        self,
+        schema: StructType,
+        default_shards: Callable[[], int],
+        query_id: str | None,
+        checked_by_tasks: bool = False,
     ) -> Head:
         """Preflight and read the head once per (re)start of the query in this driver."""
         if self._head is not None and self._started_for == query_id:
@@ -503,7 +612,10 @@ class ExactlyOnceSink(ABC):
         elif query_id and not head.spark_query_id:
             store.bind_query_id(query_id)  # the first bind wins, as the first create does
             head = store.read_head() or Head(head.epoch, query_id, head.num_shards)
-        refuse_another_checkpoint(self.sink_name, self.query_name, head, query_id)
+        checked = query_id is not None or not checked_by_tasks
+        if checked:
+            self._refuse_another_checkpoint(head, query_id)
+            self._fence_earlier_writers(head)
         if self.shards is not None and self.shards != head.num_shards:
             log.warning(
                 "%s: shards=%d ignored; this query was started with %d shards, kept so that "
@@ -524,6 +636,20 @@ class ExactlyOnceSink(ABC):
         self._head, self._started_for = head, query_id
         log.info("%s started: head epoch %d, %d shards", self, head.epoch, head.num_shards)
         return head
+
+    @final
+    def _refuse_another_checkpoint(self, head: Head, query_id: str | None) -> None:
+        """:func:`refuse_another_checkpoint` with this sink's opt-out; a start the opt-out
+        let through without an id over committed epochs is logged as a warning."""
+        trust = self.config.allow_unknown_query_id
+        refuse_another_checkpoint(self.sink_name, self.query_name, head, query_id, trust=trust)
+        if query_id is None and not fresh(head):
+            log.warning(
+                "%s: started without Spark's query id over a head at epoch %d "
+                "(allow_unknown_query_id): a deleted checkpoint would go unnoticed",
+                self,
+                head.epoch,
+            )
 
     @final
     def _write_epoch(self, df: DataFrame, epoch: int, num_shards: int) -> list[TaskResult]:
@@ -623,8 +749,14 @@ class ExactlyOnceSink(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(query_name={self.query_name!r}, sink={self.sink_name!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        raise TypeError(
-            f"{type(self).__name__} runs in the driver as a foreachBatch callable and is not "
-            "shipped to executors; its task writers are"
-        )
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its configuration. Spark Connect ships ``foreachBatch(sink)`` to the
+        server, which runs it there: the copy is the sink its config builds (no preflight
+        again), with its own connections, no cached head (it reads the head at the query's
+        start, as any restart does) and its own ``reports``. Classic Spark never pickles the
+        sink: it runs in the driver, and only its task writers go to the executors."""
+        return (_rebuilt, (type(self), self.config, self._pickled_parts()))
+
+    def _pickled_parts(self) -> dict[str, Any]:
+        """What a copy needs besides the config (a test store); nothing by default."""
+        return {}

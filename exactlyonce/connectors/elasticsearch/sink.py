@@ -117,6 +117,7 @@ class ElasticsearchSink(ExactlyOnceSink):
         dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
         redis_url: str | None | Unset = UNSET,
         write_retries: int | Unset = UNSET,
+        allow_unknown_query_id: bool | Unset = UNSET,
         check: bool = True,
     ) -> None:
         """Settings and their defaults: :class:`ElasticsearchSinkConfig`. ``api_key`` may be

@@ -35,8 +35,9 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exactlyonce.connectors import registry
 from exactlyonce.connectors.base import ExactlyOnceSink
@@ -123,6 +124,12 @@ class Buffered(KafkaSink):
         self.frame_records = buffer.frame_records
         self.frame_bytes = buffer.frame_bytes
         self._target_ready = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what builds it (see :meth:`ExactlyOnceSink.__reduce__`): the real sink,
+        the buffer's settings and the dedup setting, no preflight again."""
+        dedup = self.dedup_config if self.dedup_config is not None else False
+        return (functools.partial(Buffered, dedup=dedup, check=False), (self.target, self.buffer))
 
     def rewinder(self) -> Rewind:
         return Refused(

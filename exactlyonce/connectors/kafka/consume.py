@@ -37,8 +37,13 @@ def consumer(
     config: Mapping[str, Any] | None = None,
     *,
     isolation: str = "read_committed",
+    offset_reset: str = "earliest",
 ) -> Consumer:
-    """A consumer for assign()-and-seek reads: no group membership, no offset commits."""
+    """A consumer for assign()-and-seek reads: no group membership, no offset commits.
+
+    ``offset_reset``: what a read below the partition's start does. ``earliest`` (reads from
+    :data:`START`) starts at the broker's start; ``error`` reports it instead (the
+    ``_AUTO_OFFSET_RESET`` event), for a reader that must not skip a range that expired."""
     return Consumer(
         {
             "reconnect.backoff.ms": 10,  # a short-lived client: connect without the 50 ms wait
@@ -48,7 +53,7 @@ def consumer(
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
+            "auto.offset.reset": offset_reset,
             "isolation.level": isolation,
             # Reads here end at the partition's end: do not let the broker hold an empty
             # fetch for the default 500 ms before the end-of-partition event.

@@ -5,7 +5,9 @@ one (query, sink): the head is the latest record under ``<query>|<sink>|head`` i
 partition of the control topic (chosen by a hash of the key prefix), a JSON value with the
 epoch, the Spark query id, the shard count, where tasks start scanning for earlier attempts
 (``scan_from``) and the ``frontier``: per data and dead-letter partition, where the committed
-data ends. Readers trust the data below the frontier (see :mod:`.reader`).
+data ends. Readers trust the data below the frontier (see :mod:`.reader`). The ``origin``,
+written when the head is created and carried along, says where those partitions ended then:
+nothing of the (query, sink) lies below it.
 
 Driver only; the head is written by the driver's idempotent producer, never by a task.
 """
@@ -138,16 +140,27 @@ class ControlTopicHeads:
         return False, None
 
     def read_head(self) -> Head | None:
-        """The head (None before the first epoch); remembers it, and fences every shard's
-        older producer before any task of this start runs."""
+        """The head (None before the first epoch); remembers it. Fences nothing: the start
+        checks the head against its Spark query first (:meth:`fence_writers`)."""
         record = self.find()
         self.record = record
         if record is None:
             return None
         self.scan_from = record.scan_from
+        return Head(record.epoch, record.spark_query_id, record.num_shards)
+
+    def fence_writers(self) -> None:
+        """At a (re)start, once the head read (or created) was checked against this run's
+        Spark query, before any task runs: fence every shard's and Spark partition's older
+        producer (:meth:`fence`, :meth:`fence_partitions`). Never before that check: under
+        a live query_name's head these are the running query's producers, and
+        ``init_transactions`` would abort its open transactions. Kafka's head is
+        last-writer-wins, so that check is all that keeps a second query out."""
+        record = self.record
+        if record is None:
+            return
         self.fence(record.num_shards)
         self.fence_partitions()
-        return Head(record.epoch, record.spark_query_id, record.num_shards)
 
     def fence(self, shards: int) -> None:
         """At a (re)start: fence every shard's older producer, aborting open transactions.
@@ -194,7 +207,11 @@ class ControlTopicHeads:
     # -- writing -------------------------------------------------------------------------
 
     def create_head(self, head: Head) -> None:
+        """The first head, with the ``origin``: where the data and dead-letter partitions end
+        now, before any task of this (query, sink) writes (a reader of the buffer tells from it
+        whether records of the query expired before it read them)."""
         value = self._value(head.epoch, head.spark_query_id, head.num_shards, None)
+        value["origin"] = self.frontier(skip_missing=True)
         self._remember(value, self._write(value))
 
     def bind_query_id(self, spark_query_id: str) -> None:
@@ -230,13 +247,19 @@ class ControlTopicHeads:
             raise SinkUnavailableError(f"{self.owner}: the head reset was not acknowledged")
         self.record = None
 
-    def frontier(self) -> dict[str, dict[str, int]]:
+    def frontier(self, skip_missing: bool = False) -> dict[str, dict[str, int]]:
         """Where each partition of the data and dead-letter topics ends now: all of it is
-        committed and confirmed, nothing of the next epoch is there yet."""
+        committed and confirmed, nothing of the next epoch is there yet. ``skip_missing``:
+        a topic that does not exist (yet) is left out, not an error."""
         client = self.clients.reader()
         out = {}
         for topic in self.frontier_topics:
-            parts = partitions_of(self.clients.producer(), topic, self.connect_timeout)
+            try:
+                parts = partitions_of(self.clients.producer(), topic, self.connect_timeout)
+            except SinkUnavailableError:
+                if skip_missing:
+                    continue
+                raise
             ends = exact_end_offsets(client, topic, parts, self.connect_timeout)
             out[topic] = {str(p): o for p, o in sorted(ends.items())}
         return out
@@ -280,10 +303,8 @@ class ControlTopicHeads:
             "spark_query_id": query_id,
             "num_shards": shards,
             "scan_from": scan_from,
-            "frontier": {
-                t: {str(p): o for p, o in parts.items()}
-                for t, parts in (record.frontier if record else {}).items()
-            },
+            "frontier": _as_json(record.frontier if record else {}),
+            "origin": _as_json(record.origin if record else {}),
             "written_at": time.time(),
         }
 
@@ -291,3 +312,8 @@ class ControlTopicHeads:
         scan_from = value["scan_from"]
         self.record = HeadRecord.parse(json.dumps(value).encode(), self.partition, offset)
         self.scan_from = offset if scan_from is None else int(scan_from)
+
+
+def _as_json(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:
+    """Offsets by topic and partition, as the head's JSON holds them."""
+    return {t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()}

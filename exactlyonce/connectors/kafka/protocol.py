@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # The frames' header names are the protocol's too (one definition: connectors/base/frames.py).
@@ -120,7 +120,13 @@ def shared_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class HeadRecord:
-    """The head as the control topic holds it, with where it was found."""
+    """The head as the control topic holds it, with where it was found.
+
+    ``origin`` (per topic, per partition): where each partition of the data and dead-letter
+    topics ended when the head was created, before any task of the (query, sink) wrote: none
+    of its records lies below. Empty for heads written before it was kept (then unknown: a
+    reader must assume 0); a partition missing from it was created later (its origin is 0).
+    """
 
     epoch: int
     spark_query_id: str | None
@@ -130,22 +136,27 @@ class HeadRecord:
     partition: int
     offset: int
     written_at: float | None = None  # when the driver wrote it (seconds since the epoch)
+    origin: dict[str, dict[int, int]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, value: bytes, partition: int, offset: int) -> HeadRecord:
         data = json.loads(value)
-        frontier = {
-            topic: {int(p): int(o) for p, o in parts.items()}
-            for topic, parts in (data.get("frontier") or {}).items()
-        }
         scan_from = data.get("scan_from")
         return cls(
             epoch=int(data["epoch"]),
             spark_query_id=data.get("spark_query_id"),
             num_shards=int(data["num_shards"]),
-            frontier=frontier,
+            frontier=offsets_by_topic(data.get("frontier")),
             scan_from=offset if scan_from is None else int(scan_from),
             partition=partition,
             offset=offset,
             written_at=float(data["written_at"]) if data.get("written_at") else None,
+            origin=offsets_by_topic(data.get("origin")),
         )
+
+
+def offsets_by_topic(value: Any) -> dict[str, dict[int, int]]:
+    """A head's ``{topic: {"partition": offset}}`` JSON as numbers (None: empty)."""
+    return {
+        topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in (value or {}).items()
+    }

@@ -22,6 +22,10 @@ class RangeReader:
     A range that does not start where the last one ended (a retry after a failure, a
     partition joining or leaving) re-assigns the consumer at the new starts. One reader at a
     time: not thread-safe.
+
+    With a consumer whose ``auto.offset.reset`` is ``error``, a fetch out of range (the records
+    at the reader's offset expired) raises SinkUnavailableError, never skipping to the
+    partition's new start; with ``earliest`` the consumer would skip there silently.
     """
 
     def __init__(self, client: Consumer, topic: str, timeout_s: float, what: str = "") -> None:
@@ -83,6 +87,13 @@ class RangeReader:
                     if bounds is not None and offset >= bounds[1]:
                         del todo[p]
                     continue
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    self.reset()
+                    raise SinkUnavailableError(
+                        f"reading {self.what}: offset {_at(offset, starts.get(p))} of "
+                        f"{self.topic}[{p}] is out of range (records expired, or the topic was "
+                        "re-created): nothing read past it; the positions are checked again"
+                    )
                 if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART or err.fatal():
                     self.reset()
                     raise SinkUnavailableError(f"reading {self.what}: {err.str()}")
@@ -118,3 +129,8 @@ class RangeReader:
         with contextlib.suppress(Exception):
             self.client.unassign()
         self._next, self._held, self._eof = {}, {}, {}
+
+
+def _at(offset: int | None, start: int | None) -> int | None:
+    """The offset an out-of-range event names, else where the range started."""
+    return offset if offset is not None and offset >= 0 else start

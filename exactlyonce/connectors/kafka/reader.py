@@ -26,7 +26,8 @@ same, frame by frame. A frame's ``count`` in the confirmation counts records, no
 The control topic (default ``exactlyonce-control``, compacted) holds small JSON records. In
 every key, the query and sink names have ``%`` written as ``%25`` and ``|`` as ``%7C``:
 
-``<query>|<sink>|head``                              the head: ``{"epoch", "frontier", ...}``
+``<query>|<sink>|head``                              the head: ``{"epoch", "frontier",
+                                                      "origin", ...}``
 ``<query>|<sink>|<epoch>|<shard>|confirmed|<attempt>`` attempt ``<attempt>`` of that shard
                                                       committed: ``{"attempt", "count", ...}``
 ``<query>|<sink>|<epoch>|<shard>``                    the in-transaction commit marker (a
@@ -35,7 +36,9 @@ every key, the query and sink names have ``%`` written as ``%25`` and ``|`` as `
 The sink name is ``kafka:<topic>`` unless the user named it. A confirmation is written only
 after the attempt's transaction committed, and the sink writes the head, with a ``frontier``
 (per topic, per partition, the offset where the committed data ended), only after every shard
-of the epoch was confirmed.
+of the epoch was confirmed. The head's ``origin`` (same shape; written when the head was
+created, kept by every later head) is where the partitions ended before the query wrote: none
+of its records lies below (absent in heads of older versions).
 
 The recipe
 ----------
@@ -182,6 +185,15 @@ class Commits:
 
     def frontier(self, topic: str) -> dict[int, int]:
         return dict(self.head.frontier.get(topic, {})) if self.head is not None else {}
+
+    def origin(self, topic: str) -> dict[int, int] | None:
+        """Where the query's records begin in each partition of ``topic``: the head's
+        ``origin``, 0 for a partition it lacks (created later) and for every partition when
+        the head keeps no origin (written before origins were kept: 0 is all that is known).
+        None when there is no head: nothing of the query is in the topic yet."""
+        if self.head is None:
+            return None
+        return dict(self.head.origin.get(topic, {}))
 
     def accepts(self, headers: Mapping[str, bytes]) -> bool:
         """Step 3: is this record (its headers) part of a confirmed attempt of the query?"""

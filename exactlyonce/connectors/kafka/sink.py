@@ -131,6 +131,7 @@ class KafkaSink(ExactlyOnceSink):
         dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
         redis_url: str | None | Unset = UNSET,
         write_retries: int | Unset = UNSET,
+        allow_unknown_query_id: bool | Unset = UNSET,
         check: bool = True,
     ) -> None:
         """Settings and their defaults: :class:`KafkaSinkConfig`. ``check`` preflights the
@@ -236,6 +237,11 @@ class KafkaSink(ExactlyOnceSink):
         markers of the shards, or of ``marker_slots`` Spark partitions if more (the data
         source path's driver sets them before it commits an epoch)."""
         return self._heads
+
+    def _fence_earlier_writers(self, head: Head) -> None:
+        """After the start checked the head: fence the older producers of every shard and
+        Spark partition (:meth:`.head.ControlTopicHeads.fence_writers`)."""
+        self._heads.fence_writers()
 
     @property
     def marker_slots(self) -> int:

@@ -126,6 +126,7 @@ class PostgresSink(ExactlyOnceSink):
         dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
         redis_url: str | None | Unset = UNSET,
         write_retries: int | Unset = UNSET,
+        allow_unknown_query_id: bool | Unset = UNSET,
         check: bool = True,
     ) -> None:
         """Settings and their defaults: :class:`PostgresSinkConfig`. ``check`` preflights the

@@ -61,6 +61,12 @@ A record Redis refuses (a key holding another type: ``WRONGTYPE``) and a record 
 key or key-template column go to the dead-letter stream ``<prefix>:dead-letters`` (epoch,
 ID, error, payload) in the same atomic step; the rest of the shard proceeds.
 
+Records never write control keys (DESIGN invariant 14): every key above lives under
+``<prefix>:``, and every dedup catalog's under ``eo:{``. A ``key_template`` whose literal
+start puts every key there is refused when the config is built; when only some values could
+render a key there, the script checks each record's key against those namespaces and refuses
+such a record (a dead letter naming the namespace) before it reads or writes the key.
+
 Example::
 
     sink = RedisSink("redis://:pw@cache:6379/0", "user:{user_id}", id_columns=["event_id"],

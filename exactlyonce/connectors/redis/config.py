@@ -10,6 +10,7 @@ from redis.connection import parse_url
 from exactlyonce.connectors.base.config import Names, SinkConfig, field_error
 from exactlyonce.connectors.base.upsert import check_upsert, upsert_defaults
 from exactlyonce.connectors.redis.template import KeyTemplate
+from exactlyonce.dedup.keys import NAMESPACE_ROOT, namespace
 from exactlyonce.errors import ConfigError
 from exactlyonce.secrets import dsn_password, scrub
 
@@ -25,6 +26,12 @@ class RedisSinkConfig(SinkConfig):
     the catalog; hash and string writes are idempotent by key. ``mode="upsert"`` (hash and
     string writes) replaces a key's value when the write's epoch is at least the stored one;
     its ``key_template`` names exactly the ``id_columns``, so one key is one record.
+
+    Control keys (DESIGN invariant 14): the sink keeps its head, shard markers, staging, dead
+    letters, drain offsets and upsert companions under ``<prefix>:`` (``prefix``, by default
+    ``eo:{<query>:<digest>}:sink``), and every dedup catalog lives under ``eo:{``. A
+    ``key_template`` whose every key falls there is refused; a key that a record's values
+    render there is refused at write time (a dead letter with why), never written.
     """
 
     type: Literal["redis"] = "redis"
@@ -76,6 +83,24 @@ class RedisSinkConfig(SinkConfig):
     def template(self) -> KeyTemplate:
         return KeyTemplate.parse(self.key_template)
 
+    @property
+    def key_prefix(self) -> str:
+        """Where the sink's own keys live: ``prefix``, by default ``<namespace>:sink`` of
+        (query, sink name)."""
+        return self.prefix or f"{namespace(self.query_name, self.head_name)}:sink"
+
+    @property
+    def control_namespaces(self) -> tuple[str, ...]:
+        """Key prefixes no record may be written under: the sink's own keys, and every
+        catalog's (``eo:{``)."""
+        return (f"{self.key_prefix}:", NAMESPACE_ROOT)
+
+    @property
+    def guarded_namespaces(self) -> tuple[str, ...]:
+        """The control namespaces some rendered key may fall into: each record's key is
+        checked against these at write time (none: the template cannot reach any)."""
+        return tuple(n for n in self.control_namespaces if self.template.may_reach(n))
+
     def columns_named(self) -> dict[str, tuple[str, ...]]:
         return {**super().columns_named(), "key_template": tuple(self.template.fields)}
 
@@ -99,6 +124,19 @@ class RedisSinkConfig(SinkConfig):
                 f"in mode 'upsert' it names exactly the id_columns {list(self.id_columns or ())} "
                 f"(one key per record, guarded by its epoch), not {list(self.template.fields)}",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _keys_apart_from_control(self) -> RedisSinkConfig:
+        for name in self.control_namespaces:
+            if self.template.always_in(name):
+                raise field_error(
+                    "key_template",
+                    f"every key it renders begins with {self.template.fixed_start!r}, inside "
+                    f"the control namespace {name!r} (the sink's head, shard markers, offsets "
+                    "and catalog live there): records would overwrite them; choose another "
+                    "key_template (or prefix)",
+                )
         return self
 
     @model_validator(mode="after")

@@ -15,8 +15,9 @@ though an append is not idempotent.
 
 Dead letters: records the drainer cannot make a row of (not a JSON object, a null key-template
 column) go to the drain dead-letter topic before the script; records Redis refuses while the
-script applies them (``WRONGTYPE``: the key holds another type) go, as in the RedisSink, to the
-sink's dead-letter stream ``<prefix>:dead-letters``, in the same atomic step.
+script applies them (``WRONGTYPE``: the key holds another type), and records whose key lies in
+the sink's control namespace (its offsets, head, catalog: DESIGN invariant 14), go, as in the
+RedisSink, to the sink's dead-letter stream ``<prefix>:dead-letters``, in the same atomic step.
 
 The ``drain_mid_write`` crash point sits between sending the script and reading its reply (the
 script then runs whole; the drainer's restart finds the offsets moved): the lost reply.
@@ -167,6 +168,7 @@ class RedisDrainTarget(TargetClassDefaults):
             "ef": self.sink.epoch_field,
             "query": self.sink.query_name,
             "sink": self.sink.sink_name,
+            "guarded": list(self.sink.config.guarded_namespaces),
         }
         return [
             json.dumps({**ownership, "writers": o.writers}),

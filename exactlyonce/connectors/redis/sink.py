@@ -37,8 +37,12 @@ from exactlyonce.connectors.redis.connection import (
 from exactlyonce.connectors.redis.head import RedisHeadStore, head_key
 from exactlyonce.connectors.redis.projection import project
 from exactlyonce.connectors.redis.streams import stream_ids
-from exactlyonce.connectors.redis.task import VALUE_COLUMN, RedisShardWriter, RedisTarget
-from exactlyonce.dedup.catalog import namespace
+from exactlyonce.connectors.redis.task import (
+    VALUE_COLUMN,
+    RedisShardWriter,
+    RedisTarget,
+    staged_rows,
+)
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import RebuildSource
 from exactlyonce.errors import ConfigError
@@ -120,6 +124,7 @@ class RedisSink(ExactlyOnceSink):
         dedup: bool | DedupSettings | DedupConfig | Mapping[str, Any] | Unset = UNSET,
         redis_url: str | None | Unset = UNSET,
         write_retries: int | Unset = UNSET,
+        allow_unknown_query_id: bool | Unset = UNSET,
         check: bool = True,
     ) -> None:
         """Settings and their defaults: :class:`RedisSinkConfig`. ``check`` preflights the
@@ -131,7 +136,7 @@ class RedisSink(ExactlyOnceSink):
         self.url = Secret(url)
         self.where = redact_dsn(url)
         self.busy = BUSY_POLICY
-        self.prefix = config.prefix or f"{namespace(self.query_name, self.sink_name)}:sink"
+        self.prefix = config.key_prefix
         self._redis: Any = None
         self._ready = False
 
@@ -283,8 +288,9 @@ class RedisSink(ExactlyOnceSink):
             id_field=self.id_field,
             epoch_field=self.epoch_field,
             ttl_ms=self.ttl_ms,
-            pipeline_size=self.pipeline_size,
+            pipeline_size=staged_rows(self.pipeline_size),
             prefix=self.prefix,
+            guarded=self.config.guarded_namespaces,
             query_name=self.query_name,
             sink_name=self.sink_name,
             num_shards=self._head.num_shards,

@@ -10,6 +10,7 @@ applies every record and dead letter, and drops the staging, all at once on the 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,13 +26,21 @@ from exactlyonce.connectors.redis import lua
 from exactlyonce.connectors.redis.connection import BUSY_POLICY, connect, patient, script_error
 from exactlyonce.connectors.redis.template import KeyTemplate
 from exactlyonce.dedup.shard import DedupPlan
-from exactlyonce.faults import armed, crash_point
+from exactlyonce.faults import crash_point
 from exactlyonce.retry import RetryPolicy
 from exactlyonce.secrets import Secret
 
 VALUE_COLUMN = "_redis_value"  # string mode: the record as JSON, built by Spark
 MAX_INLINE_BYTES = 8 << 20  # per chunk too: a bigger chunk of big records is split
 STAGING_TTL_MS = 86_400_000
+# Crash tests that arm ``mid_write`` set this: tasks then stage in small chunks, the same path
+# a task of more than ``pipeline_size`` records takes (PostgreSQL's COPY chunk size likewise).
+STAGE_ROWS_ENV = "EXACTLYONCE_CRASH_PIPELINE_SIZE"
+
+
+def staged_rows(pipeline_size: int) -> int:
+    """Records per chunk: ``pipeline_size``, or a crash test's smaller one."""
+    return int(os.environ.get(STAGE_ROWS_ENV) or pipeline_size)
 T = TypeVar("T")
 
 
@@ -58,6 +67,9 @@ class RedisTarget:
     dedup: DedupPlan | None = None
     busy: RetryPolicy = BUSY_POLICY
     upsert: UpsertSpec | None = None
+    # Control namespaces a rendered key may fall into: such a record is refused by the
+    # script (a dead letter), never written (RedisSinkConfig.guarded_namespaces).
+    guarded: tuple[str, ...] = ()
 
     @property
     def tombstone_prefix(self) -> str:
@@ -115,20 +127,12 @@ class RedisShardTask(ShardTask):
         return {int(s) for s in done if s.isdigit()}
 
     def _write_rows(self, rows: pa.RecordBatch) -> None:
-        if not self.staged and rows.num_rows and armed("mid_write"):
-            rows = self._stage_first_half(rows)
+        """Encode ``rows`` into chunks of ``pipeline_size`` records; a task with more than
+        that stages chunks as it goes (the ``mid_write`` crash point fires after each stage,
+        armed or not the same path: a task that never stages never reaches it)."""
         size = self.t.pipeline_size
         for start in range(0, rows.num_rows, size):
             self._add_encoded(rows.slice(start, size))
-
-    def _stage_first_half(self, rows: pa.RecordBatch) -> pa.RecordBatch:
-        """With ``mid_write`` armed: stage the first half of ``rows`` at once (the point fires
-        after it), so a task of any size reaches the point with records sent before it and
-        the rest still to send. Returns the rest."""
-        half = (rows.num_rows + 1) // 2
-        self._add_encoded(rows.slice(0, half))
-        self._stage()
-        return rows.slice(half)
 
     def _add_encoded(self, rows: pa.RecordBatch) -> None:
         chunk = self._encode(rows)
@@ -248,6 +252,7 @@ class RedisShardTask(ShardTask):
             "tomb": self.t.tombstone_prefix,
             "ekey": self.t.epoch_prefix,
             "unaligned": not self.shard_markers,
+            "guarded": list(self.t.guarded),
         }
         return [
             self.epoch,

@@ -57,6 +57,29 @@ class KeyTemplate:
         """The column names the template uses, in order, each once."""
         return tuple(dict.fromkeys(p[1] for p in self.parts if p[1] is not None))
 
+    @property
+    def fixed_start(self) -> str:
+        """The text every rendered key begins with: the literal before the first field (the
+        whole key when there is no field). Nothing after it is known before rendering."""
+        start = ""
+        for literal, name, _, _ in self.parts:
+            start += literal
+            if name is not None:
+                break
+        return start
+
+    def always_in(self, namespace: str) -> bool:
+        """Whether EVERY key the template renders begins with ``namespace``."""
+        return self.fixed_start.startswith(namespace)
+
+    def may_reach(self, namespace: str) -> bool:
+        """Whether SOME key the template renders may begin with ``namespace`` (a value can
+        complete the fixed start into it). False means no value ever can."""
+        start = self.fixed_start
+        if not self.fields:  # one constant key
+            return start.startswith(namespace)
+        return start.startswith(namespace) or namespace.startswith(start)
+
     def render(self, batch: pa.RecordBatch) -> list[str]:
         """The key of every row; the columns are strings, non-null (else dead-lettered)."""
         n = batch.num_rows

@@ -4,11 +4,14 @@ Registered by :func:`exactlyonce.integration.spark.register_data_source` (which
 :func:`exactlyonce.integration.spark.session` calls)::
 
     (df.writeStream.format("exactlyonce")
-       .option("sink", "postgres").option("dsn", dsn).option("table", "events")
+       .option("sink", "postgres").option("secret.dsn", dsn).option("table", "events")
        .option("id_columns", "event_id").option("query_name", "clicks-to-pg")
        .option("checkpointLocation", ckpt).start())
 
 The options are the sink's own settings, parsed by its one config model (:mod:`.options`).
+A setting holding a credential goes as ``secret.<name>`` (``secret.dsn``, ``secret.url``,
+``secret.redis_url``, ``secret.api_key``), a name Spark redacts wherever it shows options;
+:func:`.options.writer_options` builds them so from a sink's config.
 
 How this path keeps the invariants
 ----------------------------------
@@ -24,7 +27,9 @@ none (Kafka, append-only, has its own partition markers: see "Kafka" below); eac
   does) and the ID's catalog shard (``pmod(hash(id), shards)``, deterministic: the catalog's
   Bloom filters and entries of an ID are always in the same shard);
 - refuses a head that another Spark checkpoint wrote (invariant 9: the task sees the Spark
-  query id; the driver's start also checks it when the checkpoint is a local path);
+  query id; the driver's start also checks it when the checkpoint is a local path, and
+  otherwise leaves the check to the tasks), and a head with committed epochs when it sees no
+  query id (invariant 13: fails closed, unless the sink's ``allow_unknown_query_id``);
 - skips an epoch at or below the head the driver read at the query's start (step 1);
 - shapes the rows as the sink's ``foreachBatch`` projection does (its ``datasource`` traits
   in the sink registry), and writes through the sink's own task writer (catalog check, dead

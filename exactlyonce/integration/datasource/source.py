@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource
 
-from exactlyonce.integration.datasource.options import sink_config
+from exactlyonce.integration.datasource.options import sink_config, warn_exposed
 from exactlyonce.integration.datasource.support import check_supported
 from exactlyonce.integration.datasource.writer import ExactlyOnceStreamWriter
 
@@ -25,6 +25,7 @@ class ExactlyOnceDataSource(DataSource):
         # Spark builds the data source when the query is defined, in the driver: refuse bad
         # options there, before any stream runs.
         check_supported(sink_config(options))
+        warn_exposed(options)
 
     @classmethod
     def name(cls) -> str:

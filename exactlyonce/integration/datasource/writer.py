@@ -9,7 +9,9 @@ Who calls what (pyspark 4.1+, ``DataSourceStreamArrowWriter``):
   checkpoint check, catalog opened) and the tasks get its outcome.
 - :meth:`write` runs in each task. Its epoch and Spark query id are the task's local
   properties (``streaming.sql.batchId``, ``sql.streaming.queryId``). It refuses a head
-  another checkpoint wrote (invariant 9), skips an epoch at or below the head read at start,
+  another checkpoint wrote (invariant 9), or one with committed epochs when it sees no query
+  id (invariant 13; the start, whose driver sees the id only in a local checkpoint's
+  ``metadata``, leaves that check to the tasks), skips an epoch at or below the head read at start,
   else adds the protocol's columns, shapes the rows as the sink's projection does
   (its registry entry's ``datasource``), and writes through the sink's own task writer with
   no shard marker (:meth:`~exactlyonce.connectors.base.ShardWriter.write_unaligned`; Kafka's
@@ -109,7 +111,8 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         schema = StructType.fromJson(json.loads(self.schema_json))
         sink = build_sink(self.config)
         shards = self.config.shards or DEFAULT_SHARDS
-        head = sink.start(schema, checkpoint_query_id(self.options), lambda: shards)
+        query_id = checkpoint_query_id(self.options)
+        head = sink.start(schema, query_id, lambda: shards, checked_by_tasks=True)
         traits = registry.kind_of(sink).datasource_traits()
         shape = traits.shape(sink, schema)
         columns = ProtocolColumns(
@@ -137,7 +140,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         epoch = int(context.getLocalProperty("streaming.sql.batchId") or "-1")
         query_id = context.getLocalProperty("sql.streaming.queryId")
         head = started.head
-        refuse_another_checkpoint(self.config.head_name, self.config.query_name, head, query_id)
+        self._refuse_another_checkpoint(head, query_id)
         if head.covers(epoch):
             return EpochMessage(query_id, skipped=True)
         crash_point("before_write", epoch)
@@ -159,7 +162,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         sink = build_sink(self.config)
         head = sink.head()
         if head is not None:
-            refuse_another_checkpoint(sink.sink_name, sink.query_name, head, query_id)
+            self._refuse_another_checkpoint(head, query_id)
         traits = registry.kind_of(sink).datasource_traits()
         traits.before_head(sink, batchId, *claimed(sent), len(messages))
         crash_point("before_head", batchId)
@@ -169,6 +172,14 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         report = BatchReport.from_tasks(sink.query_name, sink.sink_name, batchId, tasks)
         log.info("%s epoch %d committed: %s", sink, batchId, report)
         forget_journals(sink, batchId)
+
+    def _refuse_another_checkpoint(self, head: Head, query_id: str | None) -> None:
+        """Invariants 9 and 13 where the data source path sees the Spark query id: in every
+        task, before it writes or skips anything, and in every commit. An id no task could
+        establish is refused over committed epochs (the config's opt-out aside)."""
+        config = self.config
+        trust = config.allow_unknown_query_id
+        refuse_another_checkpoint(config.head_name, config.query_name, head, query_id, trust=trust)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         log.warning(

@@ -17,10 +17,27 @@
 --   their key held them already (cfg.unaligned only), so far.
 --   cfg.unaligned: the Spark data source path, whose tasks are not shard-aligned and write no
 --   shard markers; a hash or string record whose key holds it already is not written again.
+--   cfg.guarded: key prefixes no record may be written under (the sink's head, shard markers,
+--   offsets, the catalog: DESIGN invariant 14); a record whose key begins with one is refused,
+--   counted failed and dead-lettered with why, before anything reads or writes its key.
 local function eo_records(cfg, epoch, dead_key, streams_key)
   local mode, ttl, fields = cfg.mode, tonumber(cfg.ttl), cfg.fields
   local nf = #fields
   local counts = {written = 0, failed = 0, stale = 0, deleted = 0, unchanged = 0}
+  local guarded = cfg.guarded or {}
+  local guarding = #guarded > 0
+  -- Why ``key`` may not be written (it lies in a control namespace), or nil.
+  local function refusal(key)
+    if not guarding then return nil end
+    for _, ns in ipairs(guarded) do
+      if string.sub(key, 1, #ns) == ns then
+        return {err = 'control', why = 'key ' .. key .. " is in the sink's control namespace " ..
+          ns .. ' (its head, shard markers, offsets and catalog): change key_template or prefix'}
+      end
+    end
+    return nil
+  end
+  local function reason(r) return r.why or ('redis: ' .. r.err) end
   local function dead(at, shard, rid, err, payload)
     local a = {'query', cfg.query, 'sink', cfg.sink, 'epoch', at, 'error', err}
     if shard ~= nil and shard ~= cjson.null then a[#a + 1] = 'shard'; a[#a + 1] = shard end
@@ -67,6 +84,8 @@ local function eo_records(cfg, epoch, dead_key, streams_key)
     return tonumber(e)
   end
   local function upsert_one(key, body, i, delete, at)
+    local refused = refusal(key)
+    if refused then return refused end
     local e = stored_epoch(key)
     if type(e) == 'table' then return e end
     if e and e > tonumber(at) then counts.stale = counts.stale + 1; return nil end
@@ -100,7 +119,7 @@ local function eo_records(cfg, epoch, dead_key, streams_key)
       local r = upsert_one(keys[i], body, i, deletes[i] == true, at)
       if r then
         counts.failed = counts.failed + 1
-        dead(at, nil, ids[i], 'redis: ' .. r.err, mode == 'string' and body[i] or as_json(body, i))
+        dead(at, nil, ids[i], reason(r), mode == 'string' and body[i] or as_json(body, i))
       end
     end
   end
@@ -116,7 +135,10 @@ local function eo_records(cfg, epoch, dead_key, streams_key)
     for i = 1, #keys do
       local key, r, at = keys[i], nil, epoch
       if epochs then at = epochs[i] end
-      if cfg.unaligned and holds(key, body, i) then
+      local refused = refusal(key)
+      if refused then
+        r = refused
+      elseif cfg.unaligned and holds(key, body, i) then
         counts.unchanged = counts.unchanged + 1
       elseif mode == 'string' then
         if ttl > 0 then r = redis.pcall('SET', key, body[i], 'PX', ttl)
@@ -144,7 +166,7 @@ local function eo_records(cfg, epoch, dead_key, streams_key)
       if r == nil then -- the key holds the record already: nothing written
       elseif type(r) == 'table' and r.err then
         counts.failed = counts.failed + 1
-        dead(at, nil, ids[i], 'redis: ' .. r.err, mode == 'string' and body[i] or as_json(body, i))
+        dead(at, nil, ids[i], reason(r), mode == 'string' and body[i] or as_json(body, i))
       else
         counts.written = counts.written + 1
         if mode == 'stream' then streams[key] = true end

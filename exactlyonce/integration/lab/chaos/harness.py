@@ -77,6 +77,7 @@ from exactlyonce.integration.lab.services.processes import START_POLL, poll_unti
 
 FINAL_ATTEMPTS = 3  # runs the last phase may take (a run can die of a fault's aftermath)
 SMALL_COPY_CHUNK = "256"  # bytes per COPY chunk when mid_copy is armed
+SMALL_PIPELINE = "8"  # records per staged Redis chunk when mid_write is armed
 RECOVERY_TIMEOUT_S = 120.0  # for a run to commit again after a server restart
 
 
@@ -221,6 +222,8 @@ class Chaos:
         }
         if fault.point == "mid_copy":
             env["EXACTLYONCE_CRASH_COPY_CHUNK_BYTES"] = SMALL_COPY_CHUNK
+        if fault.point == "mid_write":  # Redis tasks stage (the path of a big task) in chunks
+            env["EXACTLYONCE_CRASH_PIPELINE_SIZE"] = SMALL_PIPELINE
         proc = self._start(env)
         marker = crash_dir / f"crashed-{fault.point}"
         policy = START_POLL.replace(deadline_s=RUN_TIMEOUT_SECONDS)
