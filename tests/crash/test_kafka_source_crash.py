@@ -69,6 +69,7 @@ from exactlyonce.dedup.ids import record_id
 from tests.crash.harness import ROOT, Job, crash_seed
 from tests.support.es_fixtures import EsHandle
 from tests.support.redis_fixtures import SinkRedis
+from tests.support.secrets_scan import event_log_conf
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
@@ -99,7 +100,12 @@ sink:
   dedup: {{expected_ids: 5000}}
 spark:
   master: local[2]
-  conf: {{spark.sql.shuffle.partitions: "2"}}
+  conf:
+    spark.sql.shuffle.partitions: "2"
+    # the event log (uncompressed), for the harness's credential scan of every run's files
+    spark.eventLog.enabled: "true"
+    spark.eventLog.dir: "{event_log}"
+    spark.eventLog.compress: "false"
 """
 IDENTITIES = {"source": "id_from: source", "columns": "id_columns: [event_id]"}
 
@@ -589,6 +595,7 @@ def test_kafka_source_killed_runs_end_exactly_once(
             max_offsets=MAX_OFFSETS_PER_TRIGGER,
             sink=cell.sink,
             identity=IDENTITIES[identity],
+            event_log=event_log_conf(tmp_path / "event-log")["spark.eventLog.dir"],
         )
     )
     more_points = ("mid_bulk",) if cell.rewrites_resent and identity == "columns" else ()
