@@ -64,6 +64,28 @@ def make_input(
     return Input(expected, nulls, records, files)
 
 
+def epoch_of_each_file(checkpoint: Path) -> dict[int, int]:
+    """Which epoch read each input file, from Spark's checkpoint: the file source's log gives
+    each file its log index, the offset log each epoch its last log index. Usually file n is
+    epoch n; a kill between the two logs' writes makes the next run read two files at once."""
+    index_of: dict[int, int] = {}
+    for log in (checkpoint / "sources" / "0").iterdir():
+        if log.name.startswith("."):
+            continue
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            index_of[int(Path(entry["path"]).stem.split("-")[1])] = int(entry["batchId"])
+    last_index = {
+        int(f.name): int(json.loads(f.read_text().splitlines()[-1])["logOffset"])
+        for f in (checkpoint / "offsets").iterdir()
+        if f.name.isdigit()
+    }
+    return {
+        n: min(e for e, last in last_index.items() if last >= index)
+        for n, index in index_of.items()
+    }
+
+
 @dataclass
 class Job:
     """One streaming job: start it, kill -9 its whole process tree, start it again."""

@@ -15,8 +15,9 @@ happened, the last one before the drain was done.
 The audit counts WRITES: Redis through the sink server's AOF (every HSET/SET/XADD a script ran,
 tests/support/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch through the
 stand-in's per-``_id`` create attempts and successful writes, and ``_version`` (1 for every
-document); the append table through tests/support/audit.py's AFTER INSERT trigger (no unique index
-there hides a second write; a kill mid-write is checked to leave a transaction open).
+document); the append table through tests/support/audit.py's triggers (committed insert attempts
+and rows inserted; no unique index there hides a second write; a kill mid-write is checked to
+leave a transaction open).
 0 duplicates, 0 missing, and the stored offsets end at the buffer's frontier. The targets'
 offsets are kept apart by (query, sink name, topic): all of them drain one buffer, one after
 the other, and each must write every record (one resuming at another's offsets would write
@@ -306,7 +307,7 @@ def test_pg_append_drain_killed_anywhere_appends_each_record_once(
     buffer: Buffer, spark: SparkSession, pg: psycopg.Connection[Any]
 ) -> None:
     """An append table has no unique index: a record the drainer wrote twice would be a
-    second row, nothing hides it. The audit trigger counts every durable insert."""
+    second row, nothing hides it. The audit triggers count every committed insert attempt."""
     rng = random.Random(f"{buffer.seed}-pg-append")
     table = f"{buffer.name}_append"
     section = f"""\

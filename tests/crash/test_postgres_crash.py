@@ -1,13 +1,20 @@
 """kill -9 the real PySpark job at every named point of the write path; restart; audit.
 
-The audit counts durable inserts per record ID (an AFTER INSERT trigger), so a double write
-is caught even though the table has a unique key.
+The audit (tests/support/audit.py) counts committed insert ATTEMPTS per record ID (a BEFORE
+INSERT trigger, which also fires for a row ``ON CONFLICT DO NOTHING`` skips) and rows inserted
+(AFTER INSERT), so a second write is caught even though insert mode's unique key would make it
+a no-op. The format API's insert mode keeps no shard marker: an epoch whose task committed
+and whose head did not advance is written again whole, and the unique index absorbs it; those
+tests say exactly which epochs are attempted twice (:func:`verify_format`).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,9 +23,10 @@ import psycopg
 import pytest
 
 from exactlyonce.connectors import PostgresSink
+from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.lab.fault_proxy import FaultProxy
-from tests.crash.harness import Input, Job, crash_seed, make_input, wait_until
-from tests.support.audit import assert_exactly_once, install_audit
+from tests.crash.harness import Input, Job, crash_seed, epoch_of_each_file, make_input, wait_until
+from tests.support.audit import assert_exactly_once, attempt_epochs, install_audit, row_epochs
 from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
@@ -52,8 +60,13 @@ def prepare(
     return Job(tmp_path, table, pg_dsn, mode=mode, extra_args=("--api", api)), data
 
 
-def verify(job: Job, data: Input, pg: psycopg.Connection[Any]) -> None:
-    assert_exactly_once(pg, job.table, data.expected_ids)
+def verify(
+    job: Job,
+    data: Input,
+    pg: psycopg.Connection[Any],
+    reattempted: Mapping[str, int] | None = None,
+) -> None:
+    assert_exactly_once(pg, job.table, data.expected_ids, reattempted)
     letters = pg.execute(
         "SELECT count(*) FROM exactlyonce_dead_letters WHERE query_name = %s", [job.table]
     ).fetchone()
@@ -64,14 +77,66 @@ def verify(job: Job, data: Input, pg: psycopg.Connection[Any]) -> None:
     assert head == (job.last_commit(),), "the sink head is Spark's last committed epoch"
 
 
+def verify_format(
+    job: Job, data: Input, pg: psycopg.Connection[Any], rewritten: set[int] | None
+) -> None:
+    """:func:`verify` for the format API's insert mode, which keeps no shard marker: each
+    record ID is attempted (committed attempts, ON CONFLICT skips included) exactly as the
+    design says, and the unique index absorbs what is attempted twice:
+
+    - only in its own epoch (the catalog keeps every later epoch from sending it again);
+    - once per task of the epoch that holds it (the epoch's input files, one partition
+      each), when those tasks run at once (neither sees the other's ID in the catalog yet);
+    - all of that again when a run died after the epoch's tasks committed and before the
+      head advanced (the re-run writes the epoch again: nothing tells it not to).
+
+    ``rewritten``: the epochs the kill schedule says are written again; None (random kills):
+    at most one epoch per kill."""
+    attempts = attempt_epochs(pg, job.table)
+    stored = row_epochs(pg, job.table)
+    elsewhere = {i: dict(c) for i, c in attempts.items() if set(c) != {stored.get(i)}}
+    assert not elsewhere, (
+        f"attempted in another epoch than its row's: {list(elsewhere.items())[:5]}"
+    )
+    holders = files_holding(job)
+    count = {i: sum(c.values()) for i, c in attempts.items()}
+    again = {stored[i] for i, n in count.items() if n > holders[(i, stored[i])]}
+    too_many = {i: n for i, n in count.items() if n > 2 * holders[(i, stored[i])]}
+    assert not too_many, (
+        f"attempted more than its tasks and one re-run: {list(too_many.items())[:5]}"
+    )
+    if rewritten is None:
+        assert len(again) <= len(job.kills), f"epochs {sorted(again)} written again: {job.kills}"
+    else:
+        assert again == rewritten, f"epochs written again: {sorted(again)}, not {rewritten}"
+        files = Counter(epoch_of_each_file(job.checkpoint).values())
+        whole = {i for i, e in stored.items() if e in rewritten and files[e] == 1}
+        partly = {i for i in whole if count[i] != 2}  # one task: its re-run re-sends it all
+        assert not partly, f"{len(partly)} IDs of a re-run one-task epoch attempted once"
+    print(f"epochs written again, absorbed by the unique index: {sorted(again)}", flush=True)
+    verify(job, data, pg, {i: n for i, n in count.items() if n > 1})
+
+
+def files_holding(job: Job) -> Counter[tuple[str, int]]:
+    """(record ID, epoch) -> how many of that epoch's input files hold the ID."""
+    epoch_of = epoch_of_each_file(job.checkpoint)
+    out: Counter[tuple[str, int]] = Counter()
+    for path in sorted((job.workdir / "input").glob("part-*.json")):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        ids = {record_id([line["event_id"]]) for line in lines if line["event_id"]}
+        epoch = epoch_of[int(path.stem.split("-")[1])]
+        out.update((i, epoch) for i in ids)
+    return out
+
+
 # One job is killed at every named point in turn (one run per point, each resuming the
 # previous one's checkpoint), then right after a Spark commit: every recovery path of the
 # foreachBatch writer. In mode="append" (no unique index), where a second write of a record
-# would be a second row (in mode="insert" the index makes it a no-op, and hides it). Insert
-# mode is SIGKILLed at these points through the format API (the same PostgreSQL task writer,
-# without shard markers: test_format_api_kill_at_each_named_point) and, through foreachBatch,
-# by exactlyonce chaos (test_chaos_command.py: mid_copy and random kills), the cluster's
-# mid-COPY worker kill and the server restarts below.
+# would be a second row (in mode="insert" the index makes it a no-op; the attempt log still
+# counts it). Insert mode is SIGKILLed at these points through the format API (the same
+# PostgreSQL task writer, without shard markers: test_format_api_kill_at_each_named_point)
+# and, through foreachBatch, by exactlyonce chaos (test_chaos_command.py: mid_copy and random
+# kills), the cluster's mid-COPY worker kill and the server restarts below.
 NAMED_POINTS = [
     ("before_write", 2),
     ("mid_copy", 3),
@@ -117,6 +182,8 @@ FORMAT_POINTS = [
     ("after_shard_commit", 3),
     ("before_head", 4),
 ]
+# Killed after the epoch's task committed, before the head: its re-run attempts it again.
+AFTER_A_TASK_COMMIT = {"after_shard_commit", "before_head"}
 
 
 def test_format_api_kill_at_each_named_point(
@@ -126,7 +193,7 @@ def test_format_api_kill_at_each_named_point(
     job.kill_at_points(FORMAT_POINTS)
     job.run_to_end()
     assert job.kills == [f"{point}@{epoch}" for point, epoch in FORMAT_POINTS]
-    verify(job, data, pg)
+    verify_format(job, data, pg, {e for p, e in FORMAT_POINTS if p in AFTER_A_TASK_COMMIT})
 
 
 def test_format_api_seeded_random_kills(
@@ -137,11 +204,11 @@ def test_format_api_seeded_random_kills(
     job.kill_randomly(random.Random(seed), seed, runs=3, timeout=180)
     job.run_to_end()
     assert len(job.kills) == 3, f"only {len(job.kills)} of 3 kills happened (seed {seed})"
-    verify(job, data, pg)
+    verify_format(job, data, pg, None)
 
 
 def test_the_sink_server_restarted_hard_and_clean_under_a_running_job(
-    tmp_path: Path, unique_name: str
+    tmp_path: Path, services: dict[str, str], unique_name: str
 ) -> None:
     """F3: the sink's own PostgreSQL (a private one) is crashed (SIGKILL of every server
     process) while a task is inside its COPY (held at mid_copy, rows sent before and after

@@ -39,7 +39,7 @@ from psycopg import sql
 
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.dedup.ids import record_id
-from tests.crash.harness import Job, crash_seed
+from tests.crash.harness import Job, crash_seed, epoch_of_each_file
 from tests.support.es_fixtures import EsHandle
 from tests.support.redis_fixtures import SinkRedis
 from tests.support.upsert_audit import install_upsert_audit, upsert_writes
@@ -106,28 +106,6 @@ def make_events(directory: Path, seed: int, files: int = FILES, rows: int = 45) 
         os.utime(tmp, (base + n, base + n))
         tmp.rename(directory / f"part-{n:04d}.json")
     return Events({k: (v[0], v[1]) for k, v in totals.items()}, changed)
-
-
-def epoch_of_each_file(checkpoint: Path) -> dict[int, int]:
-    """Which epoch read each input file, from Spark's checkpoint: the file source's log gives
-    each file its log index, the offset log each epoch its last log index. Usually file n is
-    epoch n; a kill between the two logs' writes makes the next run read two files at once."""
-    index_of: dict[int, int] = {}
-    for log in (checkpoint / "sources" / "0").iterdir():
-        if log.name.startswith("."):
-            continue
-        for line in log.read_text().splitlines()[1:]:
-            entry = json.loads(line)
-            index_of[int(Path(entry["path"]).stem.split("-")[1])] = int(entry["batchId"])
-    last_index = {
-        int(f.name): int(json.loads(f.read_text().splitlines()[-1])["logOffset"])
-        for f in (checkpoint / "offsets").iterdir()
-        if f.name.isdigit()
-    }
-    return {
-        n: min(e for e, last in last_index.items() if last >= index)
-        for n, index in index_of.items()
-    }
 
 
 @dataclass
