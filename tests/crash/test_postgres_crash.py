@@ -10,10 +10,8 @@ tests say exactly which epochs are attempted twice (:func:`verify_format`).
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,10 +21,18 @@ import psycopg
 import pytest
 
 from exactlyonce.connectors import PostgresSink
-from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.lab.fault_proxy import FaultProxy
-from tests.crash.harness import Input, Job, crash_seed, epoch_of_each_file, make_input, wait_until
-from tests.support.audit import assert_exactly_once, attempt_epochs, install_audit, row_epochs
+from tests.crash.harness import (
+    Input,
+    Job,
+    crash_seed,
+    files_holding,
+    input_ids,
+    make_input,
+    one_file_epochs,
+    wait_until,
+)
+from tests.support.audit import assert_exactly_once, assert_rewrites, install_audit
 from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
@@ -78,55 +84,15 @@ def verify(
 
 
 def verify_format(
-    job: Job, data: Input, pg: psycopg.Connection[Any], rewritten: set[int] | None
+    job: Job, data: Input, pg: psycopg.Connection[Any], named: set[int], random_kills: int
 ) -> None:
-    """:func:`verify` for the format API's insert mode, which keeps no shard marker: each
-    record ID is attempted (committed attempts, ON CONFLICT skips included) exactly as the
-    design says, and the unique index absorbs what is attempted twice:
-
-    - only in its own epoch (the catalog keeps every later epoch from sending it again);
-    - once per task of the epoch that holds it (the epoch's input files, one partition
-      each), when those tasks run at once (neither sees the other's ID in the catalog yet);
-    - all of that again when a run died after the epoch's tasks committed and before the
-      head advanced (the re-run writes the epoch again: nothing tells it not to).
-
-    ``rewritten``: the epochs the kill schedule says are written again; None (random kills):
-    at most one epoch per kill."""
-    attempts = attempt_epochs(pg, job.table)
-    stored = row_epochs(pg, job.table)
-    elsewhere = {i: dict(c) for i, c in attempts.items() if set(c) != {stored.get(i)}}
-    assert not elsewhere, (
-        f"attempted in another epoch than its row's: {list(elsewhere.items())[:5]}"
-    )
-    holders = files_holding(job)
-    count = {i: sum(c.values()) for i, c in attempts.items()}
-    again = {stored[i] for i, n in count.items() if n > holders[(i, stored[i])]}
-    too_many = {i: n for i, n in count.items() if n > 2 * holders[(i, stored[i])]}
-    assert not too_many, (
-        f"attempted more than its tasks and one re-run: {list(too_many.items())[:5]}"
-    )
-    if rewritten is None:
-        assert len(again) <= len(job.kills), f"epochs {sorted(again)} written again: {job.kills}"
-    else:
-        assert again == rewritten, f"epochs written again: {sorted(again)}, not {rewritten}"
-        files = Counter(epoch_of_each_file(job.checkpoint).values())
-        whole = {i for i, e in stored.items() if e in rewritten and files[e] == 1}
-        partly = {i for i in whole if count[i] != 2}  # one task: its re-run re-sends it all
-        assert not partly, f"{len(partly)} IDs of a re-run one-task epoch attempted once"
-    print(f"epochs written again, absorbed by the unique index: {sorted(again)}", flush=True)
-    verify(job, data, pg, {i: n for i, n in count.items() if n > 1})
-
-
-def files_holding(job: Job) -> Counter[tuple[str, int]]:
-    """(record ID, epoch) -> how many of that epoch's input files hold the ID."""
-    epoch_of = epoch_of_each_file(job.checkpoint)
-    out: Counter[tuple[str, int]] = Counter()
-    for path in sorted((job.workdir / "input").glob("part-*.json")):
-        lines = [json.loads(line) for line in path.read_text().splitlines()]
-        ids = {record_id([line["event_id"]]) for line in lines if line["event_id"]}
-        epoch = epoch_of[int(path.stem.split("-")[1])]
-        out.update((i, epoch) for i in ids)
-    return out
+    """:func:`verify` for the format API's insert mode, which keeps no shard marker: the
+    attempts the unique index absorbs are exactly those the design makes
+    (tests/support/audit.py :func:`assert_rewrites`): the epochs in ``named`` were killed
+    after their tasks committed, before the head; random kills may add one epoch each."""
+    holders = files_holding(job.checkpoint, input_ids(job.workdir / "input"))
+    single = one_file_epochs(job.checkpoint)
+    verify(job, data, pg, assert_rewrites(pg, job.table, holders, named, random_kills, single))
 
 
 # One job is killed at every named point in turn (one run per point, each resuming the
@@ -193,7 +159,8 @@ def test_format_api_kill_at_each_named_point(
     job.kill_at_points(FORMAT_POINTS)
     job.run_to_end()
     assert job.kills == [f"{point}@{epoch}" for point, epoch in FORMAT_POINTS]
-    verify_format(job, data, pg, {e for p, e in FORMAT_POINTS if p in AFTER_A_TASK_COMMIT})
+    rewritten = {e for p, e in FORMAT_POINTS if p in AFTER_A_TASK_COMMIT}
+    verify_format(job, data, pg, rewritten, random_kills=0)
 
 
 def test_format_api_seeded_random_kills(
@@ -204,7 +171,7 @@ def test_format_api_seeded_random_kills(
     job.kill_randomly(random.Random(seed), seed, runs=3, timeout=180)
     job.run_to_end()
     assert len(job.kills) == 3, f"only {len(job.kills)} of 3 kills happened (seed {seed})"
-    verify_format(job, data, pg, None)
+    verify_format(job, data, pg, set(), random_kills=len(job.kills))
 
 
 def test_the_sink_server_restarted_hard_and_clean_under_a_running_job(

@@ -142,3 +142,81 @@ def assert_exactly_once(
     assert not unexpected, f"{len(unexpected)} unexpected IDs in {table}"
     assert set(attempts) == expected, "audit trail differs from the expected set"
     assert set(inserts) == expected, "inserts log differs from the expected set"
+
+
+def assert_rewrites(
+    conn: psycopg.Connection[Any],
+    table: str,
+    holders: Counter[tuple[str, int]],
+    named: set[int],
+    random_kills: int,
+    one_task: set[int],
+) -> dict[str, int]:
+    """For a path without shard markers (the format API, the unaligned insert path), where
+    the unique index absorbs what is written again: every record ID is attempted
+
+    - only in its own row's epoch (the catalog keeps later epochs from sending it again);
+    - at most once per task of that epoch holding it (``holders``: tasks of one epoch that
+      run at once do not see each other's IDs in the catalog), and all of that once more
+      when a run died after the epoch's tasks committed and before the head advanced;
+    - more often than its tasks (written again) exactly in the ``named`` epochs, whose kill
+      came after their commit, and in at most ``random_kills`` others; every ID of a named
+      epoch that is in ``one_task`` (one task wrote it all) is attempted exactly twice.
+
+    Returns the IDs attempted more than once, with their counts, for
+    :func:`assert_exactly_once`'s ``reattempted``."""
+    attempts = attempt_epochs(conn, table)
+    stored = row_epochs(conn, table)
+    elsewhere = {i: dict(c) for i, c in attempts.items() if set(c) != {stored.get(i)}}
+    assert not elsewhere, (
+        f"attempted in another epoch than its row's: {list(elsewhere.items())[:5]}"
+    )
+    count = {i: sum(c.values()) for i, c in attempts.items()}
+    tasks = {i: holders[(i, stored[i])] for i in count}
+    too_many = {i: n for i, n in count.items() if n > 2 * tasks[i]}
+    assert not too_many, f"attempted more than twice per task: {list(too_many.items())[:5]}"
+    again = {stored[i] for i, n in count.items() if n > tasks[i]}
+    assert named <= again, f"epochs {sorted(named - again)} not written again after their kill"
+    assert len(again - named) <= random_kills, f"epochs written again: {sorted(again)}"
+    once = {i for i in count if stored[i] in named & one_task and count[i] != 2}
+    assert not once, f"{len(once)} IDs of a one-task epoch written again attempted once"
+    print(f"epochs written again, the unique index absorbing it: {sorted(again)}", flush=True)
+    return {i: n for i, n in count.items() if n > 1}
+
+
+def assert_forgotten_rewrites(
+    conn: psycopg.Connection[Any], table: str, holding: Mapping[str, list[int]]
+) -> dict[str, int]:
+    """For insert mode (shard markers, a unique index) through ONE loss of the dedup catalog
+    at an unknown moment: the empty catalog forgets what was written before, so a later
+    epoch holding such a record sends it again and the index absorbs it. Checked, with
+    ``holding`` (per record ID, every epoch whose input holds it):
+
+    - each ID's own row epoch attempted once (the shard markers), at most one attempt more;
+    - every second attempt in a later epoch than the row's, and all of them after all the
+      rows they repeat (one loss: rows up to epoch ``lo``, re-sends from epoch ``hi`` on);
+    - each re-sent in the first epoch from ``hi`` on that holds it (the catalog knows it
+      again once it is sent), and none missed: every ID written before epoch ``lo`` and
+      held by an epoch from ``hi`` on is sent again.
+
+    Returns the IDs attempted twice, for :func:`assert_exactly_once`'s ``reattempted``."""
+    attempts = attempt_epochs(conn, table)
+    stored = row_epochs(conn, table)
+    count = {i: sum(c.values()) for i, c in attempts.items()}
+    own = {i: dict(c) for i, c in attempts.items() if c[stored[i]] != 1 or count[i] > 2}
+    assert not own, f"attempted twice in its own epoch, or thrice: {list(own.items())[:5]}"
+    again = {i: max(c) for i, c in attempts.items() if count[i] == 2}
+    if not again:
+        return {}
+    lo, hi = max(stored[i] for i in again), min(again.values())
+    assert lo < hi, f"re-sent in epoch {hi}, before rows of epoch {lo} it forgot: two losses?"
+    late = {i: g for i, g in again.items() if any(hi <= e < g for e in holding[i])}
+    assert not late, f"re-sent after the first epoch that held it again: {list(late.items())[:5]}"
+    missed = {
+        i
+        for i, row in stored.items()
+        if row < lo and i not in again and any(e >= hi for e in holding[i])
+    }
+    assert not missed, f"{len(missed)} forgotten IDs held again and not sent: the catalog knew?"
+    print(f"catalog loss between epochs {lo} and {hi}: {len(again)} records sent again, absorbed")
+    return dict.fromkeys(again, 2)
