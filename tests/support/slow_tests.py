@@ -20,6 +20,7 @@ SECONDS: dict[str, int] = {
     "tests/crash/test_postgres_crash.py::test_kill_at_each_named_point_then_after_a_spark_commit": 107,
     "tests/crash/test_elasticsearch_crash.py::test_seeded_random_kills_with_429s_and_a_lost_bulk_reply": 110,
     "tests/crash/test_elasticsearch_crash.py::test_kill_at_every_named_point": 79,
+    "tests/crash/test_elasticsearch_crash.py::test_index_op_type_kills_rewrite_exactly_what_mid_bulk_left": 76,
     "tests/crash/test_redis_crash.py::test_kills_and_sink_restart_end_exactly_once[hash]": 98,
     "tests/crash/test_postgres_crash.py::test_seeded_random_kills": 84,
     "tests/crash/test_elasticsearch_crash.py::test_format_api_kill_at_each_named_point": 99,
