@@ -22,6 +22,7 @@ SECONDS: dict[str, int] = {
     "tests/crash/test_elasticsearch_crash.py::test_kill_at_every_named_point": 79,
     "tests/crash/test_elasticsearch_crash.py::test_index_op_type_kills_rewrite_exactly_what_mid_bulk_left": 76,
     "tests/crash/test_redis_crash.py::test_kills_and_sink_restart_end_exactly_once[hash]": 98,
+    "tests/crash/test_redis_crash.py::test_kills_and_sink_restart_end_exactly_once[string]": 69,
     "tests/crash/test_postgres_crash.py::test_seeded_random_kills": 84,
     "tests/crash/test_elasticsearch_crash.py::test_format_api_kill_at_each_named_point": 99,
     "tests/crash/test_redis_crash.py::test_format_api_kill_at_each_named_point": 91,
