@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,63 @@ def make_input(
         tmp.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
         tmp.rename(directory / f"part-{n:04d}.json")
     return Input(expected, nulls, records, files)
+
+
+def epoch_of_each_file(checkpoint: Path) -> dict[int, int]:
+    """Which epoch read each input file, from Spark's checkpoint: the file source's log gives
+    each file its log index, the offset log each epoch its last log index. Usually file n is
+    epoch n; a kill between the two logs' writes makes the next run read two files at once."""
+    index_of: dict[int, int] = {}
+    for log in (checkpoint / "sources" / "0").iterdir():
+        if log.name.startswith("."):
+            continue
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            index_of[int(Path(entry["path"]).stem.split("-")[1])] = int(entry["batchId"])
+    last_index = {
+        int(f.name): int(json.loads(f.read_text().splitlines()[-1])["logOffset"])
+        for f in (checkpoint / "offsets").iterdir()
+        if f.name.isdigit()
+    }
+    return {
+        n: min(e for e, last in last_index.items() if last >= index)
+        for n, index in index_of.items()
+    }
+
+
+def input_ids(directory: Path) -> dict[int, set[str]]:
+    """Per input file number (``part-NNNN.json`` of :func:`make_input`), its record IDs."""
+    out = {}
+    for path in sorted(directory.glob("part-*.json")):
+        events = (json.loads(line)["event_id"] for line in path.read_text().splitlines())
+        out[int(path.stem.split("-")[1])] = {record_id([e]) for e in events if e}
+    return out
+
+
+def files_holding(checkpoint: Path, ids_per_file: dict[int, set[str]]) -> Counter[tuple[str, int]]:
+    """(record ID, epoch) -> how many of the input files that epoch read hold the ID (each
+    file is one Spark partition of its epoch, so: how many of its tasks hold it)."""
+    epoch_of = epoch_of_each_file(checkpoint)
+    out: Counter[tuple[str, int]] = Counter()
+    for n, ids in ids_per_file.items():
+        out.update((i, epoch_of[n]) for i in ids)
+    return out
+
+
+def holding_epochs(checkpoint: Path, ids_per_file: dict[int, set[str]]) -> dict[str, list[int]]:
+    """Per record ID, the epochs whose input files hold it (once per file, sorted)."""
+    epoch_of = epoch_of_each_file(checkpoint)
+    out: dict[str, list[int]] = {}
+    for n, ids in ids_per_file.items():
+        for i in ids:
+            out.setdefault(i, []).append(epoch_of[n])
+    return {i: sorted(epochs) for i, epochs in out.items()}
+
+
+def one_file_epochs(checkpoint: Path) -> set[int]:
+    """The epochs that read exactly one input file (one Spark partition, one task)."""
+    files = Counter(epoch_of_each_file(checkpoint).values())
+    return {epoch for epoch, n in files.items() if n == 1}
 
 
 @dataclass

@@ -20,8 +20,14 @@ TOTALS = ("written", "duplicates", "shards_skipped")
 
 
 def key_template(query_name: str, write: str) -> str:
-    """Hash: one key per event. Stream: one stream per action (the null-key lines are dead)."""
-    return f"{query_name}:u:{{event_id}}" if write == "hash" else f"{query_name}:ev:{{action}}"
+    """Hash and string: one key per event. Stream: one stream per action (the null-key lines
+    are dead)."""
+    if write == "stream":
+        return f"{query_name}:ev:{{action}}"
+    return f"{query_name}:{KEY_KIND[write]}:{{event_id}}"
+
+
+KEY_KIND = {"hash": "u", "string": "s"}  # the key's middle part, per write mode
 
 
 def main() -> None:

@@ -13,10 +13,12 @@ writes (a seeded number of transactions in); every kill, the last one too, is as
 happened, the last one before the drain was done.
 
 The audit counts WRITES: Redis through the sink server's AOF (every HSET/SET/XADD a script ran,
-tests/support/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch through the
-stand-in's per-``_id`` create attempts and successful writes, and ``_version`` (1 for every
-document); the append table through tests/support/audit.py's AFTER INSERT trigger (no unique index
-there hides a second write; a kill mid-write is checked to leave a transaction open).
+tests/support/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch (no
+server is installable here: the stand-in tests/support/es_server/, unless ELASTICSEARCH_URL)
+through the stand-in's per-``_id`` create attempts, 409s and successful writes, and
+``_version`` (1 for every document); the append table through tests/support/audit.py's
+triggers (committed insert attempts and rows inserted; no unique index there hides a second
+write; a kill mid-write is checked to leave a transaction open).
 0 duplicates, 0 missing, and the stored offsets end at the buffer's frontier. The targets'
 offsets are kept apart by (query, sink name, topic): all of them drain one buffer, one after
 the other, and each must write every record (one resuming at another's offsets would write
@@ -289,6 +291,9 @@ def test_es_drain_killed_anywhere_creates_each_document_once(buffer: Buffer, es:
         resent = sum(attempts.values()) - len(buffer.expected)
         print(f"es: {resent} records re-sent after kills, each a 409 (a no-op)")
         assert resent > 0, "the kill mid-write left records to re-send: the 409 path ran"
+        conflicts = es.server.conflicts(index)  # every re-send, and nothing else, refused
+        assert sum(conflicts.values()) == resent and set(conflicts) <= buffer.expected
+        assert max(conflicts.values()) <= len(NAMED_POINTS) + 1, "re-sent more than once a kill"
     sink = build_sink(load_config(config).sink, check=False)
     assert isinstance(sink, ElasticsearchSink)
     with es.client() as client:
@@ -306,7 +311,7 @@ def test_pg_append_drain_killed_anywhere_appends_each_record_once(
     buffer: Buffer, spark: SparkSession, pg: psycopg.Connection[Any]
 ) -> None:
     """An append table has no unique index: a record the drainer wrote twice would be a
-    second row, nothing hides it. The audit trigger counts every durable insert."""
+    second row, nothing hides it. The audit triggers count every committed insert attempt."""
     rng = random.Random(f"{buffer.seed}-pg-append")
     table = f"{buffer.name}_append"
     section = f"""\

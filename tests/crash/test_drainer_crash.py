@@ -5,8 +5,9 @@ Real Spark fills the buffer first (the pipeline's own ``Buffered`` sink, epoch b
 duplicates and null keys). The drainer then runs with small transactions and is SIGKILLed at
 named points (``drain_before_write``, ``drain_mid_write`` with rows inserted and the
 transaction open, ``drain_after_commit``) at seeded-random transaction numbers, and once at a
-seeded-random moment. Two triggers count writes: the AFTER INSERT audit (durable rows) and a
-BEFORE INSERT attempt log, which also sees records that ``ON CONFLICT DO NOTHING`` would hide:
+seeded-random moment. tests/support/audit.py's two triggers count writes: the AFTER INSERT log
+(durable rows) and the BEFORE INSERT attempts log, which also sees records that ``ON CONFLICT DO
+NOTHING`` would hide:
 a drainer that re-wrote committed records (offsets not stored atomically with the rows) fails
 the test even though the unique index keeps the table clean.
 """
@@ -31,8 +32,8 @@ from exactlyonce.connectors.kafka.buffer import Buffered
 from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.integration.config import load_config
 from tests.crash.harness import ROOT, crash_seed, make_input, session_members
-from tests.integration.test_buffer import attempts, install_attempts, stored_offsets
-from tests.support.audit import assert_exactly_once, install_audit
+from tests.integration.test_buffer import stored_offsets
+from tests.support.audit import assert_exactly_once, install_audit, write_counts
 from tests.support.kafka_audit import read_topic
 from tests.support.pipelines import buffered_pipeline
 
@@ -135,7 +136,6 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
     files = sorted((tmp_path / "input").glob("part-*.json"))
     buffered.preflight(spark.read.schema(SCHEMA).json(str(files[0])).schema)
     install_audit(pg, unique_name)
-    install_attempts(pg, unique_name)
     for epoch, path in enumerate(files):
         buffered(spark.read.schema(SCHEMA).json(str(path)), epoch)
     assert sum(r.written for r in buffered.reports) == len(data.expected_ids)
@@ -182,7 +182,7 @@ def test_drainer_killed_mid_write_resumes_exactly_once(
     assert progress[-1] > 0, "no kill came after any committed transaction"
 
     assert_exactly_once(pg, unique_name, data.expected_ids)
-    repeated = {i: n for i, n in attempts(pg, unique_name).items() if n > 1}
+    repeated = {i: n for i, n in write_counts(pg, unique_name).items() if n > 1}
     assert not repeated, f"{len(repeated)} records written again after a restart (seed {seed})"
     commits = load_commits(services["KAFKA_BOOTSTRAP_SERVERS"], unique_name, topic=unique_name)
     assert stored_offsets(pg, unique_name) == commits.frontier(unique_name), (

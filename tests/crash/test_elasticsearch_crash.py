@@ -1,9 +1,18 @@
 """kill -9 the real PySpark job writing to Elasticsearch at every named point; restart; audit.
 
+No Elasticsearch server can be installed here: unless ``ELASTICSEARCH_URL`` names a real
+cluster, these run against the stand-in tests/support/es_server/ (in this pytest process).
+
 The job (tests/crash/es_job.py) runs in its own session and is SIGKILLed whole (driver, JVM,
-Python workers); Elasticsearch (or the test server, in this pytest process) is not. The audit
-counts successful writes per ``_id`` (the test server's write counters, or ``_version`` on a
-real cluster), so a second write of a record is caught even though ``_id`` is unique.
+Python workers); Elasticsearch (or the test server) is not. The audit counts successful writes
+per ``_id`` (the test server's write counters, or ``_version`` on a real cluster), so a second
+write of a record is caught even though ``_id`` is unique; it reads every document's
+``_version`` over plain HTTP (neither the sink's client nor elasticsearch-py), and reports the
+409s the stand-in counted per ``_id`` (a re-sent ``create``, refused: no second write).
+
+With ``op_type="create"`` a re-sent record is a 409 and leaves ``_version`` at 1, so only the
+stand-in's counters can see a re-send; with ``op_type="index"`` (test_index_op_type_...) a
+re-sent record is written again and bumps ``_version``, which any reader sees.
 """
 
 from __future__ import annotations
@@ -12,16 +21,18 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 from tests.crash.harness import Input, Job, crash_seed, make_input
-from tests.support.es_fixtures import EsHandle
+from tests.support.es_fixtures import EsHandle, read_index
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
 CONTROL = "exactlyonce-control"
+BULK_MAX_ACTIONS = 50  # es_job.py's bulk_max_actions: mid_bulk fires after the first bulk
+Snapshot = dict[str, tuple[int, dict[str, Any]]]  # read_index: _id -> (_version, _source)
 
 
 @dataclass
@@ -38,19 +49,47 @@ class EsJob(Job):
 
 
 def prepare(
-    tmp_path: Path, es: EsHandle, index: str, files: int = 8, seed: int = 7
+    tmp_path: Path, es: EsHandle, index: str, files: int = 8, seed: int = 7, mode: str = "create"
 ) -> tuple[EsJob, Input]:
     data = make_input(tmp_path / "input", files=files, rows=150, seed=seed)
-    return EsJob(tmp_path, index, es.url, mode="create"), data
+    return EsJob(tmp_path, index, es.url, mode=mode), data
 
 
-def verify(job: EsJob, data: Input, es: EsHandle) -> None:
+def kill_at_points_reading(
+    job: EsJob, schedule: list[tuple[str, int]], timeout: float = 240
+) -> list[Snapshot]:
+    """``job.kill_at_points``, and after each kill what the index holds (plain HTTP)."""
+    seen = []
+    for point, epoch in schedule:
+        job.start(crash_at=f"{point}@{epoch}")
+        job.kill_at_marker(point, epoch, timeout)
+        seen.append(read_index(job.dsn, job.table))
+    return seen
+
+
+def of_epoch(snapshot: Snapshot, epoch: int) -> set[str]:
+    return {i for i, (_, source) in snapshot.items() if source["epoch"] == epoch}
+
+
+def verify(
+    job: EsJob, data: Input, es: EsHandle, rewritten: frozenset[str] = frozenset()
+) -> dict[str, int] | None:
+    """Every expected ``_id`` written once (``rewritten``: exactly twice, where the test
+    knows an ``index`` re-sent it), its ``_version`` read over HTTP to match, each null key
+    dead-lettered once, the head at Spark's last commit. Returns the stand-in's 409s per
+    ``_id`` (None on a real cluster), printed too."""
+    expected_writes = {i: 2 if i in rewritten else 1 for i in data.expected_ids}
     writes = es.writes(job.table)
-    doubled = {i: n for i, n in writes.items() if n > 1}
-    assert not doubled, f"{len(doubled)} _ids written more than once: {list(doubled.items())[:5]}"
+    wrong = {i: n for i, n in writes.items() if n != expected_writes.get(i)}
+    assert not wrong, (
+        f"{len(wrong)} _ids written more than once (or, where re-sent, other than twice): "
+        f"{list(wrong.items())[:5]}"
+    )
     missing = data.expected_ids - set(writes)
     assert not missing, f"{len(missing)} expected _ids missing"
     assert set(writes) == data.expected_ids, "unexpected _ids in the index"
+    versions = {i: version for i, (version, _) in read_index(job.dsn, job.table).items()}
+    assert versions == expected_writes, "the _version of a document read over HTTP differs"
     letters = es.writes(f"{job.table}-dead-letters")
     assert len(letters) == data.null_keys, "each null-key record is dead-lettered exactly once"
     assert set(letters.values()) <= {1}
@@ -58,7 +97,18 @@ def verify(job: EsJob, data: Input, es: EsHandle) -> None:
     with es.client() as client:
         head = client.get(index=CONTROL, id=f"{job.table}|elasticsearch:{job.table}")
     assert head["_source"]["epoch"] == last_commit, "the head is Spark's last committed epoch"
-    print(f"verified: {len(writes)} _ids written once each, {len(letters)} dead letters")
+    conflicts = es.conflicts(job.table)
+    refused = (
+        "409s: not counted (a real cluster keeps no record of refused writes)"
+        if conflicts is None
+        else f"{sum(conflicts.values())} 409s (re-sent creates refused) on {len(conflicts)} _ids"
+    )
+    print(
+        f"verified: {len(writes) - len(rewritten)} _ids written once each, {len(rewritten)} "
+        f"twice (index re-sent), {len(letters)} dead letters; {refused}",
+        flush=True,
+    )
+    return conflicts
 
 
 @pytest.fixture
@@ -75,10 +125,43 @@ def test_kill_at_every_named_point(
     PostgreSQL's named-point test has both, and make soak kills every sink at every point."""
     job, data = prepare(tmp_path, es, index, files=6)
     schedule = [("mid_bulk", 1), ("after_shard_commit", 2), ("after_head", 3)]
-    job.kill_at_points(schedule, timeout=240)
+    seen = kill_at_points_reading(job, schedule)
     job.run_to_end(timeout=300)
     assert job.kills == [f"{point}@{epoch}" for point, epoch in schedule]
-    verify(job, data, es)
+    conflicts = verify(job, data, es)
+    if conflicts is not None:
+        # Re-sent: what the killed mid_bulk task (and, at after_shard_commit, the other
+        # shard's task, if it had not committed) had written. Each once, refused, and the
+        # mid_bulk task's first bulk for sure.
+        resendable = of_epoch(seen[0], 1) | of_epoch(seen[1], 2)
+        assert set(conflicts) <= resendable, "a 409 for a record no kill left unmarked"
+        assert set(conflicts.values()) <= {1}, "a record re-sent more than once"
+        assert set(conflicts) & of_epoch(seen[0], 1), "the mid_bulk task's bulk was not re-sent"
+
+
+def test_index_op_type_kills_rewrite_exactly_what_mid_bulk_left(
+    tmp_path: Path, services: dict[str, str], es: EsHandle, index: str
+) -> None:
+    """``op_type="index"``, where a second write of a record is visible to anyone (it bumps
+    ``_version``), with one shard (one task per epoch, so what a kill leaves is known).
+
+    - ``mid_bulk@1``: the task's first bulk (50 records) is written, then the run dies before
+      the shard is marked; the re-run sends the shard again, and those 50, exactly the
+      documents of epoch 1 the index held at the kill, are indexed a second time (version 2:
+      the sink's documented "identical overwrite"; with ``create`` they are 409s);
+    - ``after_shard_commit@2``, ``after_head@3``: the shard is marked; nothing is re-sent;
+    - every other document: written once, ``_version`` 1 (read over plain HTTP)."""
+    job, data = prepare(tmp_path, es, index, files=6, mode="index")
+    job.extra_args = ("--shards", "1")
+    schedule = [("mid_bulk", 1), ("after_shard_commit", 2), ("after_head", 3)]
+    seen = kill_at_points_reading(job, schedule)
+    job.run_to_end(timeout=300)
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in schedule]
+    first_bulk = of_epoch(seen[0], 1)
+    assert len(first_bulk) == BULK_MAX_ACTIONS, f"mid_bulk left {len(first_bulk)} documents"
+    assert {version for version, _ in seen[0].values()} == {1}
+    conflicts = verify(job, data, es, rewritten=frozenset(first_bulk))
+    assert conflicts in ({}, None), f"an index op answered 409: {conflicts}"
 
 
 def test_seeded_random_kills_with_429s_and_a_lost_bulk_reply(
@@ -112,7 +195,11 @@ def test_seeded_random_kills_with_429s_and_a_lost_bulk_reply(
     job.kill_randomly(rng, seed, runs=2, first=2)
     job.run_to_end(timeout=300)
     assert len(job.kills) == 3, f"kills: {job.kills} (seed {seed})"
-    verify(job, data, es)
+    conflicts = verify(job, data, es)
+    if server is not None and conflicts is not None:
+        # A record is re-sent (a 409) at most once per kill and once per lost bulk reply.
+        most = len(job.kills) + server.dropped_replies - dropped
+        assert max(conflicts.values(), default=0) <= most, f"re-sent more than {most} times"
 
 
 # Spark's format API (format("exactlyonce")): no shard markers on this path, so a task killed
@@ -128,7 +215,14 @@ def test_format_api_kill_at_each_named_point(
     job, data = prepare(tmp_path, es, index, files=6, seed=31)
     assert data.null_keys == 1, "the last file holds a null key: a dead letter"
     job.extra_args = ("--api", "format")
-    job.kill_at_points(FORMAT_POINTS, timeout=240)
+    seen = kill_at_points_reading(job, FORMAT_POINTS)
     job.run_to_end(timeout=300)
     assert job.kills == [f"{point}@{epoch}" for point, epoch in FORMAT_POINTS]
-    verify(job, data, es)
+    conflicts = verify(job, data, es)
+    if conflicts is not None:
+        # One file, one task per epoch: mid_bulk@1 left its first bulk, after_shard_commit@2
+        # the whole epoch; the re-runs re-sent exactly those, each refused once.
+        every_doc = read_index(job.dsn, job.table)
+        first_bulk = of_epoch(seen[0], 1)
+        assert len(first_bulk) == BULK_MAX_ACTIONS, f"mid_bulk left {len(first_bulk)} documents"
+        assert conflicts == dict.fromkeys(first_bulk | of_epoch(every_doc, 2), 1)

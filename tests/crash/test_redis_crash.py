@@ -1,6 +1,7 @@
 """kill -9 a real PySpark job writing to Redis at every named point; restart the sink's Redis.
 
-One seeded schedule per write mode (``stream``, append-only: the hard one; and ``hash``):
+One seeded schedule per write mode (``stream``, append-only: the hard one; ``hash`` and
+``string``):
 
 1. four runs, each SIGKILLed at one named point (``before_write``, ``mid_write`` between two
    staged chunks, ``after_shard_commit``, ``after_head``), at random epochs in random order.
@@ -14,14 +15,17 @@ One seeded schedule per write mode (``stream``, append-only: the hard one; and `
 3. a last run to the end.
 
 The input repeats 25% of its records (within and across files) and holds null keys. The end
-state is read twice, with ``redis-cli`` and with the Python client: every expected record
-exactly once, nothing else, and the writes counted (stream entries per record ID; ``HSET``
-commands per key in the sink's AOF, which a unique key cannot hide). Replay a failure with
-``EXACTLYONCE_CRASH_SEED=<seed>`` (printed).
+state is read twice, with ``redis-cli`` and with the Python client (redis-py, not the sink's
+code): every expected record exactly once, nothing else, and the writes counted (stream
+entries per record ID, read with ``XRANGE`` and ``XLEN``, and the ``XADD`` commands in the
+sink's AOF, which an ``XDEL`` could not hide; ``HSET``/``SET`` commands per key in the AOF,
+which a unique key cannot hide). Replay a failure with ``EXACTLYONCE_CRASH_SEED=<seed>``
+(printed).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
@@ -35,7 +39,7 @@ from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.lab.fault_proxy import FaultProxy
 from exactlyonce.integration.lab.services.env import HOST
 from tests.crash.harness import Input, Job, crash_seed, make_input, wait_until
-from tests.crash.redis_job import key_template
+from tests.crash.redis_job import KEY_KIND, key_template
 from tests.support.redis_fixtures import SinkRedis
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
@@ -76,7 +80,7 @@ class RedisJob(Job):
         return self.proc is not None and self.proc.poll() == 0
 
 
-@pytest.mark.parametrize("write", ["stream", "hash"])
+@pytest.mark.parametrize("write", ["stream", "hash", "string"])
 def test_kills_and_sink_restart_end_exactly_once(
     write: str,
     tmp_path: Path,
@@ -124,6 +128,9 @@ def test_kills_and_sink_restart_end_exactly_once(
         start(len(epochs))
     job.finish(timeout=300)
     assert sink_redis.restarts == restarts_before + 1
+    scheduled = [f"{point}@{epoch}" for point, epoch in zip(points, epochs, strict=True)]
+    scheduled += [f"random kill (seed {seed})"] if write == "stream" else []
+    assert job.kills == scheduled, f"kills: {job.kills} (seed {seed})"
     verify(job, data, sink_redis, write)
 
 
@@ -151,6 +158,8 @@ def verify(job: RedisJob, data: Input, server: SinkRedis, write: str) -> None:
             cli_lines[i + 1] for i, line in enumerate(cli_lines[:-1]) if line == "record_id"
         )
         assert int(server.cli_raw("XLEN", stream)[0]) == len(data.expected_ids)
+        appends = server.write_counts("XADD", stream)
+        assert appends == {stream: len(data.expected_ids)}, f"XADDs in the AOF: {appends}"
         for name, ids in (("python", py_ids), ("redis-cli", cli_ids)):
             twice = {i: n for i, n in ids.items() if n > 1}
             assert not twice, f"{name}: {len(twice)} records appended more than once"
@@ -160,21 +169,28 @@ def verify(job: RedisJob, data: Input, server: SinkRedis, write: str) -> None:
             )
         assert r.smembers(sink.stream_registry_key) == {stream.encode()}
     else:
-        pattern = f"{job.table}:u:*"
+        kind = f":{KEY_KIND[write]}:"
+        pattern = f"{job.table}{kind}*"
         py_keys = {k.decode() for k in r.scan_iter(match=pattern, count=1000)}
         cli_keys = set(server.cli_raw("--scan", "--pattern", pattern))
-        expected_keys = {f"{job.table}:u:{i}" for i in event_ids(data)}
+        expected_keys = {f"{job.table}{kind}{i}" for i in event_ids(data)}
         assert py_keys == cli_keys == expected_keys, (
             f"{len(expected_keys - py_keys)} missing, {len(py_keys - expected_keys)} unexpected"
         )
-        writes = server.write_counts("HSET", f"{job.table}:u:")
+        writes = server.write_counts("HSET" if write == "hash" else "SET", f"{job.table}{kind}")
         twice = {k: n for k, n in writes.items() if n > 1}
         assert not twice, f"{len(twice)} keys written more than once: {list(twice.items())[:5]}"
         assert set(writes) == expected_keys
-        assert {record_id([k.rsplit(":u:", 1)[1]]) for k in py_keys} == data.expected_ids
+        assert {record_id([k.rsplit(kind, 1)[1]]) for k in py_keys} == data.expected_ids
         sample = sorted(py_keys)[0]
-        assert r.hget(sample, "event_id").decode() == sample.rsplit(":u:", 1)[1]
-        assert server.cli_raw("HGET", sample, "action") == ["click"]
+        if write == "hash":
+            assert r.hget(sample, "event_id").decode() == sample.rsplit(kind, 1)[1]
+            assert server.cli_raw("HGET", sample, "action") == ["click"]
+        else:
+            stored = json.loads(r.get(sample))
+            assert stored["event_id"] == sample.rsplit(kind, 1)[1]
+            assert json.loads(server.cli_raw("GET", sample)[0]) == stored
+            assert stored["action"] == "click"
     letters = int(server.cli_raw("XLEN", sink.dead_letter_key)[0])
     assert letters == r.xlen(sink.dead_letter_key) == data.null_keys, "each null key once"
     assert int(r.hget(sink.head_key, "epoch")) == last_commit, "head = Spark's last epoch"

@@ -1,10 +1,10 @@
 """The Kafka buffer and its drainer, against real Spark, the local Kafka-protocol broker and
 real PostgreSQL.
 
-Writes are counted, not rows: tests/support/audit.py's AFTER INSERT trigger counts durable inserts,
-and a BEFORE INSERT trigger here counts committed insert ATTEMPTS (it fires before the unique
-index is checked, so a record the drainer wrote twice shows up even though ``ON CONFLICT DO
-NOTHING`` hides the second copy). Dead letters are read back with kafka-python.
+Writes are counted, not rows: tests/support/audit.py's BEFORE INSERT trigger counts committed
+insert ATTEMPTS (it fires before the unique index is checked, so a record the drainer wrote
+twice shows up even though ``ON CONFLICT DO NOTHING`` hides the second copy), and its AFTER
+INSERT trigger the rows inserted. Dead letters are read back with kafka-python.
 """
 
 from __future__ import annotations
@@ -39,44 +39,12 @@ from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres.drain import OFFSETS, PgDrainTarget
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
-from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.audit import assert_exactly_once, install_audit, write_counts
 from tests.support.events import events, ids
 from tests.support.kafka_audit import read_topic
 from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = pytest.mark.integration
-
-
-def install_attempts(conn: psycopg.Connection[Any], table: str) -> None:
-    """BEFORE INSERT: one row per committed insert attempt, conflicting or not."""
-    conn.execute(
-        sql.SQL("CREATE TABLE {} (record_id text NOT NULL)").format(
-            sql.Identifier(f"{table}_attempts")
-        )
-    )
-    conn.execute(
-        sql.SQL(
-            "CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "INSERT INTO {log} VALUES (replace(NEW.record_id::text, '-', '')); RETURN NEW; "
-            "END $$"
-        ).format(fn=sql.Identifier(f"{table}_attempt_fn"), log=sql.Identifier(f"{table}_attempts"))
-    )
-    conn.execute(
-        sql.SQL("CREATE TRIGGER {} BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
-            sql.Identifier(f"{table}_attempt_trg"),
-            sql.Identifier(table),
-            sql.Identifier(f"{table}_attempt_fn"),
-        )
-    )
-
-
-def attempts(conn: psycopg.Connection[Any], table: str) -> dict[str, int]:
-    rows = conn.execute(
-        sql.SQL("SELECT record_id, count(*) FROM {} GROUP BY record_id").format(
-            sql.Identifier(f"{table}_attempts")
-        )
-    ).fetchall()
-    return {str(r): int(n) for r, n in rows}
 
 
 def prepared(
@@ -86,7 +54,6 @@ def prepared(
     and put the audit triggers on it."""
     buffered.preflight(events(spark, 0, 1).schema)
     install_audit(pg, table)
-    install_attempts(pg, table)
 
 
 def new_pipeline(
@@ -175,7 +142,7 @@ def test_batches_reach_the_buffer_only_and_the_drainer_moves_them_once(
     assert report.batches >= 3, "batch_size bounds each write transaction"
     assert drainer.lag.records == 0 and drainer.lag.seconds == 0.0
     assert_exactly_once(pg, unique_name, ids(0, 700))
-    assert set(attempts(pg, unique_name).values()) == {1}, "a record was written twice"
+    assert set(write_counts(pg, unique_name).values()) == {1}, "a record was written twice"
     epochs = dict(
         pg.execute(
             sql.SQL("SELECT epoch, count(*) FROM {} GROUP BY epoch").format(
@@ -201,7 +168,7 @@ def test_batches_reach_the_buffer_only_and_the_drainer_moves_them_once(
         again.close()
     assert report.written == 50
     assert_exactly_once(pg, unique_name, ids(0, 750))
-    assert set(attempts(pg, unique_name).values()) == {1}
+    assert set(write_counts(pg, unique_name).values()) == {1}
 
 
 def test_drainer_as_a_thread_reports_lag_and_stops(
@@ -463,7 +430,7 @@ def test_a_lost_catalog_is_rebuilt_from_the_buffers_frames(
     with Drainer(target, buffer) as drainer:
         drainer.drain_available(timeout_s=60)
     assert_exactly_once(pg, unique_name, ids(0, 300))
-    assert set(attempts(pg, unique_name).values()) == {1}, "the 50 repeats never left Spark"
+    assert set(write_counts(pg, unique_name).values()) == {1}, "the 50 repeats never left Spark"
 
 
 # ---------------------------------------------------------------------- refusals
@@ -552,7 +519,7 @@ def test_an_append_table_gets_each_record_once_and_refused_rows_are_dead_letters
     assert copies.count(True) >= 4, "the other shares took the fast path"
     refused_ids = {record_id([f"e{n}"]) for n in refused}
     assert_exactly_once(pg, unique_name, ids(0, 700) - refused_ids)
-    assert set(attempts(pg, unique_name).values()) == {1}, "a record was written twice"
+    assert set(write_counts(pg, unique_name).values()) == {1}, "a record was written twice"
     letters = {}
     for msg in read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_uncommitted"):
         headers = dict(msg.headers or [])
@@ -567,7 +534,7 @@ def test_an_append_table_gets_each_record_once_and_refused_rows_are_dead_letters
         assert again.load_offsets() == offsets
         assert again.drain_available(timeout_s=60).written == 50
     assert_exactly_once(pg, unique_name, ids(0, 750) - refused_ids)
-    assert set(attempts(pg, unique_name).values()) == {1}
+    assert set(write_counts(pg, unique_name).values()) == {1}
 
 
 def test_the_append_target_inserts_without_on_conflict_and_needs_no_unique_index(
@@ -703,7 +670,6 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
     query = start_stream(source, buffered, str(tmp_path / "checkpoint"), processing_time="1 second")
     with psycopg.connect(dsn, autocommit=True) as conn:
         install_audit(conn, unique_name)
-        install_attempts(conn, unique_name)
     drainer = Drainer(target, buffer, poll_interval_s=0.2, max_backoff_s=2.0)
     drainer.start()
     stop_feeding = threading.Event()
@@ -771,7 +737,7 @@ def test_sink_outage_neither_fails_nor_stalls_the_query_and_loses_nothing(
     assert query.exception() is None
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert_exactly_once(conn, unique_name, expected)
-        assert set(attempts(conn, unique_name).values()) == {1}
+        assert set(write_counts(conn, unique_name).values()) == {1}
 
 
 # ---------------------------------------------------------------------- small parts

@@ -27,7 +27,7 @@ from exactlyonce.dedup.content import (
     spark_kinds,
 )
 from exactlyonce.dedup.ids import RecordIdSpec
-from tests.support.audit import install_audit, sink_ids, write_counts
+from tests.support.audit import insert_counts, install_audit, sink_ids, write_counts
 from tests.support.kafka_audit import audit
 
 pytestmark = pytest.mark.integration
@@ -134,11 +134,14 @@ def test_postgres_identical_lines_are_rows_and_a_rerun_of_the_epoch_adds_nothing
 
     # The epoch runs again from scratch (head and shard markers forgotten), its rows in
     # another order and partitioning: the same IDs, so the unique index takes nothing new.
+    # (Each ID is sent again and the index absorbs it: a second committed attempt each,
+    # never a second row.)
     first.reset_head()
     again = sink()
     again(spark.createDataFrame(list(reversed(batch)), schema).repartition(3), 0)
-    counts = write_counts(pg, unique_name)
+    counts = insert_counts(pg, unique_name)
     assert len(counts) == 6 and set(counts.values()) == {1}, "a write happened twice"
+    assert write_counts(pg, unique_name) == dict.fromkeys(counts, 2), "each ID sent again"
     assert sorted(sink_ids(pg, unique_name)) == sorted(counts)
 
 

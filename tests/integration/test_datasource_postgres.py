@@ -1,7 +1,8 @@
 """format("exactlyonce") into PostgreSQL: a real streaming query, real PostgreSQL and Redis.
 
-Writes are counted by an AFTER INSERT audit trigger, so a double write is caught though the
-table has a unique key.
+Writes are counted by tests/support/audit.py's BEFORE INSERT trigger (committed attempts, the
+rows ON CONFLICT DO NOTHING skips included), so a double write is caught though the table has
+a unique key.
 """
 
 from __future__ import annotations

@@ -17,12 +17,13 @@ from tests.integration.test_rewind import (
     ALL,
     EPOCHS,
     checkpoint_batches,
+    expected_attempts,
     expected_writes,
     heads_json,
     postgres_pipeline,
     run_query,
 )
-from tests.support.audit import sink_ids, write_counts
+from tests.support.audit import insert_counts, sink_ids, write_counts
 
 pytestmark = pytest.mark.integration
 TO = 0
@@ -77,4 +78,5 @@ def test_rewind_json_dry_run_applied_and_refused(
     run_query(spark, config)
     ids = sink_ids(pg, unique_name)
     assert len(ids) == len(set(ids)) and set(ids) == ALL
-    assert write_counts(pg, unique_name) == expected_writes()
+    assert write_counts(pg, unique_name) == expected_attempts()
+    assert insert_counts(pg, unique_name) == expected_writes()

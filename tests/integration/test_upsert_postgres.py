@@ -3,7 +3,9 @@
 Each test drives the sink's real code: ``sink(df, epoch)`` runs the whole protocol, and
 ``sink._write_epoch(df, epoch, shards)`` runs an epoch's executor tasks again after the head
 passed it (what a crashed driver's late tasks or a restored checkpoint do). Writes are
-counted by an audit trigger on INSERT, UPDATE and DELETE (tests/support/upsert_audit.py).
+counted by an audit trigger on INSERT, UPDATE and DELETE, and committed attempts per (key,
+epoch) by a BEFORE INSERT trigger, which also sees what the epoch guard skips
+(tests/support/upsert_audit.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from exactlyonce.connectors import ConfigError, PostgresSink
 from exactlyonce.dedup.ids import record_id
-from tests.support.upsert_audit import backwards, install_upsert_audit, upsert_writes
+from tests.support.upsert_audit import (
+    backwards,
+    install_upsert_audit,
+    upsert_attempts,
+    upsert_writes,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +86,12 @@ def test_an_older_epoch_rerun_never_rolls_a_value_back(
         per_key.setdefault(w.record_id, []).append((w.op, w.old_epoch, w.new_epoch))
     assert per_key[record_id(["k0"])] == [("INSERT", None, 0), ("UPDATE", 0, 1)]
     assert per_key[record_id(["k1"])] == [("INSERT", None, 0), *[("UPDATE", 0, 0)] * 2]
+    # The guard hid epoch 0's two re-runs of k0 from the AFTER trigger; the attempts log
+    # counts them: every key's epoch 0 attempted three times, an even key's epoch 1 once.
+    attempts = upsert_attempts(pg, unique_name)
+    assert attempts == {(record_id([f"k{i}"]), 0): 3 for i in range(40)} | {
+        (record_id([f"k{i}"]), 1): 1 for i in range(0, 40, 2)
+    }
 
 
 def test_a_replay_of_the_same_epoch_rewrites_the_same_values(

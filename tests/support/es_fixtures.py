@@ -6,15 +6,25 @@ Which backend ran is printed, recorded as a ``user_properties`` entry of every t
 it, and repeated in pytest's terminal summary, so a run says plainly whether it checked real
 Elasticsearch or ``tests/support/es_server/``.
 
+No Elasticsearch server can be installed on the machines this project is tested on, so
+unless ``ELASTICSEARCH_URL`` names a real cluster every Elasticsearch test runs against the
+stand-in, ``tests/support/es_server/``.
+
 Write counts come from the test server's per-``_id`` write counters; against a real cluster
 they come from ``_version`` (every successful index/create of an ``_id`` bumps it, a 409 does
-not), which counts the same thing for documents that were never deleted.
+not), which counts the same thing for documents that were never deleted. Refused writes (409s:
+a ``create`` of an existing ``_id``) leave no trace in a real cluster; the stand-in counts them
+per ``_id`` (:meth:`EsHandle.conflicts`). :func:`read_index` reads documents and ``_version``
+over plain HTTP, with neither the sink's client nor elasticsearch-py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +74,11 @@ class EsHandle:
                 for hit in helpers.scan(es, index=index, query={"version": True}, size=2000)
             }
 
+    def conflicts(self, index: str) -> dict[str, int] | None:
+        """409s per ``_id`` (writes refused, e.g. a re-sent ``create``): the stand-in's count;
+        None against a real cluster, which keeps no record of a refused write."""
+        return self.server.conflicts(index) if self.server is not None else None
+
     def docs(self, index: str) -> dict[str, dict[str, Any]]:
         if self.server is not None:
             return self.server.documents(index)
@@ -72,6 +87,31 @@ class EsHandle:
                 return {}
             es.indices.refresh(index=index)
             return {hit["_id"]: hit["_source"] for hit in helpers.scan(es, index=index, size=2000)}
+
+
+def read_index(url: str, index: str) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Every document of ``index`` as ``_id -> (_version, _source)``, read over plain HTTP
+    (urllib: ``_refresh``, then one ``_search`` with ``version: true``); ``{}`` when the index
+    does not exist. For test indices of at most 10,000 documents."""
+
+    def call(path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{url}/{path}", data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return json.loads(resp.read())
+
+    try:
+        call(f"{index}/_refresh")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return {}
+        raise
+    found = call(f"{index}/_search", {"version": True, "size": 10_000, "query": {"match_all": {}}})
+    hits = found["hits"]["hits"]
+    assert found["hits"]["total"]["value"] == len(hits), "more documents than one page holds"
+    return {hit["_id"]: (int(hit["_version"]), hit["_source"]) for hit in hits}
 
 
 class _Summary:

@@ -174,6 +174,47 @@ def test_faults(server: EsTestServer, client: Elasticsearch) -> None:
     assert client.info()["version"]["number"]
 
 
+def test_every_write_request_is_counted_per_id_conflicts_included(
+    server: EsTestServer, client: Elasticsearch
+) -> None:
+    """A ``create`` of an existing ``_id`` writes nothing (409), and ``_version`` and the
+    successful-write counter cannot show it; the write log counts it, over the bulk API and
+    the document API, next to the rejections; the test-only endpoint reads the same log."""
+    server.reject_bulk_items(1)
+    bulk(
+        client,
+        {"create": {"_index": "w", "_id": "a"}}, {"n": 1},  # 429: rejected, never applied
+        {"create": {"_index": "w", "_id": "a"}}, {"n": 1},
+        {"create": {"_index": "w", "_id": "a"}}, {"n": 2},
+        {"index": {"_index": "w", "_id": "b"}}, {"n": 1},
+        {"index": {"_index": "w", "_id": "b"}}, {"n": 1},
+        {"create": {"_index": "w", "_id": "c"}}, {"n": "not a number"},
+    )  # fmt: skip
+    with pytest.raises(ConflictError):
+        client.create(index="w", id="a", document={"n": 3})
+    assert server.write_counts("w") == {"a": 1, "b": 2}
+    assert client.get(index="w", id="a")["_version"] == 1  # blind to the refused creates
+    assert server.write_log("w") == {
+        "a": {"create 429": 1, "create 201": 1, "create 409": 2},
+        "b": {"index 201": 1, "index 200": 1},
+        "c": {"create 400": 1},  # refused for its content (n is a long by now)
+    }
+    assert server.conflicts("w") == {"a": 2}
+    assert server.attempts("w") == {"a": 4, "b": 2, "c": 1}
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    conn.request("GET", "/_stand_in/writes/w")
+    resp = conn.getresponse()
+    report = json.loads(resp.read())
+    conn.close()
+    assert resp.status == 200 and report == server.write_report("w")
+    assert report["docs"]["a"] == {
+        "written": 1,
+        "conflicts": 2,
+        "outcomes": {"create 429": 1, "create 201": 1, "create 409": 2},
+    }
+    assert report["totals"] == {"written": 3, "conflicts": 2, "ids": 3}
+
+
 def test_basic_auth() -> None:
     with EsTestServer(basic_auth=("elastic", "right")) as server:
         with Elasticsearch(server.url, basic_auth=("elastic", "wrong")) as es:

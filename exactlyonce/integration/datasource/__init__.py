@@ -50,7 +50,10 @@ Per sink and mode:
 
 - PostgreSQL ``mode="insert"``: served. The unique index on ``record_id`` makes a second
   write of an ID a no-op (COPY into a savepoint, else ``INSERT ... ON CONFLICT DO NOTHING``),
-  whatever task or attempt writes it; an AFTER INSERT trigger sees each record once.
+  whatever task or attempt writes it: each record is inserted once. It is sent again, and
+  the index absorbs it, when a run dies after an epoch's tasks committed and before the head
+  advanced (the re-run writes the epoch again), and when two tasks of one epoch hold it at
+  once (neither sees the other's ID in the catalog yet).
 - PostgreSQL ``mode="append"``: refused (ConfigError naming ``mode``). Without a unique index
   exactly-once rests on the shard markers and the catalog: a task that committed and died
   before marking its IDs would have its rows written again by a differently split re-run.

@@ -48,10 +48,13 @@ shards and replicas, the periodic one-second refresh, the expiry of tombstones
 (``index.gc_deletes``, 60 s), the mixed-type arrays OpenSearch and Elasticsearch 7 refuse.
 
 Python API for tests (never over HTTP): per-``_id`` write counters (every successful
-index/create counts, also an overwrite) and the version each write left, versions,
-documents, and fault injection
-(:meth:`EsTestServer.reject_bulk_items`, :meth:`~EsTestServer.reject_for`,
-:meth:`~EsTestServer.drop_after_apply`, :meth:`~EsTestServer.slow`).
+index/create counts, also an overwrite) and the version each write left, every write
+request per ``_id`` with its outcome (:meth:`~EsTestServer.write_log`: a ``create`` refused
+with 409 is counted there, :meth:`~EsTestServer.conflicts`), versions, documents, and fault
+injection (:meth:`EsTestServer.reject_bulk_items`, :meth:`~EsTestServer.reject_for`,
+:meth:`~EsTestServer.drop_after_apply`, :meth:`~EsTestServer.slow`). One test-only endpoint
+reads the write log over HTTP, for a server run as its own process: ``GET
+/_stand_in/writes/<index>`` (:meth:`~EsTestServer.write_report`; Elasticsearch answers 400).
 
 ``with EsTestServer() as es: ...`` runs it in a background thread; ``python -m
 tests.support.es_server --port 9200`` runs it as its own process until SIGTERM/SIGINT.
@@ -282,6 +285,14 @@ class Index:
     writes: collections.Counter[str] = field(default_factory=collections.Counter)
     attempts: collections.Counter[str] = field(default_factory=collections.Counter)
     versions: dict[str, list[int]] = field(default_factory=dict)  # every applied write's
+    # per _id: every write request's "op status" ("create 201", "create 409", "index 429")
+    outcomes: dict[str, collections.Counter[str]] = field(default_factory=dict)
+
+    def note(self, op: str, doc_id: str, status: int) -> None:
+        """Count one write request of ``doc_id`` (a bulk item or the document API), whatever
+        its outcome: a 409, a 400 and an injected 429 are attempts too."""
+        self.attempts[doc_id] += 1
+        self.outcomes.setdefault(doc_id, collections.Counter())[f"{op} {status}"] += 1
 
     def mappings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"properties": self.properties}
@@ -809,10 +820,42 @@ class EsTestServer:
             return {k: list(v) for k, v in found.versions.items()} if found else {}
 
     def attempts(self, index: str) -> dict[str, int]:
-        """Bulk items received per ``_id``, whatever their outcome (rejected ones too)."""
+        """Write requests received per ``_id`` (bulk items and the document API, any op),
+        whatever their outcome (409s, 400s and injected rejections too)."""
         with self.lock:
             found = self.indices.get(index)
             return dict(found.attempts) if found else {}
+
+    def write_log(self, index: str) -> dict[str, dict[str, int]]:
+        """Per ``_id``, how many write requests ended how: ``{"create 201": 1, "create 409":
+        2}`` is one create that wrote the document and two that a conflict refused."""
+        with self.lock:
+            found = self.indices.get(index)
+            return {i: dict(c) for i, c in found.outcomes.items()} if found else {}
+
+    def conflicts(self, index: str) -> dict[str, int]:
+        """409s per ``_id`` (only those that had one): a ``create`` of an existing ``_id``,
+        a stale ``if_seq_no`` or external version. A write refused, never applied."""
+        return {
+            doc_id: n
+            for doc_id, outcomes in self.write_log(index).items()
+            if (n := sum(c for key, c in outcomes.items() if key.endswith(" 409")))
+        }
+
+    def write_report(self, index: str) -> dict[str, Any]:
+        """What the test-only endpoint ``GET /_stand_in/writes/<index>`` answers: per ``_id``,
+        successful writes, 409s and every outcome; and their totals."""
+        log, written = self.write_log(index), self.write_counts(index)
+        docs = {
+            doc_id: {
+                "written": written.get(doc_id, 0),
+                "conflicts": sum(c for key, c in outcomes.items() if key.endswith(" 409")),
+                "outcomes": outcomes,
+            }
+            for doc_id, outcomes in log.items()
+        }
+        totals = {key: sum(d[key] for d in docs.values()) for key in ("written", "conflicts")}
+        return {"index": index, "docs": docs, "totals": {**totals, "ids": len(docs)}}
 
     def documents(self, index: str) -> dict[str, dict[str, Any]]:
         """Every acknowledged document (realtime view), by ``_id``."""
@@ -1013,7 +1056,21 @@ class EsTestServer:
             index = self._auto_index(name)
         except EsError as exc:
             return exc.status, {"_index": name, "_id": doc_id, "error": exc.cause()}
-        index.attempts[doc_id] += 1
+        status, item = self._apply_item(index, op, doc_id, meta, source, now, touched)
+        index.note(op, doc_id, status)
+        return status, item
+
+    def _apply_item(
+        self,
+        index: Index,
+        op: str,
+        doc_id: str,
+        meta: dict[str, Any],
+        source: dict[str, Any] | Unparsable | None,
+        now: float,
+        touched: set[str],
+    ) -> tuple[int, dict[str, Any]]:
+        name = index.name
         if self._reject_items == 0 and now < self._reject_until and self._reject_status != 429:
             status = self._reject_status
             self.rejected_items += 1
@@ -1368,6 +1425,8 @@ class _Handler(BaseHTTPRequestHandler):
         n = len(seg)
         if n == 0 and method in ("GET", "HEAD"):
             return 200, es.info()
+        if n == 3 and seg[:2] == ["_stand_in", "writes"] and method == "GET":
+            return 200, es.write_report(seg[2])  # test-only: no Elasticsearch has this
         if seg == ["_cluster", "health"] and method == "GET":
             return 200, {"cluster_name": "exactlyonce-test", "status": "green", "timed_out": False}
         if seg and seg[-1] == "_bulk" and method in ("POST", "PUT") and n <= 2:
@@ -1470,15 +1529,20 @@ class _Handler(BaseHTTPRequestHandler):
             index = es._get_index(name) if op == "delete" else es._auto_index(name)
             if doc_id is None:
                 doc_id = base64.urlsafe_b64encode(uuid.uuid4().bytes[:15]).decode()
-            status, item = index.write(
-                op,
-                doc_id,
-                source,
-                params.get("if_seq_no"),
-                params.get("if_primary_term"),
-                params.get("version"),
-                params.get("version_type"),
-            )
+            try:
+                status, item = index.write(
+                    op,
+                    doc_id,
+                    source,
+                    params.get("if_seq_no"),
+                    params.get("if_primary_term"),
+                    params.get("version"),
+                    params.get("version_type"),
+                )
+            except EsError as exc:
+                index.note(op, doc_id, exc.status)
+                raise
+            index.note(op, doc_id, status)
             if params.get("refresh") in _REFRESH:
                 index.refresh()
             if es._drop_doc_after > 0:
