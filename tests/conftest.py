@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.support.redis_fixtures",  # sink_redis: the Redis sink's own redis-server
     "tests.support.redis_cluster",  # redis_cluster: a local Redis Cluster for the catalog
     "tests.support.opensearch_node",  # opensearch: a genuine OpenSearch node
+    "tests.support.kafka_cluster",  # kafka_cluster: a 3-node Apache Kafka cluster (KRaft)
 ]
 
 # One marker per sink (registered in pyproject.toml), put on every test of a file whose name

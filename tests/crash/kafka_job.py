@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--arrow-batch", type=int, default=25)
     # --api format: round-robin the stream into this many Spark partitions (0: as read)
     parser.add_argument("--repartition", type=int, default=0)
+    parser.add_argument("--transaction-timeout-ms", type=int, default=60_000)
     args = parser.parse_args()
     spark = job_common.crash_session(
         "kafka-crash-job",
@@ -51,6 +52,7 @@ def main() -> None:
         args.query_name,
         shards=args.shards,
         dedup=job_common.small_catalog(),
+        transaction_timeout_ms=args.transaction_timeout_ms,
     )
     job_common.run_to_end(spark, args, sink, TOTALS)
 

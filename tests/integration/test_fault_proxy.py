@@ -1,5 +1,5 @@
-"""The fault proxy (exactlyonce/integration/lab/fault_proxy.py) against a real Redis: a request
-armed for is applied by the server and its reply is lost; refused connections; open
+"""The fault proxy (exactlyonce/integration/lab/fault_proxy/tcp.py) against a real Redis: a
+request armed for is applied by the server and its reply is lost; refused connections; open
 connections cut; replies held; the latency proxy of the benchmarks shares its thread and
 loop."""
 

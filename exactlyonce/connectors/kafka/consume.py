@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from exactlyonce.connectors.kafka.protocol import (
     H_RECORD_ID,
@@ -22,6 +22,7 @@ from exactlyonce.connectors.kafka.protocol import (
     shared_config,
 )
 from exactlyonce.errors import SinkUnavailableError
+from exactlyonce.retry import RetryPolicy
 
 # librdkafka's own lines (connections, retries) of every Kafka client of the sink: Python
 # logging, never straight to stderr. Defined here, the lowest module; clients.py re-exports.
@@ -78,12 +79,64 @@ def consumer(
 START = 0
 
 
+# A request sent to a broker that went away, or that no longer leads the partition: the same
+# request succeeds once the cluster elected a new leader. Kafka elects one for a SIGKILLed
+# broker's partitions only after fencing it (broker.session.timeout.ms, 9 s by default);
+# meanwhile librdkafka fails the request, with _DESTROY_BROKER once the broker leaves the
+# cluster's metadata (seen on a 3-node cluster: tests/crash/test_kafka_failover.py).
+_FAILOVER_CODES = frozenset(
+    {
+        KafkaError._DESTROY_BROKER,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+)
+FAILOVER_WAIT_S = 30.0  # at least this long for a partition to get a leader again
+
+
+def failover_error(exc: BaseException) -> bool:
+    """A Kafka error that a leader failover explains: worth asking again (not fatal)."""
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    err = exc.args[0]
+    return (
+        isinstance(err, KafkaError)
+        and not err.fatal()
+        and (err.retriable() or err.code() in _FAILOVER_CODES)
+    )
+
+
+def watermarks(client: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """The partition's (low, high) watermarks from its leader (never cached), asked again
+    through a leader failover: for ``timeout_s``, and at least :data:`FAILOVER_WAIT_S`."""
+    policy = RetryPolicy(
+        attempts=1_000_000,  # the deadline ends it
+        initial_s=0.2,
+        max_s=1.0,
+        deadline_s=max(timeout_s, FAILOVER_WAIT_S),
+        transient=failover_error,
+    )
+    tp = TopicPartition(topic, partition)
+
+    def ask() -> tuple[int, int]:
+        low, high = client.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+        return int(low), int(high)
+
+    def again(exc: BaseException, retry: int, wait_s: float) -> None:
+        client_log.info("%s[%d] watermarks asked again (%s)", topic, partition, exc)
+
+    return policy.call(ask, on_retry=again)
+
+
 def log_start_offset(client: Consumer, topic: str, partition: int, timeout_s: float) -> int:
     """The first offset the partition still holds, exactly: the broker's low watermark when it
     is 0, else the first record that a read from offset 0 gets (the low watermark can lie
     above the first record; see :data:`START`). An empty partition starts at its end."""
-    tp = TopicPartition(topic, partition)
-    low, high = client.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+    low, high = watermarks(client, topic, partition, timeout_s)
     if low <= 0 or high <= 0:
         return max(0, int(low))
     reader = drain(client, {(topic, partition): (START, high)}, timeout_s, f"topic {topic!r}")
@@ -225,9 +278,7 @@ def exact_end_offsets(
     ends: dict[int, int] = {}
     ranges: dict[tuple[str, int], tuple[int, int | None]] = {}
     for p in partitions:
-        low, high = client.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=timeout_s, cached=False
-        )
+        low, high = watermarks(client, topic, p, timeout_s)
         if high <= low:
             ends[p] = high
         else:

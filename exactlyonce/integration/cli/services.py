@@ -13,7 +13,7 @@ from exactlyonce.integration.cli.lab import lab_command
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     services = sub.add_parser("services", help="local PostgreSQL, Redis and Apache Kafka")
     services.add_argument("action", choices=["up", "status", "down", "env"])
-    services.add_argument("--only", help="comma-separated subset of pg,redis,kafka,tansu")
+    services.add_argument("--only", help="comma-separated subset of pg,redis,kafka,tansu,kafka3")
     services.set_defaults(func=cmd_services)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from exactlyonce.integration.envfile import ENV_FILE, home_dir, service_env
-from exactlyonce.integration.lab.services import tansu
+from exactlyonce.integration.lab.services import kafka_cluster, tansu
 from exactlyonce.integration.lab.services.env import (
     KNOWN_SERVICES,
     SERVICES,
@@ -28,6 +28,7 @@ def _print_status(names: Sequence[str], home: Path) -> bool:
         "redis": local_env()["EXACTLYONCE_REDIS_URL"],
         "kafka": local_env()["KAFKA_BOOTSTRAP_SERVERS"],
         "tansu": tansu.bootstrap(),
+        "kafka3": kafka_cluster.bootstrap(),
     }
     for name, ok in states.items():
         pid = service_pid(name, home)
@@ -41,14 +42,15 @@ def _print_status(names: Sequence[str], home: Path) -> bool:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m exactlyonce.integration.lab.services",
-        description="Run real PostgreSQL, Redis and Apache Kafka locally (and Tansu, on request).",
+        description="Run real PostgreSQL, Redis and Apache Kafka locally (and, on request, "
+        "Tansu and a 3-node Kafka cluster).",
     )
     parser.add_argument("command", choices=["up", "status", "down", "env"])
     parser.add_argument(
         "--only",
         default=None,
-        help="comma-separated subset of pg,redis,kafka,tansu (default: pg,redis,kafka; "
-        "`down` stops every service, Tansu too)",
+        help="comma-separated subset of pg,redis,kafka,tansu,kafka3 (default: pg,redis,kafka; "
+        "`down` stops every service, Tansu and the 3-node Kafka cluster too)",
     )
     return parser
 
@@ -59,6 +61,8 @@ def _run(command: str, names: list[str], root: Path) -> int:
         values = up(names, root)
         for line in describe(values):
             print(line)
+        if "kafka3" in names:
+            print(f"kafka3:   {kafka_cluster.bootstrap()} (3 nodes)")
         print(f"env file: {root / ENV_FILE} ({time.monotonic() - started:.1f} s)")
     elif command == "status":
         return 0 if _print_status(names, root) else 1

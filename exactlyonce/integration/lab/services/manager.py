@@ -2,7 +2,8 @@
 
 Starts and stops are serialized between processes sharing one home dir (a file lock), so
 tests and ``make services`` can run side by side. Each service module (``postgres``,
-``redis``, ``kafka``, ``tansu``) has ``start``, ``stop``, ``pid`` and ``answers``.
+``redis``, ``kafka``, ``tansu``, ``kafka_cluster``) has ``start``, ``stop``, ``pid`` and
+``answers``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from exactlyonce.integration.envfile import home_dir, service_env, write_env_file
-from exactlyonce.integration.lab.services import kafka, postgres, redis, tansu
+from exactlyonce.integration.lab.services import kafka, kafka_cluster, postgres, redis, tansu
 from exactlyonce.integration.lab.services.docker import docker_down, docker_up, use_docker
 from exactlyonce.integration.lab.services.env import KNOWN_SERVICES, SERVICES, local_env
 from exactlyonce.integration.lab.services.processes import pid_alive
@@ -22,7 +23,8 @@ from exactlyonce.integration.locking import exclusive
 
 
 class _Service(Protocol):
-    """What each service module offers (``postgres``, ``redis``, ``kafka``, ``tansu``)."""
+    """What each service module offers (``postgres``, ``redis``, ``kafka``, ``tansu``,
+    ``kafka_cluster``)."""
 
     PROCESS_NAME: str  # expected in /proc/<pid>/cmdline, so a recycled pid is not ours
 
@@ -32,7 +34,13 @@ class _Service(Protocol):
     def answers(self) -> bool: ...
 
 
-_MODULES: dict[str, _Service] = {"pg": postgres, "redis": redis, "kafka": kafka, "tansu": tansu}
+_MODULES: dict[str, _Service] = {
+    "pg": postgres,
+    "redis": redis,
+    "kafka": kafka,
+    "tansu": tansu,
+    "kafka3": kafka_cluster,
+}
 
 
 def _validate(names: Sequence[str]) -> list[str]:

@@ -11,7 +11,9 @@ can also refuse new connections for a while (:meth:`FaultProxy.refuse`), cut the
 (:meth:`FaultProxy.cut_open`), and hold every reply for a while (:meth:`FaultProxy.hold_replies`).
 
 Used by the crash tests and ``exactlyonce chaos``; it runs its own event loop in a daemon
-thread until :meth:`FaultProxy.stop`.
+thread until :meth:`FaultProxy.stop`. How a connection's requests and replies are read is
+one object per connection (:class:`Conversation`): byte patterns here, the Kafka protocol's
+frames in :mod:`.kafka`.
 """
 
 from __future__ import annotations
@@ -27,27 +29,57 @@ READ_BYTES = 1 << 16
 
 @dataclass
 class DroppedReply:
-    """One reply thrown away: the pattern that armed it and the request's first bytes."""
+    """One reply thrown away: the pattern that armed it (and the Kafka API key, for a
+    :class:`~.kafka.KafkaFaultProxy`) and the request's first bytes."""
 
     pattern: bytes
     request_head: bytes
     reply_bytes: int
+    api_key: int | None = None
 
 
 @dataclass
-class _Arming:
+class Arming:
+    """What the next dropped replies answer: requests containing ``pattern`` (and, for Kafka,
+    of API ``api_key``); ``times`` drops left."""
+
     pattern: bytes
     times: int
+    api_key: int | None = None
     dropped: list[DroppedReply] = field(default_factory=list)
+
+
+class Conversation:
+    """How one forwarded connection is read: byte patterns (a request whose bytes contain
+    the armed pattern: the next read of replies is its reply). :meth:`request` sees each
+    chunk of requests before it is forwarded; :meth:`reply` splits each chunk of replies
+    into what to forward and, once, the reply to lose (the connection is then cut)."""
+
+    def __init__(self, proxy: FaultProxy) -> None:
+        self.proxy = proxy
+        self.doomed: list[tuple[bytes, bytes]] = []  # (pattern, request head)
+
+    def request(self, data: bytes) -> None:
+        pattern = self.proxy.take(data)
+        if pattern is not None:
+            self.doomed.append((pattern, data[:80]))
+
+    def reply(self, data: bytes) -> tuple[bytes, DroppedReply | None]:
+        if self.doomed:
+            pattern, head = self.doomed[0]
+            return b"", DroppedReply(pattern, head, len(data))
+        return data, None
 
 
 class ThreadedProxy:
     """A TCP proxy on ``127.0.0.1:<port>`` (a free port) to ``host:upstream_port``, running
-    its own event loop in a daemon thread until :meth:`stop`. Subclasses forward each
-    connection in :meth:`_handle` (bench/slow_proxy.py delays replies with it)."""
+    its own event loop in a daemon thread until :meth:`stop`; ``port`` to listen on a given
+    port instead. Subclasses forward each connection in :meth:`_handle`
+    (bench/slow_proxy.py delays replies with it)."""
 
-    def __init__(self, host: str, upstream_port: int, name: str = "proxy") -> None:
+    def __init__(self, host: str, upstream_port: int, name: str = "proxy", port: int = 0) -> None:
         self.upstream = (host, upstream_port)
+        self._listen_port = port
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._server: asyncio.base_events.Server | None = None
@@ -77,7 +109,7 @@ class ThreadedProxy:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, "127.0.0.1", 0)
+            asyncio.start_server(self._serve, "127.0.0.1", self._listen_port)
         )
         self._ready.set()
         self._loop.run_forever()
@@ -95,25 +127,28 @@ class ThreadedProxy:
 class FaultProxy(ThreadedProxy):
     """Forwards ``127.0.0.1:<port>`` to ``host:upstream_port`` until told to lose a reply."""
 
-    def __init__(self, host: str, upstream_port: int) -> None:
+    def __init__(self, host: str, upstream_port: int, port: int = 0) -> None:
         self.dropped: list[DroppedReply] = []
         self.refused = 0  # connections cut at accept while refusing
         self.cut = 0  # open connections cut by cut_open
         self.stalled = 0  # replies held by hold_replies
-        self._arming: _Arming | None = None
+        self._arming: Arming | None = None
         self._refusing = False
         self._hold_until = 0.0  # time.monotonic() until which replies are held
         self._open: set[asyncio.StreamWriter] = set()  # both ends of each live connection
         self._lock = threading.Lock()
-        super().__init__(host, upstream_port, name="fault-proxy")
+        super().__init__(host, upstream_port, name="fault-proxy", port=port)
 
     # -- what a test or the chaos command calls --------------------------------------
 
     def drop_reply_to(self, pattern: bytes, times: int = 1) -> None:
         """Lose the reply to the next ``times`` requests whose bytes contain ``pattern``
         (each on its own connection, which is then cut)."""
+        self._arm(Arming(pattern, times))
+
+    def _arm(self, arming: Arming) -> None:
         with self._lock:
-            self._arming = _Arming(pattern, times)
+            self._arming = arming
 
     def armed(self) -> bool:
         """True while replies are still to be dropped."""
@@ -150,14 +185,21 @@ class FaultProxy(ThreadedProxy):
             self.stalled += 1
             await asyncio.sleep(wait)
 
-    def _take(self, request: bytes) -> bytes | None:
-        """The armed pattern if ``request`` matches it (one drop used), else None."""
+    def take(self, request: bytes, api_key: int | None = None) -> bytes | None:
+        """The armed pattern if ``request`` (of Kafka API ``api_key``, if known) matches the
+        arming (one drop used), else None."""
         with self._lock:
             arming = self._arming
-            if arming is None or arming.times <= 0 or arming.pattern not in request:
+            if arming is None or arming.times <= 0 or arming.api_key != api_key:
+                return None
+            if arming.pattern not in request:
                 return None
             arming.times -= 1
             return arming.pattern
+
+    def _conversation(self) -> Conversation:
+        """The reader of one new connection."""
+        return Conversation(self)
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         if self._refusing:
@@ -170,25 +212,24 @@ class FaultProxy(ThreadedProxy):
             client_w.close()
             return
         self._open.update((client_w, up_w))
-        doomed: list[tuple[bytes, bytes]] = []  # (pattern, request head) of a reply to drop
+        conversation = self._conversation()
 
         async def requests() -> None:
             while data := await client_r.read(READ_BYTES):
-                pattern = self._take(data)
-                if pattern is not None:
-                    doomed.append((pattern, data[:80]))
+                conversation.request(data)
                 up_w.write(data)
                 await up_w.drain()
 
         async def replies() -> None:
             while data := await up_r.read(READ_BYTES):
-                if doomed:
-                    pattern, head = doomed[0]
-                    self.dropped.append(DroppedReply(pattern, head, len(data)))
+                forward, dropped = conversation.reply(data)
+                if forward:
+                    await self._held()
+                    client_w.write(forward)
+                    await client_w.drain()
+                if dropped is not None:
+                    self.dropped.append(dropped)
                     break  # the server applied it; its client never hears
-                await self._held()
-                client_w.write(data)
-                await client_w.drain()
 
         # Whichever side ends first (EOF, a reset, a dropped reply) ends the connection on
         # both: a client SIGKILLed mid-transaction resets its socket, and its server session,
