@@ -13,7 +13,7 @@ foreachBatch) is held inside an open transaction (its first chunk on the brokers
   partition the job writes, so the new controller must shrink their ISRs without it.
 
 The run rides the failover out or fails (a failed run is started again, as a user's
-supervisor would); the node is restarted on its data; the client is bounced; a second run is
+supervisor would); the client is bounced; the node is restarted on its data; a second run is
 started and the node that holds the same role then is SIGKILLed while the run writes freely (a
 seeded moment after its first commit), and restarted. Every kill is asserted to have happened,
 to the node that held the role at that moment (asked of two sources:
@@ -203,9 +203,10 @@ def _run_failover(
     before = len(cluster.kills)
     kill = failover.held(epoch=1, coordinator=role != "active controller")
     assert victim() != kill.node, f"{role!r} did not move to a live node"
-    cluster.restart(kill)
     if job.proc is not None and job.proc.poll() is None:
-        job.kill("client bounce after the failover")  # the next run starts where it stopped
+        # The client bounces too, before it uses up the input: the next run starts there.
+        job.kill("client bounce after the failover")
+    cluster.restart(kill)
     cluster.restart(failover.free(random.Random(seed)))
     job.end()
     kills = cluster.kills[before:]

@@ -1,6 +1,7 @@
 """The end and start offsets the Kafka sink reads are asked again through a leader failover
-(a request to a broker that was SIGKILLed fails with ``_DESTROY_BROKER`` once the cluster
-fences it: tests/crash/test_kafka_failover.py), and only then."""
+(a request to a broker that was SIGKILLed times out, or fails with ``_DESTROY_BROKER`` once
+the cluster fences it: tests/crash/test_kafka_failover.py), after a metadata refresh, and only
+then."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ class FlakyClient:
     def __init__(self, *errors: KafkaError) -> None:
         self.errors = list(errors)
         self.calls = 0
+        self.refreshes = 0
+
+    def list_topics(self, timeout: float) -> None:
+        self.refreshes += 1
 
     def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
         self.calls += 1
@@ -33,6 +38,7 @@ def test_a_failover_is_waited_out() -> None:
     )
     assert watermarks(client, "t", 0, 1.0) == (0, 5)  # type: ignore[arg-type]
     assert client.calls == 3
+    assert client.refreshes == 2, "the metadata (who leads now) is asked before each retry"
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ its ListOffsets end (:func:`exact_end_offsets` reads to the end-of-partition eve
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -81,9 +82,10 @@ START = 0
 
 # A request sent to a broker that went away, or that no longer leads the partition: the same
 # request succeeds once the cluster elected a new leader. Kafka elects one for a SIGKILLed
-# broker's partitions only after fencing it (broker.session.timeout.ms, 9 s by default);
-# meanwhile librdkafka fails the request, with _DESTROY_BROKER once the broker leaves the
-# cluster's metadata (seen on a 3-node cluster: tests/crash/test_kafka_failover.py).
+# broker's partitions only after fencing it (broker.session.timeout.ms, 9 s by default; later
+# when the controller died too); meanwhile librdkafka fails the request: _DESTROY_BROKER once
+# the broker left the cluster's metadata, or a timeout while its cache still names the dead
+# leader (both seen on a 3-node cluster: tests/crash/test_kafka_failover.py).
 _FAILOVER_CODES = frozenset(
     {
         KafkaError._DESTROY_BROKER,
@@ -95,7 +97,9 @@ _FAILOVER_CODES = frozenset(
         KafkaError.REQUEST_TIMED_OUT,
     }
 )
-FAILOVER_WAIT_S = 30.0  # at least this long for a partition to get a leader again
+# As long as a shard task's commit rides out a failover (KafkaTarget.timeout_s, 60 s at least).
+FAILOVER_WAIT_S = 60.0
+_ATTEMPT_S = 5.0  # one request's wait: a dead leader in the cache costs this, then a refresh
 
 
 def failover_error(exc: BaseException) -> bool:
@@ -112,7 +116,8 @@ def failover_error(exc: BaseException) -> bool:
 
 def watermarks(client: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
     """The partition's (low, high) watermarks from its leader (never cached), asked again
-    through a leader failover: for ``timeout_s``, and at least :data:`FAILOVER_WAIT_S`."""
+    through a leader failover (after a metadata refresh, so the next request goes to the
+    leader the cluster names now): for ``timeout_s``, and at least :data:`FAILOVER_WAIT_S`."""
     policy = RetryPolicy(
         attempts=1_000_000,  # the deadline ends it
         initial_s=0.2,
@@ -121,13 +126,16 @@ def watermarks(client: Consumer, topic: str, partition: int, timeout_s: float) -
         transient=failover_error,
     )
     tp = TopicPartition(topic, partition)
+    attempt_s = min(timeout_s, _ATTEMPT_S)
 
     def ask() -> tuple[int, int]:
-        low, high = client.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+        low, high = client.get_watermark_offsets(tp, timeout=attempt_s, cached=False)
         return int(low), int(high)
 
     def again(exc: BaseException, retry: int, wait_s: float) -> None:
         client_log.info("%s[%d] watermarks asked again (%s)", topic, partition, exc)
+        with contextlib.suppress(KafkaException):
+            client.list_topics(timeout=attempt_s)  # all topics: see partitions_of
 
     return policy.call(ask, on_retry=again)
 
