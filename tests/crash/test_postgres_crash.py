@@ -175,7 +175,10 @@ def test_format_api_seeded_random_kills(
 
 
 def test_the_sink_server_restarted_hard_and_clean_under_a_running_job(
-    tmp_path: Path, services: dict[str, str], unique_name: str
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    services: dict[str, str],
+    unique_name: str,
 ) -> None:
     """F3: the sink's own PostgreSQL (a private one) is crashed (SIGKILL of every server
     process) while a task is inside its COPY (held at mid_copy, rows sent before and after
@@ -183,7 +186,9 @@ def test_the_sink_server_restarted_hard_and_clean_under_a_running_job(
     A run may ride a restart out or die; a dead run is started again. Then the audit."""
     seed = crash_seed("server restart schedule")
     rng = random.Random(seed)
-    server = PrivatePostgres(tmp_path / "pg-home")
+    # The server's home lies outside the job's directory: its services.env holds the URL with
+    # the password on purpose, and the job's directory is scanned for credentials.
+    server = PrivatePostgres(tmp_path_factory.mktemp("pg-home"))
     server.start()
     job: Job | None = None
     try:
