@@ -13,8 +13,10 @@ the catalog and the Spark checkpoint are :mod:`exactlyonce.integration`'s.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from exactlyonce.errors import ConfigError
 
@@ -78,6 +80,42 @@ class Rewind(Protocol):
         ...
 
 
+class Named(Protocol):
+    @property
+    def sink_name(self) -> str: ...
+
+
+P = TypeVar("P", bound=Named)
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RewindOf(Generic[P]):
+    """A :class:`Rewind` made of a sink package's ``rewind`` functions over the sink's
+    public parts (each opens its own connections), as
+    :class:`~exactlyonce.connectors.base.guarantee.CheckOf` is for ``check``."""
+
+    sink: P
+    refusal_of: Callable[[P], str | None]
+    shard_commits_of: Callable[[P], dict[int, list[int]]]
+    removals_of: Callable[[P, int], list[Removal]]
+    rewind: Callable[[P, int], list[Removal]]
+
+    def refusal(self) -> str | None:
+        return self.refusal_of(self.sink)
+
+    def shard_commits(self) -> dict[int, list[int]] | None:
+        return self.shard_commits_of(self.sink)
+
+    def removals_above(self, epoch: int) -> list[Removal]:
+        return self.removals_of(self.sink, epoch)
+
+    def rewind_to(self, epoch: int) -> list[Removal]:
+        removed = self.rewind(self.sink, epoch)
+        log.warning("%s: head rewound to epoch %d", self.sink.sink_name, epoch)
+        return removed
+
+
 @dataclass(frozen=True)
 class Refused:
     """The :class:`Rewind` of a sink that cannot remove its records by epoch: ``reason``
@@ -98,4 +136,4 @@ class Refused:
         raise ConfigError("rewind", self.reason)
 
 
-__all__ = ["Refused", "Removal", "Rewind", "count_by_epoch"]
+__all__ = ["Refused", "Removal", "Rewind", "RewindOf", "count_by_epoch"]

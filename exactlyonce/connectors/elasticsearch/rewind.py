@@ -17,7 +17,6 @@ where it was; running it again finishes it.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from elasticsearch import NotFoundError
@@ -28,8 +27,6 @@ from exactlyonce.errors import SinkUnavailableError
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.elasticsearch.parts import ElasticsearchParts
-
-log = logging.getLogger(__name__)
 
 PAGE = 5_000
 
@@ -137,26 +134,3 @@ def shard_commits(sink: ElasticsearchParts) -> dict[int, list[int]]:
         if len(page) < PAGE:
             break
     return {e: sorted(s) for e, s in sorted(out.items())}
-
-
-class ElasticsearchRewind:
-    """``exactlyonce rewind`` and ``heads`` on a Elasticsearch sink (see the module docstring): a
-    :class:`~exactlyonce.connectors.base.rewind.Rewind` over the sink's public parts, opening
-    its own connections."""
-
-    def __init__(self, sink: ElasticsearchParts) -> None:
-        self.sink = sink
-
-    def refusal(self) -> str | None:
-        return refusal(self.sink)
-
-    def shard_commits(self) -> dict[int, list[int]]:
-        return shard_commits(self.sink)
-
-    def removals_above(self, epoch: int) -> list[Removal]:
-        return removals_above(self.sink, epoch)
-
-    def rewind_to(self, epoch: int) -> list[Removal]:
-        removed = rewind_to(self.sink, epoch)
-        log.warning("%s: head rewound to epoch %d", self.sink.sink_name, epoch)
-        return removed

@@ -20,7 +20,7 @@ from exactlyonce.connectors.base.config import (
     given,
 )
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.rewind import Rewind
+from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.elasticsearch import check as _check
 from exactlyonce.connectors.elasticsearch import rewind
@@ -209,7 +209,9 @@ class ElasticsearchSink(ExactlyOnceSink):
 
     def rewinder(self) -> Rewind:
         """Its records by epoch (:mod:`.rewind`)."""
-        return rewind.ElasticsearchRewind(self)
+        return RewindOf(
+            self, rewind.refusal, rewind.shard_commits, rewind.removals_above, rewind.rewind_to
+        )
 
     # -- the write ---------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ rows with these epochs).
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -29,8 +28,6 @@ from exactlyonce.connectors.postgres.schema import (
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.postgres.parts import PostgresParts
-
-log = logging.getLogger(__name__)
 
 UPSERT_REFUSAL = (
     "mode='upsert' overwrites a key's row in place (and deletes keys, keeping tombstones): "
@@ -137,26 +134,3 @@ def shard_commits(sink: PostgresParts) -> dict[int, list[int]]:
     for e, s in rows:
         out.setdefault(int(e), []).append(int(s))
     return out
-
-
-class PostgresRewind:
-    """``exactlyonce rewind`` and ``heads`` on a PostgreSQL sink (see the module docstring): a
-    :class:`~exactlyonce.connectors.base.rewind.Rewind` over the sink's public parts, opening
-    its own connections."""
-
-    def __init__(self, sink: PostgresParts) -> None:
-        self.sink = sink
-
-    def refusal(self) -> str | None:
-        return refusal(self.sink)
-
-    def shard_commits(self) -> dict[int, list[int]]:
-        return shard_commits(self.sink)
-
-    def removals_above(self, epoch: int) -> list[Removal]:
-        return removals_above(self.sink, epoch)
-
-    def rewind_to(self, epoch: int) -> list[Removal]:
-        removed = rewind_to(self.sink, epoch)
-        log.warning("%s: head rewound to epoch %d", self.sink.sink_name, epoch)
-        return removed

@@ -19,7 +19,7 @@ from exactlyonce.connectors.base.config import (
     given,
 )
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.rewind import Rewind
+from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres import check as _check
 from exactlyonce.connectors.postgres import rewind
@@ -295,7 +295,9 @@ class PostgresSink(ExactlyOnceSink):
 
     def rewinder(self) -> Rewind:
         """Its records by epoch (:mod:`.rewind`)."""
-        return rewind.PostgresRewind(self)
+        return RewindOf(
+            self, rewind.refusal, rewind.shard_commits, rewind.removals_above, rewind.rewind_to
+        )
 
     # -- the write ---------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ neither trimmed nor expired (``ttl_seconds``), like the sink's catalog rebuild.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,6 @@ from exactlyonce.faults import crash_point
 
 if TYPE_CHECKING:
     from exactlyonce.connectors.redis.parts import RedisParts
-
-log = logging.getLogger(__name__)
 
 PAGE = 10_000
 
@@ -141,26 +138,3 @@ def shard_commits(sink: RedisParts) -> dict[int, list[int]]:
             shards = sorted(int(f) for f in fields if not f.startswith(b"w:"))
             out[int(raw)] = shards
     return out
-
-
-class RedisRewind:
-    """``exactlyonce rewind`` and ``heads`` on a Redis sink (see the module docstring): a
-    :class:`~exactlyonce.connectors.base.rewind.Rewind` over the sink's public parts, opening
-    its own connections."""
-
-    def __init__(self, sink: RedisParts) -> None:
-        self.sink = sink
-
-    def refusal(self) -> str | None:
-        return refusal(self.sink)
-
-    def shard_commits(self) -> dict[int, list[int]]:
-        return shard_commits(self.sink)
-
-    def removals_above(self, epoch: int) -> list[Removal]:
-        return removals_above(self.sink, epoch)
-
-    def rewind_to(self, epoch: int) -> list[Removal]:
-        removed = rewind_to(self.sink, epoch)
-        log.warning("%s: head rewound to epoch %d", self.sink.sink_name, epoch)
-        return removed

@@ -22,7 +22,7 @@ from exactlyonce.connectors.base.config import (
     given,
 )
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.rewind import Rewind
+from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import check as _check
 from exactlyonce.connectors.redis import rewind
@@ -256,7 +256,9 @@ class RedisSink(ExactlyOnceSink):
 
     def rewinder(self) -> Rewind:
         """Its records by epoch (:mod:`.rewind`)."""
-        return rewind.RedisRewind(self)
+        return RewindOf(
+            self, rewind.refusal, rewind.shard_commits, rewind.removals_above, rewind.rewind_to
+        )
 
     # -- the write ---------------------------------------------------------------------
 
