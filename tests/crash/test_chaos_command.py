@@ -253,7 +253,7 @@ def test_chaos_kills_and_restarts_then_audits_exactly_once(
     # forgot and the unique index absorbs it. The audit counts those committed attempts and
     # checks them exactly; every ID is inserted once.
     holding = holding_epochs(tmp_path / "checkpoint", input_ids(tmp_path / "input"))
-    again = assert_forgotten_rewrites(pg, unique_name, holding)
+    again = assert_forgotten_rewrites(pg, unique_name, holding, shards=2)
     assert_exactly_once(pg, unique_name, data.expected_ids, again)
 
 

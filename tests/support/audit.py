@@ -23,6 +23,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from exactlyonce.dedup.murmur3 import spark_shard
+
 
 def _log_trigger(
     conn: psycopg.Connection[Any], table: str, log: str, when: str, id_column: str
@@ -185,19 +187,23 @@ def assert_rewrites(
 
 
 def assert_forgotten_rewrites(
-    conn: psycopg.Connection[Any], table: str, holding: Mapping[str, list[int]]
+    conn: psycopg.Connection[Any], table: str, holding: Mapping[str, list[int]], shards: int
 ) -> dict[str, int]:
     """For insert mode (shard markers, a unique index) through ONE loss of the dedup catalog
     at an unknown moment: the empty catalog forgets what was written before, so a later
     epoch holding such a record sends it again and the index absorbs it. Checked, with
-    ``holding`` (per record ID, every epoch whose input holds it):
+    ``holding`` (per record ID, every epoch whose input holds it) and the sink's ``shards``:
 
     - each ID's own row epoch attempted once (the shard markers), at most one attempt more;
     - every second attempt in a later epoch than the row's, and all of them after all the
       rows they repeat (one loss: rows up to epoch ``lo``, re-sends from epoch ``hi`` on);
-    - each re-sent in the first epoch from ``hi`` on that holds it (the catalog knows it
+    - each re-sent in the first epoch after the loss that holds it (the catalog knows it
       again once it is sent), and none missed: every ID written before epoch ``lo`` and
-      held by an epoch from ``hi`` on is sent again.
+      held by an epoch after the loss is sent again.
+
+    The loss may strike inside epoch ``hi``, between its shards: a shard of ``hi`` that
+    committed before it (the one with no re-send) rightly skipped what it held. Shards are
+    the sink's own (``pmod(hash(id), shards)``), so the IDs such a shard held are known.
 
     Returns the IDs attempted twice, for :func:`assert_exactly_once`'s ``reattempted``."""
     attempts = attempt_epochs(conn, table)
@@ -210,13 +216,25 @@ def assert_forgotten_rewrites(
         return {}
     lo, hi = max(stored[i] for i in again), min(again.values())
     assert lo < hi, f"re-sent in epoch {hi}, before rows of epoch {lo} it forgot: two losses?"
-    late = {i: g for i, g in again.items() if any(hi <= e < g for e in holding[i])}
+    shard = _shards_of(list(holding), shards)
+    after_loss = {shard[i] for i, g in again.items() if g == hi}  # hi's shards that re-sent
+
+    def first_after_loss(i: str) -> int | None:
+        later = [e for e in holding[i] if e > hi or (e == hi and shard[i] in after_loss)]
+        return min(later, default=None)
+
+    late = {i: g for i, g in again.items() if first_after_loss(i) != g}
     assert not late, f"re-sent after the first epoch that held it again: {list(late.items())[:5]}"
     missed = {
         i
         for i, row in stored.items()
-        if row < lo and i not in again and any(e >= hi for e in holding[i])
+        if row < lo and i not in again and first_after_loss(i) is not None
     }
     assert not missed, f"{len(missed)} forgotten IDs held again and not sent: the catalog knew?"
     print(f"catalog loss between epochs {lo} and {hi}: {len(again)} records sent again, absorbed")
     return dict.fromkeys(again, 2)
+
+
+def _shards_of(ids: list[str], shards: int) -> dict[str, int]:
+    """Each record ID's shard, as the sink assigns it."""
+    return dict(zip(ids, spark_shard(ids, shards).tolist(), strict=True))

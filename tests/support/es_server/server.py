@@ -752,6 +752,8 @@ class EsTestServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._sockets: set[socket.socket] = set()
+        self._restart: threading.Timer | None = None  # a refusal's pending listen-again
+        self._refused_until = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -892,13 +894,26 @@ class EsTestServer:
 
     def refuse_connections_for(self, seconds: float) -> None:
         """Stop listening (open connections are cut: a request in flight has no reply) and
-        listen again on the same port after ``seconds``: connections are refused meanwhile."""
-        self.stop()
-        with self.lock:
+        listen again on the same port after ``seconds``: connections are refused meanwhile.
+        A refusal during a refusal extends it to the later end; one restart is pending."""
+        with self.lock:  # not between a pending restart's check and its bind
+            self.stop()
             self.refusals += 1
-        timer = threading.Timer(seconds, self.start)
-        timer.daemon = True
-        timer.start()
+            until = max(time.monotonic() + seconds, self._refused_until)
+            self._refused_until = until
+            if self._restart is not None:
+                self._restart.cancel()
+            timer = threading.Timer(until - time.monotonic(), lambda: self._listen_again(timer))
+            self._restart = timer
+            timer.daemon = True
+            timer.start()
+
+    def _listen_again(self, timer: threading.Timer) -> None:
+        with self.lock:
+            if self._restart is not timer:
+                return  # a later refusal took over (its timer listens again)
+            self._restart = None
+            self.start()
 
     def drop_after_apply(self, n: int = 1, what: str = "bulk") -> None:
         """Apply the next ``n`` bulk requests, then close the connection without a reply.
