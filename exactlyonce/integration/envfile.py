@@ -12,6 +12,8 @@ read it (:func:`service_env`), and the lab's ``services up``
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 ENV_KEYS: tuple[str, ...] = (
@@ -90,3 +92,28 @@ def service_env(home: Path | None = None) -> dict[str, str]:
             f"{', '.join(ENV_KEYS)} to point at running services (e.g. docker compose)."
         )
     return {key: values[key] for key in ENV_KEYS}
+
+
+# ${NAME}, ${NAME:-default}; $${ is a literal ${.
+_VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand(text: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
+    """``text`` with each ``${NAME}`` replaced by ``environ[NAME]`` (``${NAME:-default}``:
+    the default when unset or empty; ``$${`` is a literal ``${``), and the names that were
+    unset and had no default, in order (each replaced by nothing)."""
+    missing: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        name, default = match.group(1), match.group(2)
+        found = environ.get(name)
+        if found is not None and (found or default is None):
+            return found
+        if default is not None:
+            return default
+        missing.append(name)
+        return ""
+
+    return _VAR.sub(replace, text), missing

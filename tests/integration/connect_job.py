@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.support.secrets_scan import event_log_conf
+
 SCHEMA = "event_id STRING, n BIGINT"
 
 
@@ -33,11 +35,10 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the server's Python workers: this venv
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.remote("local[1]")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.remote("local[1]").config("spark.sql.shuffle.partitions", "2")
+    for key, value in event_log_conf(Path(args.work) / "eventlog").items():
+        builder = builder.config(key, value)  # scanned for credentials by the test
+    spark = builder.getOrCreate()
     from exactlyonce.integration.spark import register_data_source
 
     register_data_source(spark)
@@ -75,7 +76,7 @@ def run(spark: Any, api: str, work: Path, table: str, checkpoint: Path) -> dict[
         writer = writer.format("exactlyonce")
         options = {
             "sink": "postgres",
-            "secret.dsn": os.environ["EXACTLYONCE_PG_DSN"],
+            "dsn": "${EXACTLYONCE_PG_DSN}",  # read on the server: Connect logs the plan
             "table": table,
             "id_columns": "event_id",
             "query_name": table,

@@ -19,6 +19,8 @@ import psycopg
 import pytest
 
 from tests.support.audit import install_audit, write_counts
+from tests.support.connect_port import local_connect_server
+from tests.support.secrets_scan import assert_no_secrets, url_passwords
 
 pytestmark = pytest.mark.integration
 
@@ -49,13 +51,14 @@ def test_spark_connect_writes_once_restarts_and_refuses_a_deleted_checkpoint(
     dsn = services["EXACTLYONCE_PG_DSN"]
     PostgresSink(dsn, tables["format"], ["event_id"], "q", dedup=False).preflight(_schema())
     install_audit(pg, tables["format"])
-    done = subprocess.run(
-        [sys.executable, str(JOB), "--work", str(tmp_path), "--table", unique_name],
-        env={**os.environ, **services},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    with local_connect_server():
+        done = subprocess.run(
+            [sys.executable, str(JOB), "--work", str(tmp_path), "--table", unique_name],
+            env={**os.environ, **services, "PYTHONPATH": str(JOB.parents[2])},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 0, done.stderr[-4000:]
     runs = {(r["api"], r["query"]): r for r in map(json.loads, done.stdout.splitlines())}
 
@@ -68,6 +71,13 @@ def test_spark_connect_writes_once_restarts_and_refuses_a_deleted_checkpoint(
         rows = pg.execute(f'SELECT event_id, count(*) FROM "{table}" GROUP BY 1').fetchall()
         assert dict(rows) == dict.fromkeys(expected[api], 1), api
     assert set(write_counts(pg, tables["format"]).values()) == {1}
+    # Connect logs every plan as text (options too) in the event log: nothing may show there
+    assert_no_secrets(
+        [tmp_path],
+        url_passwords(dsn),
+        texts={"stdout": done.stdout, "stderr": done.stderr},
+        expect=["events_*"],
+    )
 
 
 APIS = ("foreachBatch", "format")

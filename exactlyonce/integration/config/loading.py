@@ -4,7 +4,6 @@ one ConfigError naming the field by its path in the file (``sink.buffer.topic``)
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,7 @@ from pydantic import ValidationError
 from exactlyonce.connectors.base.config import config_error, dotted, problems_error
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config.pipeline import PipelineConfig, pipeline_model
-
-_VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+from exactlyonce.integration.envfile import expand
 
 
 def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
@@ -62,22 +60,12 @@ def _substitute(
         return [_substitute(v, environ, (*path, i), problems) for i, v in enumerate(value)]
     if not isinstance(value, str) or "$" not in value:
         return value
-
-    def replace(match: re.Match[str]) -> str:
-        if match.group(0) == "$${":
-            return "${"
-        name, default = match.group(1), match.group(2)
-        found = environ.get(name)
-        if found is not None and (found or default is None):
-            return found
-        if default is not None:
-            return default
-        problems.append(
-            (dotted(path), f"environment variable {name} is not set (or use ${{{name}:-default}})")
-        )
-        return ""
-
-    return _VAR.sub(replace, value)
+    text, missing = expand(value, environ)
+    problems.extend(
+        (dotted(path), f"environment variable {name} is not set (or use ${{{name}:-default}})")
+        for name in missing
+    )
+    return text
 
 
 def _yaml_reason(exc: yaml.YAMLError) -> str:

@@ -17,6 +17,12 @@ UI, its event log) unless their names match ``spark.redaction.regex``, by defaul
 :func:`writer_options` builds a config's options that way. The plain names are still
 accepted (a warning names each that carries a credential: :func:`exposed_options`); a setting
 given both ways is refused.
+
+Under Spark Connect no option name hides a value: the server logs each query's plan as text
+(``SparkListenerConnectOperationStarted`` in the event log, the Connect UI), options and all,
+redacted only by ``spark.sql.redaction.string.regex`` (unset by default). There a credential
+travels as ``${ENV_VAR}`` (``.option("dsn", "${EXACTLYONCE_PG_DSN}")``), read from the
+environment of the Python worker that builds the sink.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +41,7 @@ from pydantic import BaseModel, SecretStr
 from exactlyonce.connectors import registry
 from exactlyonce.connectors.base.config import SinkConfig
 from exactlyonce.errors import ConfigError
+from exactlyonce.integration.envfile import expand
 from exactlyonce.secrets import credentials, scrub
 
 log = logging.getLogger("exactlyonce")
@@ -84,8 +92,32 @@ def _settings(options: Mapping[str, str]) -> dict[str, tuple[str, str]]:
         if name in settings:
             other = settings[name][0]
             raise ConfigError(max(option, other), f"given twice, also as {min(option, other)}")
-        settings[name] = (option, text)
+        settings[name] = (option, _expanded(option, text))
     return settings
+
+
+def _expanded(option: str, text: str) -> str:
+    """The option's text with ``${NAME}`` read from the environment of the process that
+    builds the sink (Spark's Python worker): a credential can travel by name, never in the
+    query's plan (which Spark Connect logs whole, its redaction by option name aside)."""
+    if "$" not in text:
+        return text
+    value, missing = expand(text, os.environ)
+    if missing:
+        raise ConfigError(
+            option,
+            f"environment variable {missing[0]} is not set where the sink runs "
+            f"(or use ${{{missing[0]}:-default}})",
+        )
+    return value
+
+
+def options_with_credentials(options: Mapping[str, str]) -> list[str]:
+    """The options whose own text holds a credential (a password in a DSN, a key), whatever
+    their names: under Spark Connect a query's plan, options and all, is logged (the event
+    log, the Connect UI) with no redaction by name. Give those as ``${ENV_VAR}``."""
+    secrets = credentials(sink_config(options))
+    return [option for option, text in options.items() if scrub(text, *secrets) != text]
 
 
 def _as_given(exc: ConfigError, settings: Mapping[str, tuple[str, str]]) -> ConfigError:
