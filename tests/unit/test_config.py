@@ -142,6 +142,12 @@ def test_env_default_is_used_when_the_variable_is_unset(
             "greater than",
         ),
         ("shards: 2", "shards: many", "sink.shards", "integer"),
+        (
+            "master: local[2]",
+            "master: local[2]\n  remote: sc://h:15002",
+            "spark.remote",
+            "not both",
+        ),
     ],
 )
 def test_bad_field_is_named(tmp_path: Path, old: str, new: str, field: str, words: str) -> None:

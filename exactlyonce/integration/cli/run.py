@@ -44,6 +44,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help="stop after N micro-batches (re-runs skipped as committed count too)",
     )
+    run.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run the query on a Spark Connect server (sc://host:15002, or local[N] for one "
+        "started here); the pipeline file's spark.remote otherwise",
+    )
     add_metrics_port(run)
     run.set_defaults(func=cmd_run)
 
@@ -59,11 +65,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics.serve(port)
     from exactlyonce.integration.spark import session, start_stream
 
+    remote = args.remote or cfg.spark.remote
     spark = session(
         app_name=cfg.spark.app_name or cfg.query_name,
-        master=cfg.spark.master,
+        master=None if remote else cfg.spark.master,
         extra={"spark.ui.showConsoleProgress": "false", **cfg.spark.conf},
         data_source=False,  # a pipeline writes through foreachBatch(sink): a faster start
+        remote=remote,
     )
     try:
         if port is not None:
@@ -74,8 +82,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         with sink_field_errors():
             query = start_stream(df, sink, cfg.checkpoint, **cfg.trigger_kwargs())
         print(f"started {cfg.query_name}: {cfg.source.type} -> {sink.sink_name}", flush=True)
+        batches = _ProgressBatches(query) if remote else _SinkBatches(sink)
         try:
-            _watch(query, sink, args.until_idle, args.max_batches)
+            _watch(query, batches, args.until_idle, args.max_batches)
         except KeyboardInterrupt:
             query.stop()
             raise
@@ -83,25 +92,60 @@ def cmd_run(args: argparse.Namespace) -> int:
         if failure is not None:
             err(f"query failed: {scrub(_summarize(str(failure)), *secrets)}")
             return EXIT_FAILED
-        done = len(sink.reports)
+        done = batches.count()
         print(f"stopped {cfg.query_name} after {done} batch(es)", flush=True)
         return EXIT_OK
     finally:
         spark.stop()
 
 
+class _SinkBatches:
+    """A classic session: the sink runs in this process; its reports are the batches."""
+
+    def __init__(self, sink: ExactlyOnceSink) -> None:
+        self.sink = sink
+
+    def lines(self, shown: int) -> list[str]:
+        return [_progress(report) for report in self.sink.reports[shown:]]
+
+    def count(self) -> int:
+        return len(self.sink.reports)
+
+
+class _ProgressBatches:
+    """A Spark Connect session: the sink runs on the server (its reports stay there), so a
+    batch is the query's progress, as the server reports it; the sink's head and counters
+    are read with ``exactlyonce heads``/``check`` or its metrics."""
+
+    def __init__(self, query: StreamingQuery) -> None:
+        self.query = query
+        self.rows: dict[int, int] = {}  # batch id -> its input rows
+
+    def lines(self, shown: int) -> list[str]:
+        for progress in self.query.recentProgress:
+            self.rows.setdefault(int(progress.batchId), int(progress.numInputRows))
+        return [
+            f"batch {batch}: {self.rows[batch]} input rows (written on the Spark Connect server)"
+            for batch in sorted(self.rows)[shown:]
+        ]
+
+    def count(self) -> int:
+        self.lines(0)
+        return len(self.rows)
+
+
 def _watch(
     query: StreamingQuery,
-    sink: ExactlyOnceSink,
+    batches: _SinkBatches | _ProgressBatches,
     until_idle: float | None,
     max_batches: int | None,
 ) -> None:
-    """Print each batch's report until the query ends, goes idle, or ran ``max_batches``."""
+    """Print each batch's line until the query ends, goes idle, or ran ``max_batches``."""
     shown = 0
     last_activity = time.monotonic()
     while query.isActive:
-        while shown < len(sink.reports):
-            print(_progress(sink.reports[shown]), flush=True)
+        for line in batches.lines(shown):
+            print(line, flush=True)
             shown += 1
             last_activity = time.monotonic()
         if max_batches is not None and shown >= max_batches:
@@ -117,8 +161,8 @@ def _watch(
             query.stop()
             break
         time.sleep(POLL_SECONDS)
-    for report in sink.reports[shown:]:
-        print(_progress(report), flush=True)
+    for line in batches.lines(shown):
+        print(line, flush=True)
 
 
 def _progress(report: BatchReport) -> str:

@@ -64,6 +64,9 @@ class TriggerConfig(Settings):
 
 class SparkConfig(Settings):
     master: str | None = None
+    # A Spark Connect server (``sc://host:15002``), or ``local[N]`` for one started in this
+    # process: the query runs there, the sink pickled to it as its config.
+    remote: str | None = None
     app_name: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
 
@@ -71,6 +74,16 @@ class SparkConfig(Settings):
     @classmethod
     def _texts(cls, value: Any) -> Any:
         return as_text_mapping(value)
+
+    @model_validator(mode="after")
+    def _one_place(self) -> SparkConfig:
+        if self.master is not None and self.remote is not None:
+            raise PydanticCustomError(
+                "spark_remote",
+                "give master (classic Spark) or remote (Spark Connect), not both",
+                {"field": "spark.remote"},
+            )
+        return self
 
 
 class PipelineConfig(Settings):
@@ -134,9 +147,11 @@ class PipelineConfig(Settings):
         if not isinstance(sink, Mapping) or "buffer" not in sink:
             return data
         name = sink.get("type")
-        if isinstance(name, str) and name in registry.names() and not registry.kind_named(
-            name
-        ).drain:
+        if (
+            isinstance(name, str)
+            and name in registry.names()
+            and not registry.kind_named(name).drain
+        ):
             drained = [k.name for k in registry.kinds() if k.drain is not None]
             raise PydanticCustomError(
                 "buffer_not_drained",
