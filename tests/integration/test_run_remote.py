@@ -1,9 +1,13 @@
 """``exactlyonce run --remote``: a pipeline file's query on Spark Connect (a local server
-started by the command: ``local[1]``), the sink pickled to the server as its config. A first
-run and a restart from the same checkpoint with more files write each event once, audited in
-``mode: append`` (a second write is a second row, counted by psycopg); the command prints a
-line per batch from the server's progress; no password shows in its output or Spark's event
-log (Spark Connect logs each plan as text)."""
+started by the command: ``local[1]``), the sink pickled to the server as its config, for each
+sink. A first run and a restart from the same checkpoint with more files write each event
+once, audited where a second write shows, by a client we did not write: PostgreSQL in
+``mode: append`` (a second write is a second row; psycopg), Kafka from offset 0 with a
+``read_committed`` kafka-python consumer, Redis as a stream (``XRANGE``: a second write is a
+second entry), Elasticsearch with ``op_type: index`` on the stand-in (its write counter per
+``_id``; no Elasticsearch server is installable here). The command prints a line per batch
+from the server's progress; no password shows in its output or Spark's event log (Spark
+Connect logs each plan as text)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,9 @@ import pytest
 
 from tests.crash.harness import service_passwords
 from tests.support.connect_port import local_connect_server
+from tests.support.es_fixtures import EsHandle
+from tests.support.kafka_audit import read_topic
+from tests.support.redis_fixtures import SinkRedis
 from tests.support.secrets_scan import assert_no_secrets, event_log_conf
 
 pytestmark = pytest.mark.integration
@@ -34,36 +43,57 @@ source:
   schema: "event_id STRING, n BIGINT"
   max_files_per_trigger: 1
 sink:
-  type: postgres
-  dsn: ${{EXACTLYONCE_PG_DSN}}
-  table: {name}
-  id_columns: [event_id]
-  mode: append
+{sink}  id_columns: [event_id]
   shards: 2
   redis_url: ${{EXACTLYONCE_REDIS_URL}}
 spark:
   conf: {conf}
 """
 
+SINKS = {
+    "postgres": "  type: postgres\n  dsn: ${{EXACTLYONCE_PG_DSN}}\n  table: {name}\n"
+    "  mode: append\n",
+    "kafka": "  type: kafka\n  bootstrap_servers: {bootstrap}\n  topic: {name}\n"
+    "  create_topic: true\n",
+    "redis": "  type: redis\n  url: ${{EXACTLYONCE_SINK_REDIS_URL}}\n"
+    "  key_template: {name}:events\n  write: stream\n",
+    "elasticsearch": "  type: elasticsearch\n  hosts: [{es_url}]\n  index: {name}\n"
+    "  op_type: index\n",
+}
+
 
 def _stage(work: Path, part: int) -> list[str]:
     (work / "input").mkdir(parents=True, exist_ok=True)
-    ids = []
+    ids: list[str] = []
     for k in range(2):
         events = [{"event_id": f"p{part}f{k}e{i}", "n": i} for i in range(20)]
         path = work / "input" / f"part-{part}{k}.json"
         path.write_text("".join(json.dumps(e) + "\n" for e in events))
-        ids += [e["event_id"] for e in events]
+        ids += [f"p{part}f{k}e{i}" for i in range(20)]
     return ids
 
 
+@pytest.mark.parametrize("kind", list(SINKS))
 def test_run_on_spark_connect_writes_once_across_a_restart(
-    tmp_path: Path, services: dict[str, str], pg: psycopg.Connection[Any], unique_name: str
+    kind: str,
+    tmp_path: Path,
+    services: dict[str, str],
+    pg: psycopg.Connection[Any],
+    bootstrap: str,
+    sink_redis: SinkRedis,
+    es: EsHandle,
+    unique_name: str,
 ) -> None:
     conf = json.dumps({"spark.sql.shuffle.partitions": "2", **event_log_conf(tmp_path / "log")})
+    sink = SINKS[kind].format(name=unique_name, bootstrap=bootstrap, es_url=es.url)
     config = tmp_path / "pipeline.yaml"
-    config.write_text(PIPELINE.format(name=unique_name, work=tmp_path, conf=conf))
-    env = {**os.environ, **services, "PYSPARK_PYTHON": sys.executable}
+    config.write_text(PIPELINE.format(name=unique_name, work=tmp_path, sink=sink, conf=conf))
+    env = {
+        **os.environ,
+        **services,
+        "EXACTLYONCE_SINK_REDIS_URL": sink_redis.url,
+        "PYSPARK_PYTHON": sys.executable,
+    }
     expected: list[str] = []
     outputs = []
     with local_connect_server():
@@ -83,7 +113,34 @@ def test_run_on_spark_connect_writes_once_across_a_restart(
             assert len(batches) == 2, done.stdout  # one file per batch, two new files a run
             assert "input rows (written on the Spark Connect server)" in batches[0]
             assert "after 2 batch(es)" in done.stdout
-    rows = pg.execute(f'SELECT event_id, count(*) FROM "{unique_name}" GROUP BY 1').fetchall()
-    assert dict(rows) == dict.fromkeys(expected, 1)
+    readers: dict[str, Callable[[], Counter[str]]] = {
+        "postgres": lambda: _postgres(pg, unique_name),
+        "kafka": lambda: _kafka(bootstrap, unique_name),
+        "redis": lambda: _redis(sink_redis, f"{unique_name}:events"),
+        "elasticsearch": lambda: _elasticsearch(es, unique_name, len(expected)),
+    }
+    assert readers[kind]() == dict.fromkeys(expected, 1)
     texts = {f"output {n}": text for n, text in enumerate(outputs)}
     assert_no_secrets([tmp_path], service_passwords(), texts=texts, expect=["events_*"])
+
+
+def _postgres(pg: psycopg.Connection[Any], table: str) -> Counter[str]:
+    rows = pg.execute(f'SELECT event_id, count(*) FROM "{table}" GROUP BY 1').fetchall()
+    return Counter({str(event): int(n) for event, n in rows})
+
+
+def _kafka(bootstrap: str, topic: str) -> Counter[str]:
+    return Counter(json.loads(r.value)["event_id"] for r in read_topic(bootstrap, topic))
+
+
+def _redis(server: SinkRedis, stream: str) -> Counter[str]:
+    entries = server.client().xrange(stream)
+    return Counter(fields[b"event_id"].decode() for _, fields in entries)
+
+
+def _elasticsearch(es: EsHandle, index: str, expected: int) -> Counter[str]:
+    """Writes per document (the stand-in's counter per ``_id``, ``index`` ops included),
+    keyed by the document's event_id."""
+    writes, docs = es.writes(index), es.docs(index)
+    assert len(docs) == expected
+    return Counter({str(doc["event_id"]): writes[i] for i, doc in docs.items()})
