@@ -27,13 +27,13 @@ from elasticsearch import (
 )
 from elasticsearch import ConnectionError as EsConnectionError
 
-from exactlyonce.connectors.search.connection import SearchConnection
 from exactlyonce.connectors.search.engine import (
     BadRequest,
     Conflict,
     CredentialsRefused,
     EngineError,
     NotFound,
+    Reach,
     TlsFailed,
     Unreachable,
 )
@@ -178,7 +178,7 @@ class ElasticsearchEngine:
 
     name: str = "Elasticsearch"
 
-    def connect(self, conn: SearchConnection) -> EsClient:
+    def connect(self, conn: Reach) -> EsClient:
         tls: dict[str, Any] = {"ca_certs": conn.ca_certs} if conn.ca_certs else {}
         return EsClient(
             Elasticsearch(

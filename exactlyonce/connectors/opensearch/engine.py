@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from exactlyonce.connectors.search.bulk import RawHeader
-from exactlyonce.connectors.search.connection import SearchConnection
 from exactlyonce.connectors.search.engine import (
     BadRequest,
     Conflict,
     CredentialsRefused,
     EngineError,
     NotFound,
+    Reach,
     TlsFailed,
     Unreachable,
 )
@@ -203,7 +203,7 @@ class OpenSearchEngine:
 
     name: str = "OpenSearch"
 
-    def connect(self, conn: SearchConnection) -> OsClient:
+    def connect(self, conn: Reach) -> OsClient:
         tls: dict[str, Any] = {"ca_certs": conn.ca_certs} if conn.ca_certs else {}
         auth = (conn.user or "", conn.password.reveal()) if conn.password else None
         return OsClient(

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from exactlyonce.connectors.opensearch.config import OpenSearchSinkConfig
-from exactlyonce.connectors.search.connection import SearchConnection
-from exactlyonce.connectors.search.engine import Client, Engine
+from exactlyonce.connectors.search.engine import Client, Engine, Reach
 from exactlyonce.connectors.search.sink import SearchSink
 
 
@@ -17,7 +16,7 @@ class _Lazy:
 
     name = "OpenSearch"
 
-    def connect(self, conn: SearchConnection) -> Client:
+    def connect(self, conn: Reach) -> Client:
         from exactlyonce.connectors.opensearch.engine import OPENSEARCH
 
         return OPENSEARCH.connect(conn)

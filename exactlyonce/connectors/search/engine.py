@@ -4,7 +4,7 @@ The protocol (bulk, head, check, rewind, drain, schema, task) is written once, a
 :class:`Client`: the few requests it makes, with plain dicts in and out, and failures raised
 as the errors below, never as a client library's own. An engine (one module per client:
 ``connectors/elasticsearch/engine.py`` for elasticsearch-py, ``connectors/opensearch/engine.py``
-for opensearch-py) builds its client from a :class:`~.connection.SearchConnection` and maps
+for opensearch-py) builds its client from a :class:`Reach` (a connection's settings) and maps
 that library's exceptions onto these, in one place. Nothing here imports a client library.
 
 The errors keep their data in ``args``, so they pickle (Spark moves exceptions between
@@ -14,10 +14,9 @@ processes).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from exactlyonce.connectors.search.connection import SearchConnection
+from exactlyonce.secrets import Secret
 
 
 class EngineError(Exception):
@@ -124,6 +123,32 @@ class Client(Protocol):
     def close(self) -> None: ...
 
 
+class Reach(Protocol):
+    """What an engine reads to build its client: a
+    :class:`~exactlyonce.connectors.search.connection.SearchConnection`."""
+
+    @property
+    def hosts(self) -> tuple[str, ...]: ...
+
+    @property
+    def api_key(self) -> Secret | None: ...
+
+    @property
+    def user(self) -> str | None: ...
+
+    @property
+    def password(self) -> Secret | None: ...
+
+    @property
+    def ca_certs(self) -> str | None: ...
+
+    @property
+    def verify_certs(self) -> bool: ...
+
+    @property
+    def request_timeout(self) -> float: ...
+
+
 class Engine(Protocol):
     """One client library. Instances are picklable values (Spark ships them to executors)."""
 
@@ -132,6 +157,6 @@ class Engine(Protocol):
         """The engine's name in messages and checks: ``Elasticsearch``, ``OpenSearch``."""
         ...
 
-    def connect(self, conn: SearchConnection) -> Client:
+    def connect(self, conn: Reach) -> Client:
         """A client for ``conn`` with no retries of its own (every retry is the sink's)."""
         ...
