@@ -100,6 +100,31 @@ def test_index_op_type_kills_at_every_named_point_rewrite_exactly_what_mid_bulk_
     verify(job, data, opensearch.url, rewritten=frozenset(first_bulk))
 
 
+def test_format_api_index_op_type_kills_rewrite_exactly_what_no_marker_covered(
+    tmp_path: Path, services: dict[str, str], opensearch: OpenSearchNode, index: str
+) -> None:
+    """Spark's ``format("exactlyonce")``: no shard markers on this path, so a task killed
+    after its bulks, before Spark's commit, is re-run whole. ``op_type="index"``, one file and
+    one task per epoch: ``mid_bulk@1`` leaves the first bulk, ``after_shard_commit@2`` the whole
+    epoch; exactly those are written a second time (version 2), everything else once."""
+    job, data = prepare(tmp_path, opensearch.url, index, seed=31, mode="index")
+    assert data.null_keys == 1, "the last file holds a null key: a dead letter"
+    job.extra_args = ("--api", "format")
+    schedule = [("mid_bulk", 1), ("after_shard_commit", 2)]
+    seen: list[Snapshot] = []
+    for point, epoch in schedule:
+        job.start(crash_at=f"{point}@{epoch}")
+        job.kill_at_marker(point, epoch, timeout=240)
+        seen.append(http.read_index(opensearch.url, index))
+    job.run_to_end(timeout=300)
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in schedule]
+    first_bulk = of_epoch(seen[0], 1)
+    assert len(first_bulk) == BULK_MAX_ACTIONS, f"mid_bulk left {len(first_bulk)} documents"
+    whole_epoch = of_epoch(seen[1], 2)
+    assert whole_epoch, "after_shard_commit@2 left epoch 2 written"
+    verify(job, data, opensearch.url, rewritten=frozenset(first_bulk | whole_epoch))
+
+
 @pytest.mark.parametrize("restart", ["hard", "clean"])
 def test_a_node_restart_mid_bulk_loses_and_doubles_nothing(
     tmp_path: Path, services: dict[str, str], opensearch: OpenSearchNode, index: str, restart: str

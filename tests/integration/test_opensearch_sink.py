@@ -8,7 +8,9 @@ sink's client: with ``op_type="index"`` a second write of a record is a second v
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,17 @@ from exactlyonce.connectors.opensearch import OpenSearchSink
 from exactlyonce.connectors.registry import kind_named
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError, SinkUnavailableError
+from exactlyonce.integration import cli
 from exactlyonce.retry import RetryPolicy
+from tests.integration.test_audit_sinks import assert_fails, assert_passes, expected_file
+from tests.integration.test_rewind import (
+    ALL,
+    FIRST,
+    REWOUND,
+    rewind_and_rerun,
+    run_query,
+    write_pipeline,
+)
 from tests.support import opensearch_http as http
 from tests.support.events import events, ids
 from tests.support.opensearch_node import OpenSearchNode
@@ -224,3 +236,62 @@ def test_registry_urls_and_refusals(opensearch: OpenSearchNode, unique_name: str
     )
     with pytest.raises(SinkUnavailableError, match="OpenSearch at http://127.0.0.1:9"):
         nowhere.preflight()
+
+
+# -- the product's commands on a pipeline file with `type: opensearch` ---------------------
+
+
+def opensearch_pipeline(tmp_path: Path, node: OpenSearchNode, name: str) -> tuple[Path, str]:
+    index = name.replace("_", "-")
+    sink = (
+        f"  type: opensearch\n  hosts: {node.url}\n  index: {index}\n"
+        f"  control_index: {index}-control\n  id_columns: [event_id]\n  shards: 2\n"
+    )
+    return write_pipeline(tmp_path, name, sink), index
+
+
+def test_pipeline_file_check_and_audit_through_the_cli(
+    tmp_path: Path,
+    spark: SparkSession,
+    services: dict[str, str],
+    opensearch: OpenSearchNode,
+    unique_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``exactlyonce check`` (creating nothing), a query run from a ``type: opensearch``
+    pipeline file, ``exactlyonce audit`` passing, then failing on a document rewritten and one
+    deleted behind the sink's back (plain HTTP)."""
+    config, index = opensearch_pipeline(tmp_path, opensearch, unique_name)
+    capsys.readouterr()
+    assert cli.main(["check", str(config), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {c["name"] for c in report["checks"]} >= {"OpenSearch", f"index {index}"}
+    assert http.versions(opensearch.url, index) == {}, "check created the index"
+    run_query(spark, config)
+    ids = expected_file(tmp_path)
+    assert assert_passes(config, ids, capsys)["rewritten"] == 0
+    e3, e4 = record_id(["e3"]), record_id(["e4"])
+    http.request(opensearch.url, "PUT", f"{index}/_doc/{e3}", {"event_id": "e3", "n": 0})
+    http.delete(opensearch.url, index, e4)
+    doc = assert_fails(config, ids, capsys, "e3", "e4")
+    assert doc["rewritten"] == 1, doc
+
+
+def test_the_cli_rewind_procedure(
+    tmp_path: Path,
+    spark: SparkSession,
+    services: dict[str, str],
+    opensearch: OpenSearchNode,
+    unique_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The README's rewind procedure on a genuine node: the documents above epoch 0 are
+    deleted and created again by the re-run. The node's ``_version`` counts that: 1 for what
+    the rewind kept, 3 (create, delete, create) for what it removed and the re-run wrote."""
+    config, index = opensearch_pipeline(tmp_path, opensearch, unique_name)
+    run_query(spark, config)
+    rewind_and_rerun(spark, config, capsys, lambda: http.docs(opensearch.url, index))
+    versions = http.versions(opensearch.url, index)
+    assert set(versions) == ALL
+    assert {versions[i] for i in FIRST} == {1}
+    assert {versions[i] for i in REWOUND} == {3}
