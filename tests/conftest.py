@@ -35,6 +35,7 @@ SINK_MARKERS: dict[str, tuple[str, ...]] = {
     "kafka": ("kafka", "broker", "tansu"),
     "redis": ("redis",),
     "elasticsearch": ("elasticsearch", "test_es_"),
+    "opensearch": ("opensearch",),
 }
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

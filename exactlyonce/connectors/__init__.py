@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink, Head
     from exactlyonce.connectors.elasticsearch import ElasticsearchSink
     from exactlyonce.connectors.kafka import KafkaSink
+    from exactlyonce.connectors.opensearch import OpenSearchSink
     from exactlyonce.connectors.postgres import PostgresSink
     from exactlyonce.connectors.redis import RedisSink
 
@@ -35,6 +36,7 @@ _LAZY = {
     "Head": "exactlyonce.connectors.base",
     "ElasticsearchSink": "exactlyonce.connectors.elasticsearch",
     "KafkaSink": "exactlyonce.connectors.kafka",
+    "OpenSearchSink": "exactlyonce.connectors.opensearch",
     "PostgresSink": "exactlyonce.connectors.postgres",
     "RedisSink": "exactlyonce.connectors.redis",
 }
@@ -51,6 +53,7 @@ __all__ = [
     "ExactlyOnceSink",
     "Head",
     "KafkaSink",
+    "OpenSearchSink",
     "PostgresSink",
     "RedisSink",
     "SinkUnavailableError",

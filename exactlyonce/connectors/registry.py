@@ -17,7 +17,7 @@ from typing import Any
 from exactlyonce.connectors.base.kind import SinkKind
 from exactlyonce.errors import ConfigError
 
-BUILT_IN = ("postgres", "kafka", "elasticsearch", "redis")
+BUILT_IN = ("postgres", "kafka", "elasticsearch", "opensearch", "redis")
 ENTRY_POINTS = "exactlyonce.sinks"
 
 _registered: dict[str, SinkKind] = {}

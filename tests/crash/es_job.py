@@ -1,7 +1,9 @@
-"""The streaming job the Elasticsearch crash tests SIGKILL: JSON files -> ElasticsearchSink.
+"""The streaming job the Elasticsearch and OpenSearch crash tests SIGKILL: JSON files ->
+ElasticsearchSink, or OpenSearchSink with ``--engine opensearch`` (the same protocol code).
 
 One file per epoch; runs until every input file is committed (availableNow), then exits 0.
-Takes the arguments of tests/crash/job.py (``--table`` names the index) plus ``--es-url``.
+Takes the arguments of tests/crash/job.py (``--table`` names the index) plus ``--es-url``;
+``--retries`` (default 6) retries of each request, waits from 0.5 s doubling up to 8 s.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import os
 
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
+from exactlyonce.connectors.opensearch import OpenSearchSink
 from tests.crash import job_common
 
 # Report fields summed in the JOB DONE line.
@@ -22,12 +25,17 @@ def main() -> None:
     parser.add_argument("--table", required=True, help="the target index")
     parser.add_argument("--es-url", required=True)
     parser.add_argument("--mode", default="create", choices=["create", "index", "insert"])
+    parser.add_argument(
+        "--engine", default="elasticsearch", choices=["elasticsearch", "opensearch"]
+    )
+    parser.add_argument("--retries", type=int, default=6)
     args = parser.parse_args()
     spark = job_common.crash_session("es-crash-job", args.master, api=args.api)
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+    logging.getLogger("opensearch").setLevel(logging.ERROR)
     if args.api == "format":
         options = {
-            "sink": "elasticsearch",
+            "sink": args.engine,
             "hosts": args.es_url,
             "index": args.table,
             "id_columns": "event_id",
@@ -36,12 +44,13 @@ def main() -> None:
             "shards": str(args.shards),
             "dedup": json.dumps({"expected_ids": 2_000}),
             "redis_url": os.environ["EXACTLYONCE_REDIS_URL"],
-            "max_retries": "6",
+            "max_retries": str(args.retries),
             "bulk_max_actions": "50",
         }
         job_common.run_format_to_end(spark, args, options)
         return
-    sink = ElasticsearchSink(
+    sink_class = OpenSearchSink if args.engine == "opensearch" else ElasticsearchSink
+    sink = sink_class(
         args.es_url,
         args.table,
         ["event_id"],
@@ -50,7 +59,7 @@ def main() -> None:
         shards=args.shards,
         dedup=job_common.small_catalog(),
         # Rides out a 10 s window of 429s: 0.5 + 1 + 2 + 4 + 8 s of backoff.
-        retry_policy=RetryPolicy(max_retries=6, initial_backoff=0.5, max_backoff=8.0),
+        retry_policy=RetryPolicy(max_retries=args.retries, initial_backoff=0.5, max_backoff=8.0),
         bulk_max_actions=50,  # several bulk requests per shard: kills land between them
     )
     job_common.run_to_end(spark, args, sink, TOTALS)

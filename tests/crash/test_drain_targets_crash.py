@@ -43,12 +43,12 @@ from psycopg import sql
 from pyspark.sql import SparkSession
 
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink
-from exactlyonce.connectors.elasticsearch.drain import offsets_doc_id
 from exactlyonce.connectors.kafka.buffer import Buffered
 from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.connectors.postgres import PostgresSink
 from exactlyonce.connectors.postgres.drain import OFFSETS
 from exactlyonce.connectors.redis import RedisSink
+from exactlyonce.connectors.search.drain import offsets_doc_id
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration.config import build_sink, load_config
 from tests.crash.harness import crash_seed, make_input

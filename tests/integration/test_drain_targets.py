@@ -26,10 +26,10 @@ from pyspark.sql import functions as F
 
 from exactlyonce.buffer import Buffered, Drainer, KafkaBuffer
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink
-from exactlyonce.connectors.elasticsearch.drain import offsets_doc_id
 from exactlyonce.connectors.kafka.reader import load_commits
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.connectors.redis.drain import RedisDrainTarget
+from exactlyonce.connectors.search.drain import offsets_doc_id
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError, OffsetsMovedError
 from exactlyonce.integration.config import build_sink, load_config

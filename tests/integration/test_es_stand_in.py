@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from exactlyonce.connectors.elasticsearch.schema import (
+from exactlyonce.connectors.search.schema import (
     CONTROL_MAPPING,
     DEAD_LETTER_MAPPING,
     target_mapping,

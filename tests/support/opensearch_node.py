@@ -1,4 +1,5 @@
-"""A genuine OpenSearch 2.19.6 node as a plain process, for checking tests/support/es_server/.
+"""A genuine OpenSearch 2.19.6 node as a plain process: the OpenSearch sink's tests run against
+it, and tests/support/es_server/ is checked against it.
 
 There is no Elasticsearch server in any registry this project can reach (ENVIRONMENT.md), but
 OpenSearch's server jars are on Maven Central. :func:`resolve` copies them (and their
@@ -6,6 +7,9 @@ dependencies) with Maven from ``tests/support/opensearch/pom.xml`` into a cache 
 compiles ``tests/support/opensearch/OpenSearchNode.java`` (a ``Node`` with the netty4 plugin on the
 classpath) next to them. :class:`OpenSearchNode` runs one single-node cluster on loopback with
 free HTTP and transport ports, ``-Xmx512m``, data in a temporary directory.
+:meth:`OpenSearchNode.kill` (SIGKILL) and :meth:`OpenSearchNode.shut_down` (a clean close) end
+the process and keep its data; :meth:`OpenSearchNode.start` brings it back on the same ports
+(the crash tests restart the node mid-bulk).
 
 Guarantees: a missing ``mvn``, ``java`` or ``javac``, a failed resolution or a node that does not
 answer within :data:`START_TIMEOUT` raises :class:`OpenSearchUnavailable` with the reason
@@ -135,6 +139,7 @@ class OpenSearchNode:
         self.http_port = _free_port()
         self.transport_port = _free_port()
         self.start_seconds = 0.0
+        self.exits: list[int] = []  # the return code of every ended process, in order
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = self.home / "node.out"
 
@@ -145,7 +150,7 @@ class OpenSearchNode:
     def start(self) -> OpenSearchNode:
         java = _tool("java")
         began = time.monotonic()
-        with self._log.open("wb") as out:
+        with self._log.open("ab") as out:
             self._proc = subprocess.Popen(
                 [java, "-Xms256m", HEAP, "-cp", self.resolved.classpath(), "OpenSearchNode",
                  str(self.home), str(self.http_port), str(self.transport_port)],
@@ -179,16 +184,36 @@ class OpenSearchNode:
         except OSError:
             return "(no output)"
 
-    def stop(self) -> None:
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def kill(self) -> int:
+        """SIGKILL the node (a crash: nothing flushed, nothing closed); data stays. Returns
+        the exit code (-9)."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            assert proc.stdin is not None
-            proc.stdin.close()  # the main class closes the node when its stdin ends
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        assert proc is not None and proc.poll() is None, "the node is not running"
+        proc.kill()
+        self.exits.append(proc.wait(timeout=30))
+        return self.exits[-1]
+
+    def shut_down(self) -> int:
+        """Close the node cleanly (its main class closes the node when stdin ends); data
+        stays. Returns the exit code."""
+        proc, self._proc = self._proc, None
+        assert proc is not None and proc.poll() is None, "the node is not running"
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            self.exits.append(proc.wait(timeout=60))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            self.exits.append(proc.wait())
+        return self.exits[-1]
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self.shut_down()
         shutil.rmtree(self.home, ignore_errors=True)
 
 

@@ -1,6 +1,7 @@
 """Bulk requests that retry only what failed.
 
-:class:`BulkSender` sends actions through ``helpers.streaming_bulk`` (cut by count and bytes)
+:class:`BulkSender` sends actions through the client's ``helpers.streaming_bulk`` (cut by count
+and bytes; :meth:`~exactlyonce.connectors.search.engine.Client.streaming_bulk`)
 until each is answered: 429/5xx items alone are re-sent, waiting as the policy's
 :meth:`~exactlyonce.retry.RetryPolicy.waits` say; a lost reply re-sends every item it left
 unknown (the same ``_id``\\ s, never new ones); a 413 item is re-sent on its own; items refused
@@ -15,12 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from elastic_transport import ConnectionTimeout
-from elasticsearch import ConnectionError as EsConnectionError
-from elasticsearch import Elasticsearch, helpers
-
-from exactlyonce.connectors.elasticsearch.connection import EsConnection
-from exactlyonce.connectors.elasticsearch.policy import retryable_status
+from exactlyonce.connectors.search.connection import SearchConnection
+from exactlyonce.connectors.search.engine import Client, Unreachable
+from exactlyonce.connectors.search.policy import retryable_status
 from exactlyonce.errors import SinkUnavailableError
 from exactlyonce.retry import RetryPolicy
 from exactlyonce.secrets import scrub
@@ -59,10 +57,6 @@ def reason(info: dict[str, Any]) -> str:
     return str(error)
 
 
-def _as_is(action: Any) -> Any:
-    return action
-
-
 def header_of(action: Action) -> dict[str, Any]:
     """An action's bulk header as a dict (a :class:`RawHeader` parsed back)."""
     header = action[0]
@@ -95,13 +89,13 @@ class _Round:
 class BulkSender:
     """Sends one task's bulk actions; see the module docstring. Lives in the executor task."""
 
-    client: Elasticsearch
-    conn: EsConnection
+    client: Client
+    conn: SearchConnection
     policy: RetryPolicy
     max_actions: int
     max_bytes: int
     epoch: int
-    # What of each answer to ask for (Elasticsearch's filter_path): None, everything. The
+    # What of each answer to ask for (the engine's filter_path): None, everything. The
     # statuses and errors are all this sender reads (ITEM_ANSWERS).
     answers: str | None = None
 
@@ -138,7 +132,7 @@ class BulkSender:
             wait = next(waits, None)
             if wait is None:
                 raise SinkUnavailableError(
-                    f"Elasticsearch at {self.conn.where} still failed {len(pending)} of "
+                    f"{self.conn.name} at {self.conn.where} still failed {len(pending)} of "
                     f"{len(actions)} {what} of epoch {self.epoch} after {self.policy.retries} "
                     f"retries ({done.last}); the task fails, nothing of it is marked committed"
                 )
@@ -150,15 +144,11 @@ class BulkSender:
         done = _Round(solo)
         answered = 0
         try:
-            results = helpers.streaming_bulk(
-                self.client,
-                (batch.actions[p] for p in pending),  # type: ignore[misc]
+            results = self.client.streaming_bulk(
+                (batch.actions[p] for p in pending),
                 chunk_size=1 if solo else self.max_actions,
                 max_chunk_bytes=self.max_bytes,
-                expand_action_callback=_as_is,
-                raise_on_error=False,
-                raise_on_exception=False,
-                **self._bulk_params(),
+                filter_path=self.answers,
             )
             for ok, item in results:
                 pos = pending[answered]
@@ -166,16 +156,12 @@ class BulkSender:
                 if batch.tally is not None and batch.on_answer is not None:
                     batch.on_answer()
                 self._sort(batch, done, ok, item, pos)
-        except (EsConnectionError, ConnectionTimeout) as exc:  # sent; the outcome unknown
+        except Unreachable as exc:  # sent; the outcome unknown
             rest = pending[answered:]
             batch.unknown.update(rest)
             done.retry.extend(rest)
             done.last = scrub(str(exc), *self.conn.secrets())
         return done
-
-    def _bulk_params(self) -> dict[str, Any]:
-        """The bulk request's own parameters (``filter_path``)."""
-        return {"filter_path": self.answers} if self.answers else {}
 
     def _sort(self, batch: _Batch, done: _Round, ok: bool, item: dict[str, Any], pos: int) -> None:
         """Count, retry, split or refuse one answered item."""
@@ -202,12 +188,12 @@ class BulkSender:
             batch.refused.append((pos, f"413: {reason(info)}"))
         elif "exception" in info:  # the whole request failed, not this item
             raise SinkUnavailableError(
-                f"Elasticsearch at {self.conn.where} refused a bulk request of "
+                f"{self.conn.name} at {self.conn.where} refused a bulk request of "
                 f"{batch.what}: HTTP {status} {scrub(reason(info), *self.conn.secrets())}"
             )
         elif status in (400, 413):
             batch.refused.append((pos, f"{status}: {reason(info)}"))
         else:
             raise SinkUnavailableError(
-                f"Elasticsearch refused {batch.what} with HTTP {status}: {reason(info)}"
+                f"{self.conn.name} refused {batch.what} with HTTP {status}: {reason(info)}"
             )

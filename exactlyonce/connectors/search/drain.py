@@ -1,10 +1,11 @@
-"""The drainer's Elasticsearch target: records idempotent by ``_id``, THEN the offsets.
+"""The drainer's target for the Elasticsearch family: records idempotent by ``_id``, THEN the
+offsets.
 
-Elasticsearch has no atomic step across documents, so (as the ElasticsearchSink's tasks do)
+Elasticsearch and OpenSearch have no atomic step across documents, so (as the sink's tasks do)
 idempotence carries the write: every record is sent as a bulk ``create`` with ``_id`` = its
 record ID and ``_source`` = its row with the epoch field, and a second copy of an ``_id`` is a
 409, a no-op counted as a duplicate. Only failed items are re-sent (the sink's
-:class:`~exactlyonce.connectors.elasticsearch.BulkSender` and retry policy: 429/5xx with capped
+:class:`~exactlyonce.connectors.search.bulk.BulkSender` and retry policy: 429/5xx with capped
 backoff, a lost reply re-sends what it left unknown); items Elasticsearch refuses for their
 content (400: a value the mapping cannot take, a value that is no JSON object) go to the drain
 dead-letter topic with the reason. Only when every record of the share is acknowledged or
@@ -34,8 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from elasticsearch import BadRequestError, ConflictError, Elasticsearch, NotFoundError
-
 from exactlyonce.connectors.base.drain import (
     Counts,
     Letter,
@@ -46,14 +45,10 @@ from exactlyonce.connectors.base.drain import (
 )
 from exactlyonce.connectors.base.frames import value_problem
 from exactlyonce.connectors.base.guarantee import Guarantee
-from exactlyonce.connectors.elasticsearch import (
-    Action,
-    BulkSender,
-    ElasticsearchSink,
-    RawHeader,
-    call,
-)
-from exactlyonce.connectors.elasticsearch.bulk import ITEM_ANSWERS
+from exactlyonce.connectors.search.bulk import ITEM_ANSWERS, Action, BulkSender, RawHeader
+from exactlyonce.connectors.search.connection import call
+from exactlyonce.connectors.search.engine import BadRequest, Client, Conflict, NotFound
+from exactlyonce.connectors.search.sink import SearchSink
 from exactlyonce.errors import ConfigError, OffsetsMovedError
 from exactlyonce.faults import crash_point
 
@@ -103,27 +98,27 @@ class _Tally:
     deleted: int = 0
 
 
-class EsDrainTarget(TargetClassDefaults):
-    """Writes drained records into an :class:`ElasticsearchSink`'s index (``op_type``
-    ``create``): a :class:`~exactlyonce.connectors.base.drain.DrainTarget`.
+class SearchDrainTarget(TargetClassDefaults):
+    """Writes drained records into a :class:`~exactlyonce.connectors.search.sink.SearchSink`'s
+    index (``op_type`` ``create``): a :class:`~exactlyonce.connectors.base.drain.DrainTarget`.
 
     Guarantee: IDEMPOTENT, THEN OFFSETS. Each record is created under its record ID (a re-sent
     one is a 409, never a second version); the offsets document is written after every record
     of the share was acknowledged, compared-and-set with ``if_seq_no``/``if_primary_term``.
-    See :mod:`exactlyonce.connectors.elasticsearch.drain`.
+    See :mod:`exactlyonce.connectors.search.drain`.
     """
 
     @staticmethod
-    def check(sink: ElasticsearchSink) -> None:
+    def check(sink: SearchSink) -> None:
         if sink.op_type != "create":
             raise ConfigError(
                 "buffer",
-                "the drainer writes Elasticsearch with op_type='create' (a re-read record is a "
-                "409, never a second version); op_type='index' is not drained",
+                f"the drainer writes {sink.conn.name} with op_type='create' (a re-read record "
+                "is a 409, never a second version); op_type='index' is not drained",
             )
 
     @staticmethod
-    def guarantee(sink: ElasticsearchSink) -> Guarantee:
+    def guarantee(sink: SearchSink) -> Guarantee:
         return Guarantee(
             "EXACTLY ONCE, IDEMPOTENT then offsets",
             "bulk create with _id = record ID (a re-sent record is a 409), then the offsets "
@@ -132,7 +127,7 @@ class EsDrainTarget(TargetClassDefaults):
 
     def __init__(
         self,
-        sink: ElasticsearchSink,
+        sink: SearchSink,
         topic: str,
         application_name: str = "",
         writer: int = 0,
@@ -148,11 +143,11 @@ class EsDrainTarget(TargetClassDefaults):
         self.held: dict[int, int] = {}
         self._stored: dict[int, int] = {}  # every partition's, as last read or written
         self._seq: tuple[int, int] | None = None  # (_seq_no, _primary_term) of that version
-        self._es: Elasticsearch | None = None
+        self._es: Client | None = None
 
     @property
     def where(self) -> str:
-        return f"Elasticsearch at {self.sink.conn.where} ({self.sink.sink_name})"
+        return f"{self.sink.conn.name} at {self.sink.conn.where} ({self.sink.sink_name})"
 
     def owns(self, partition: int) -> bool:
         return self._ownership.owns(partition)
@@ -160,12 +155,12 @@ class EsDrainTarget(TargetClassDefaults):
     # -- connection ----------------------------------------------------------------------
 
     @property
-    def client(self) -> Elasticsearch:
+    def client(self) -> Client:
         if self._es is None:
             self._es = self.sink.conn.client()
         return self._es
 
-    def _call(self, what: str, fn: Callable[[Elasticsearch], T]) -> T:
+    def _call(self, what: str, fn: Callable[[Client], T]) -> T:
         return call(self.sink.conn, self.client, self.sink.retry, what, fn)
 
     def close(self) -> None:
@@ -183,9 +178,9 @@ class EsDrainTarget(TargetClassDefaults):
         try:
             self._call(
                 "adding the drain offsets to the control index's mapping",
-                lambda es: es.indices.put_mapping(index=index, properties=DRAIN_FIELDS),
+                lambda c: c.put_mapping(index, DRAIN_FIELDS),
             )
-        except BadRequestError as exc:
+        except BadRequest as exc:
             raise ConfigError(
                 "control_index",
                 f"{index!r} cannot hold the drain offsets ({DRAIN_FIELDS}): {exc.message}",
@@ -201,9 +196,9 @@ class EsDrainTarget(TargetClassDefaults):
         try:
             doc = self._call(
                 "reading the drain offsets",
-                lambda es: es.get(index=self.sink.control_index, id=self.doc_id, realtime=True),
+                lambda c: c.get(self.sink.control_index, self.doc_id),
             )
-        except NotFoundError:
+        except NotFound:
             self._stored, self._seq = {}, None
             return
         offsets = doc["_source"].get("offsets") or {}
@@ -214,10 +209,10 @@ class EsDrainTarget(TargetClassDefaults):
         self._reload()
         n = len(self._stored)
         if self._seq is not None:
-            with contextlib.suppress(NotFoundError):  # gone already
+            with contextlib.suppress(NotFound):  # gone already
                 self._call(
                     "resetting the drain offsets",
-                    lambda es: es.delete(index=self.sink.control_index, id=self.doc_id),
+                    lambda c: c.delete(self.sink.control_index, self.doc_id),
                 )
         self._stored, self._seq, self.held = {}, None, {}
         return n
@@ -289,7 +284,7 @@ class EsDrainTarget(TargetClassDefaults):
             merged = {**self._stored, **new}
             try:
                 reply = self._write_offsets(merged)
-            except ConflictError:
+            except Conflict:
                 self._reload()  # who moved it?
                 if owned(self, self._stored) != self.held:
                     raise OffsetsMovedError(
@@ -313,19 +308,12 @@ class EsDrainTarget(TargetClassDefaults):
         index, seq = self.sink.control_index, self._seq
         if seq is None:
             return self._call(
-                "creating the drain offsets",
-                lambda es: es.create(index=index, id=self.doc_id, document=document),
+                "creating the drain offsets", lambda c: c.create(index, self.doc_id, document)
             )
         return self._call(
             "writing the drain offsets",
-            lambda es: es.index(
-                index=index,
-                id=self.doc_id,
-                document=document,
-                if_seq_no=seq[0],
-                if_primary_term=seq[1],
-            ),
+            lambda c: c.index_if(index, self.doc_id, document, seq[0], seq[1]),
         )
 
 
-__all__ = ["DRAIN_FIELDS", "EsDrainTarget", "offsets_doc_id", "with_epoch"]
+__all__ = ["DRAIN_FIELDS", "SearchDrainTarget", "offsets_doc_id", "with_epoch"]

@@ -1,5 +1,5 @@
-"""``exactlyonce rewind`` on an Elasticsearch sink: the documents, dead letters and shard
-commits of the epochs above N go, then the head document moves back to N.
+"""``exactlyonce rewind`` on a sink of the Elasticsearch family: the documents, dead letters and
+shard commits of the epochs above N go, then the head document moves back to N.
 
 Every document the sink writes carries its epoch in ``epoch_field`` (``_eo_epoch`` by
 default), so the documents above N are found by a range query and deleted by ``_id`` (bulk
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from elasticsearch import NotFoundError
-
 from exactlyonce.connectors.base.head import Head
 from exactlyonce.connectors.base.rewind import Removal, count_by_epoch
+from exactlyonce.connectors.search.engine import NotFound
 from exactlyonce.errors import SinkUnavailableError
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.elasticsearch.parts import ElasticsearchParts
+    from exactlyonce.connectors.search.parts import SearchParts
 
 PAGE = 5_000
 
@@ -37,11 +36,11 @@ UPSERT_REFUSAL = (
 )
 
 
-def refusal(sink: ElasticsearchParts) -> str | None:
+def refusal(sink: SearchParts) -> str | None:
     return UPSERT_REFUSAL if sink.upsert is not None else None
 
 
-def _mine(sink: ElasticsearchParts, epoch: int, kind: str | None) -> dict[str, Any]:
+def _mine(sink: SearchParts, epoch: int, kind: str | None) -> dict[str, Any]:
     """Documents of this (query, sink) above ``epoch`` in the control or dead-letter index."""
     filters: list[dict[str, Any]] = [
         {"term": {"query_name": sink.query_name}},
@@ -53,7 +52,7 @@ def _mine(sink: ElasticsearchParts, epoch: int, kind: str | None) -> dict[str, A
     return {"bool": {"filter": filters}}
 
 
-def _places(sink: ElasticsearchParts, epoch: int) -> list[tuple[str, str, dict[str, Any], str]]:
+def _places(sink: SearchParts, epoch: int) -> list[tuple[str, str, dict[str, Any], str]]:
     """(what, index, query, epoch field) of everything a rewind to ``epoch`` removes."""
     return [
         (
@@ -67,15 +66,14 @@ def _places(sink: ElasticsearchParts, epoch: int) -> list[tuple[str, str, dict[s
     ]
 
 
-def _page(sink: ElasticsearchParts, index: str, query: dict[str, Any], start: int) -> list[Any]:
+def _page(sink: SearchParts, index: str, query: dict[str, Any], start: int) -> list[Any]:
     """One page of hits (refreshed first, so every acknowledged write is seen)."""
     try:
-        sink.call("refreshing", lambda es: es.indices.refresh(index=index))
+        sink.call("refreshing", lambda c: c.refresh(index))
         found = sink.call(
-            "searching what a rewind removes",
-            lambda es: es.search(index=index, query=query, size=PAGE, from_=start),
+            "searching what a rewind removes", lambda c: c.search(index, query, PAGE, start)
         )
-    except NotFoundError:  # the index does not exist: nothing in it
+    except NotFound:  # the index does not exist: nothing in it
         return []
     return list(found["hits"]["hits"])
 
@@ -84,7 +82,7 @@ def _epoch_of(hit: dict[str, Any], field: str) -> int:
     return int(hit["_source"][field])
 
 
-def removals_above(sink: ElasticsearchParts, epoch: int) -> list[Removal]:
+def removals_above(sink: SearchParts, epoch: int) -> list[Removal]:
     """Per index, the documents above ``epoch`` per epoch (paged searches); read-only."""
     out = []
     for what, index, query, field in _places(sink, epoch):
@@ -97,7 +95,7 @@ def removals_above(sink: ElasticsearchParts, epoch: int) -> list[Removal]:
     return out
 
 
-def rewind_to(sink: ElasticsearchParts, epoch: int) -> list[Removal]:
+def rewind_to(sink: SearchParts, epoch: int) -> list[Removal]:
     """Delete what :func:`removals_above` lists, page by page, then move the head back."""
     out = []
     for what, index, query, field in _places(sink, epoch):
@@ -107,7 +105,7 @@ def rewind_to(sink: ElasticsearchParts, epoch: int) -> list[Removal]:
             ops = [{"delete": {"_index": index, "_id": hit["_id"]}} for hit in page]
             answer = sink.call(
                 "deleting what a rewind removes",
-                lambda es, o=ops: es.bulk(operations=o),  # type: ignore[misc]
+                lambda c, o=ops: c.bulk(o),  # type: ignore[misc]
             )
             failed = [
                 item["delete"]
@@ -123,7 +121,7 @@ def rewind_to(sink: ElasticsearchParts, epoch: int) -> list[Removal]:
     return out
 
 
-def shard_commits(sink: ElasticsearchParts) -> dict[int, list[int]]:
+def shard_commits(sink: SearchParts) -> dict[int, list[int]]:
     """Epoch -> shards of the shard-commit documents still held (those above the head)."""
     out: dict[int, list[int]] = {}
     start = 0

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from elasticsearch import Elasticsearch
 
 from exactlyonce.connectors.base import DeadLetter, ShardTask, ShardWriter
 from exactlyonce.connectors.base.columns import DELETE_COLUMN
-from exactlyonce.connectors.elasticsearch.bulk import Action, BulkSender, Refused, header_of
-from exactlyonce.connectors.elasticsearch.config import OpType
-from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
-from exactlyonce.connectors.elasticsearch.schema import ID_COLUMN
+from exactlyonce.connectors.search.bulk import Action, BulkSender, Refused, header_of
+from exactlyonce.connectors.search.config import OpType
+from exactlyonce.connectors.search.connection import SearchConnection, call
+from exactlyonce.connectors.search.engine import Client
+from exactlyonce.connectors.search.schema import ID_COLUMN
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.errors import SinkUnavailableError
 from exactlyonce.faults import crash_point
@@ -34,10 +34,10 @@ def _hex_id(*parts: object) -> str:
 
 
 @dataclass(frozen=True)
-class EsTarget:
+class SearchTarget:
     """Everything a task needs to write; picklable, holds no connection."""
 
-    conn: EsConnection
+    conn: SearchConnection
     index: str
     control_index: str
     dead_letter_index: str
@@ -65,18 +65,18 @@ def _has_map(kind: pa.DataType) -> bool:
     return any(_has_map(kind.field(i).type) for i in range(kind.num_fields))
 
 
-class EsShardTask(ShardTask):
+class SearchShardTask(ShardTask):
     """One task's shard: bulk its records, then write the shard-commit documents."""
 
-    def __init__(self, target: EsTarget, epoch: int) -> None:
+    def __init__(self, target: SearchTarget, epoch: int) -> None:
         super().__init__(epoch, ID_COLUMN, target.columns, target.dedup, upsert=target.upsert)
         self.t = target
-        self.es: Elasticsearch | None = None
+        self.es: Client | None = None
         self.acked = False
         self.null_letters: Counter[str] = Counter()
 
     @property
-    def client(self) -> Elasticsearch:
+    def client(self) -> Client:
         if self.es is None:
             self.es = self.t.conn.client()
         return self.es
@@ -109,10 +109,10 @@ class EsShardTask(ShardTask):
             self.client,
             self.t.retry,
             "reading shard commits",
-            lambda es: es.mget(index=self.t.control_index, ids=ids, source=False, realtime=True),
+            lambda c: c.mget_found(self.t.control_index, ids),
         )
         committed = set()
-        for shard, doc in enumerate(resp["docs"]):
+        for shard, doc in enumerate(resp):
             if doc.get("found"):
                 committed.add(shard)
             elif "error" in doc and doc["error"].get("type") != "index_not_found_exception":
@@ -121,7 +121,7 @@ class EsShardTask(ShardTask):
 
     def _write_rows(self, rows: pa.RecordBatch) -> None:
         header: dict[str, Any] = {"_index": self.t.index}
-        if self.t.upsert:  # the epoch guard: Elasticsearch's own external versions
+        if self.t.upsert:  # the epoch guard: the engine's own external versions
             header.update(version=self.epoch, version_type="external_gte")
         op = self.t.op_type
         actions: list[Action] = []
@@ -209,10 +209,10 @@ class EsShardTask(ShardTask):
             self.es = None
 
 
-class ElasticsearchShardWriter(ShardWriter[EsTarget]):
+class SearchShardWriter(ShardWriter[SearchTarget]):
     """The ``mapInArrow`` function of one epoch. Spark pickles it to every task."""
 
-    task_class = EsShardTask
+    task_class = SearchShardTask
 
 
 CUT_PAYLOAD_CHARS = 4096

@@ -1,13 +1,11 @@
-"""What ``exactlyonce check`` reports for an ElasticsearchSink: its guarantee, and its
-preconditions read from the cluster (reachable with these credentials, the control,
+"""What ``exactlyonce check`` reports for a sink of the Elasticsearch family: its guarantee,
+and its preconditions read from the cluster (reachable with these credentials, the control,
 dead-letter and target indices and their mappings), creating no index. Every request is
 tried once: a check reports, it does not wait out an outage."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-from elasticsearch import NotFoundError
 
 from exactlyonce.connectors.base.guarantee import (
     FAILING,
@@ -18,22 +16,23 @@ from exactlyonce.connectors.base.guarantee import (
     absent,
     checked,
 )
-from exactlyonce.connectors.elasticsearch.connection import call
-from exactlyonce.connectors.elasticsearch.schema import CONTROL_MAPPING
+from exactlyonce.connectors.search.connection import call
+from exactlyonce.connectors.search.engine import NotFound
+from exactlyonce.connectors.search.schema import CONTROL_MAPPING
 
 if TYPE_CHECKING:
-    from exactlyonce.connectors.elasticsearch.parts import ElasticsearchParts
+    from exactlyonce.connectors.search.parts import SearchParts
 
 _NUMBERS = ("long", "integer", "short", "byte", "unsigned_long")
 
 
-def guarantee(sink: ElasticsearchParts) -> Guarantee:
+def guarantee(sink: SearchParts) -> Guarantee:
     if sink.upsert is not None:
         return Guarantee(
             "EXACTLY ONCE per key and epoch (upsert: the latest epoch's document, never rolled "
             "back; deletes guarded for index.gc_deletes only)",
             "_id = record ID, written with version = epoch and version_type external_gte, so "
-            "Elasticsearch itself refuses an older epoch (a 409 counted stale).",
+            f"{sink.conn.name} itself refuses an older epoch (a 409 counted stale).",
         )
     effect = "a 409" if sink.op_type == "create" else "an identical overwrite"
     return Guarantee(
@@ -44,36 +43,37 @@ def guarantee(sink: ElasticsearchParts) -> Guarantee:
     )
 
 
-def preconditions(sink: ElasticsearchParts) -> list[Check]:
+def preconditions(sink: SearchParts) -> list[Check]:
     def run() -> list[Check]:
-        info = _once(sink, "the cluster info", lambda es: es.info())
+        info = _once(sink, "the cluster info", lambda c: c.info())
         version = info.get("version", {}).get("number", "?")
-        checks = [Check("Elasticsearch", OK, f"reachable at {sink.conn.where}, version {version}")]
+        where = f"reachable at {sink.conn.where}, version {version}"
+        checks = [Check(sink.conn.name, OK, where)]
         checks.append(_index(sink, sink.control_index, "control index", _control_mapping))
         checks.append(_index(sink, sink.dead_letter_index, "dead-letter index", None))
         checks.append(_index(sink, sink.index, "index", _target_mapping))
         return checks
 
-    return checked("Elasticsearch", run)
+    return checked(sink.conn.name, run)
 
 
-def _once(sink: ElasticsearchParts, what: str, fn: Any) -> Any:
+def _once(sink: SearchParts, what: str, fn: Any) -> Any:
     return call(sink.conn, sink.client, sink.retry.replace(attempts=1), what, fn)
 
 
-def _index(sink: ElasticsearchParts, name: str, role: str, judge: Any) -> Check:
+def _index(sink: SearchParts, name: str, role: str, judge: Any) -> Check:
     what = f"{role} {name}"
     try:
-        got = _once(sink, f"the mapping of {name!r}", lambda es: es.indices.get_mapping(index=name))
-    except NotFoundError:
+        got = _once(sink, f"the mapping of {name!r}", lambda c: c.get_mapping(name))
+    except NotFound:
         return absent(what, "created with its mapping at every start")
-    mappings = dict(got.body).get(name, {}).get("mappings", {})
+    mappings = got.get(name, {}).get("mappings", {})
     return (
         judge(sink, what, mappings.get("properties", {})) if judge else Check(what, OK, "present")
     )
 
 
-def _control_mapping(sink: ElasticsearchParts, what: str, props: dict[str, Any]) -> Check:
+def _control_mapping(sink: SearchParts, what: str, props: dict[str, Any]) -> Check:
     wrong = [
         field
         for field, spec in CONTROL_MAPPING["properties"].items()
@@ -90,7 +90,7 @@ def _control_mapping(sink: ElasticsearchParts, what: str, props: dict[str, Any])
     return Check(what, OK, "present, mapping fits")
 
 
-def _target_mapping(sink: ElasticsearchParts, what: str, props: dict[str, Any]) -> Check:
+def _target_mapping(sink: SearchParts, what: str, props: dict[str, Any]) -> Check:
     epoch = props.get(sink.epoch_field, {}).get("type")
     if epoch is not None and epoch not in _NUMBERS:
         return Check(

@@ -1,25 +1,25 @@
-"""Reaching the cluster: :class:`EsConnection` (picklable, prints no credential) and
-:func:`call`, one request retried as the sink's policy says, its failures as our errors."""
+"""Reaching the cluster: :class:`SearchConnection` (picklable, prints no credential, names its
+engine) and :func:`call`, one request retried as the sink's policy says, its failures as our
+errors."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from elastic_transport import ConnectionTimeout, TlsError
-from elasticsearch import (
-    ApiError,
-    AuthenticationException,
-    AuthorizationException,
-    ConflictError,
-    Elasticsearch,
-    NotFoundError,
+from exactlyonce.connectors.search.engine import (
+    Client,
+    Conflict,
+    CredentialsRefused,
+    Engine,
+    EngineError,
+    NotFound,
+    TlsFailed,
+    Unreachable,
 )
-from elasticsearch import ConnectionError as EsConnectionError
-
-from exactlyonce.connectors.elasticsearch.policy import is_transient, retryable_status
+from exactlyonce.connectors.search.policy import is_transient, retryable_status
 from exactlyonce.errors import ConfigError, SinkUnavailableError
 from exactlyonce.retry import RetryPolicy
 from exactlyonce.secrets import Secret, dsn_password, redact_dsn, scrub
@@ -28,9 +28,11 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class EsConnection:
-    """How to reach the cluster; picklable, prints no credential."""
+class SearchConnection:
+    """How to reach the cluster, and with which client (``engine``); picklable, prints no
+    credential."""
 
+    engine: Engine
     hosts: tuple[str, ...]
     api_key: Secret | None = None
     user: str | None = None
@@ -53,18 +55,13 @@ class EsConnection:
             found += [pw, base64.b64encode(f"{self.user}:{pw}".encode()).decode()]
         return [s for s in found if s]
 
-    def client(self) -> Elasticsearch:
-        tls: dict[str, Any] = {"ca_certs": self.ca_certs} if self.ca_certs else {}
-        return Elasticsearch(
-            list(self.hosts),
-            api_key=self.api_key.reveal() if self.api_key else None,
-            basic_auth=(self.user or "", self.password.reveal()) if self.password else None,
-            verify_certs=self.verify_certs,
-            **tls,
-            request_timeout=self.request_timeout,
-            max_retries=0,  # every retry is ours: RetryPolicy, with deterministic _ids
-            retry_on_timeout=False,
-        )
+    @property
+    def name(self) -> str:
+        """The engine's name: ``Elasticsearch``, ``OpenSearch``."""
+        return self.engine.name
+
+    def client(self) -> Client:
+        return self.engine.connect(self)
 
 
 def _api_key_parts(key: str) -> list[str]:
@@ -76,19 +73,19 @@ def _api_key_parts(key: str) -> list[str]:
 
 
 def call(
-    conn: EsConnection,
-    client: Elasticsearch,
+    conn: SearchConnection,
+    client: Client,
     policy: RetryPolicy,
     what: str,
-    fn: Callable[[Elasticsearch], T],
-    answers: tuple[type[ApiError], ...] = (NotFoundError, ConflictError),
+    fn: Callable[[Client], T],
+    answers: tuple[type[EngineError], ...] = (NotFound, Conflict),
 ) -> T:
     """One request with retries on timeouts, lost connections, 429 and 5xx.
 
     ``answers`` (404 and 409 by default) reach the caller unchanged; credentials refused
     become a ConfigError, anything still failing a SinkUnavailableError. Messages never hold
     secrets. ``policy`` gives the attempts and waits; what is transient is
-    :func:`~exactlyonce.connectors.elasticsearch.policy.is_transient`.
+    :func:`~exactlyonce.connectors.search.policy.is_transient`.
     """
 
     def transient(exc: BaseException) -> bool:
@@ -98,30 +95,30 @@ def call(
         return policy.call(lambda: fn(client), transient=transient)
     except answers:
         raise
-    except (AuthenticationException, AuthorizationException) as exc:
+    except CredentialsRefused as exc:
         field = "api_key" if conn.api_key else "basic_auth"
-        reason = scrub(str(exc.message), *conn.secrets())
+        reason = scrub(exc.message, *conn.secrets())
         raise ConfigError(
             field,
-            f"Elasticsearch at {conn.where} refused the credentials for {what} "
+            f"{conn.name} at {conn.where} refused the credentials for {what} "
             f"(HTTP {exc.status_code}: {reason})",
         ) from None
-    except TlsError as exc:
+    except TlsFailed as exc:
         raise ConfigError(
             "ca_certs",
-            f"TLS with Elasticsearch at {conn.where} failed for {what}: "
+            f"TLS with {conn.name} at {conn.where} failed for {what}: "
             f"{scrub(str(exc), *conn.secrets())}",
         ) from None
-    except ApiError as exc:
+    except EngineError as exc:
         if not retryable_status(exc.status_code):
             raise SinkUnavailableError(
-                f"Elasticsearch at {conn.where} refused {what}: HTTP {exc.status_code} "
-                f"{scrub(str(exc.message), *conn.secrets())}"
+                f"{conn.name} at {conn.where} refused {what}: HTTP {exc.status_code} "
+                f"{scrub(exc.message, *conn.secrets())}"
             ) from None
         error = f"HTTP {exc.status_code}"
-    except (EsConnectionError, ConnectionTimeout) as exc:
+    except Unreachable as exc:
         error = scrub(str(exc), *conn.secrets())
     raise SinkUnavailableError(
-        f"cannot reach Elasticsearch at {conn.where} for {what} after "
+        f"cannot reach {conn.name} at {conn.where} for {what} after "
         f"{policy.retries} retries: {error}"
     )

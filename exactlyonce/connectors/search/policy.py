@@ -1,4 +1,5 @@
-"""How the Elasticsearch sink retries: which failures are transient, and its default policy.
+"""How the sinks of the Elasticsearch family retry: which failures are transient, and the
+default policy.
 
 Transient: timeouts, lost connections (TLS failures excepted: those are configuration), and
 HTTP 429 and 5xx (:data:`RETRY_STATUSES`), for whole requests and for single bulk items. The
@@ -13,11 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from elastic_transport import ConnectionTimeout, TlsError
-from elasticsearch import ApiError
-from elasticsearch import ConnectionError as EsConnectionError
-
 from exactlyonce import retry
+from exactlyonce.connectors.search.engine import EngineError, TlsFailed, Unreachable
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 INITIAL_BACKOFF_S = 0.5
@@ -31,11 +29,11 @@ def retryable_status(status: object) -> bool:
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a request that raised ``exc`` may succeed if re-sent (module-level: picklable)."""
-    if isinstance(exc, TlsError):
+    if isinstance(exc, TlsFailed):
         return False
-    if isinstance(exc, ApiError):
+    if isinstance(exc, EngineError):
         return retryable_status(exc.status_code)
-    return isinstance(exc, (EsConnectionError, ConnectionTimeout))
+    return isinstance(exc, Unreachable)
 
 
 def default_policy(max_retries: int) -> retry.RetryPolicy:

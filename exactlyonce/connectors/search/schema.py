@@ -6,13 +6,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from elasticsearch import BadRequestError, Elasticsearch
-
-from exactlyonce.connectors.elasticsearch.connection import EsConnection, call
+from exactlyonce.connectors.search.connection import SearchConnection, call
+from exactlyonce.connectors.search.engine import BadRequest, Client
 from exactlyonce.errors import ConfigError
 from exactlyonce.retry import RetryPolicy
 
-log = logging.getLogger("exactlyonce.elasticsearch")
+log = logging.getLogger("exactlyonce.search")
 
 ID_COLUMN = "_id"  # the record ID travels as the document's _id, never inside _source
 CONTROL_INDEX = "exactlyonce-control"
@@ -46,7 +45,8 @@ _BAD_INDEX_CHARS = set('\\/*?"<>| ,#:')
 
 
 def check_index_name(field: str, name: str) -> str:
-    """``name`` if Elasticsearch accepts it as an index name, else a ConfigError on ``field``."""
+    """``name`` if Elasticsearch and OpenSearch accept it as an index name, else a ConfigError
+    on ``field``."""
     if (
         not isinstance(name, str)
         or not name
@@ -58,7 +58,7 @@ def check_index_name(field: str, name: str) -> str:
     ):
         raise ConfigError(
             field,
-            f"{name!r} is not a valid Elasticsearch index name (lowercase, no spaces or "
+            f"{name!r} is not a valid index name (lowercase, no spaces or "
             '\\ / * ? " < > | , # :, not starting with - _ +)',
         )
     return name
@@ -77,16 +77,14 @@ def target_mapping(mapping: dict[str, Any] | None, epoch_field: str) -> dict[str
 
 
 def ensure_index(
-    conn: EsConnection,
-    client: Elasticsearch,
+    conn: SearchConnection,
+    client: Client,
     policy: RetryPolicy,
     name: str,
     mappings: dict[str, Any],
 ) -> None:
     """Create index ``name`` unless it exists (created meanwhile by another driver is fine)."""
-    exists = call(
-        conn, client, policy, f"checking index {name!r}", lambda es: es.indices.exists(index=name)
-    )
+    exists = call(conn, client, policy, f"checking index {name!r}", lambda c: c.index_exists(name))
     if exists:
         return
     try:
@@ -95,12 +93,12 @@ def ensure_index(
             client,
             policy,
             f"creating index {name!r}",
-            lambda es: es.indices.create(index=name, mappings=mappings),
-            answers=(BadRequestError,),
+            lambda c: c.create_index(name, mappings),
+            answers=(BadRequest,),
         )
         log.info("created index %s", name)
-    except BadRequestError as exc:
-        if exc.error != "resource_already_exists_exception":  # else: created meanwhile
+    except BadRequest as exc:
+        if exc.message != "resource_already_exists_exception":  # else: created meanwhile
             raise ConfigError(
-                "mapping", f"Elasticsearch refused to create index {name!r}: {exc.message}"
+                "mapping", f"{conn.name} refused to create index {name!r}: {exc.message}"
             ) from None

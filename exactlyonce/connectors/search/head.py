@@ -1,4 +1,4 @@
-"""The Elasticsearch sink's :class:`~exactlyonce.connectors.base.head.HeadStore`: one
+"""The search sinks' :class:`~exactlyonce.connectors.base.head.HeadStore`: one
 document ``<query>|<sink>`` in the control index, read by realtime GET and changed with
 optimistic concurrency (``if_seq_no``/``if_primary_term``); shard commits are documents
 ``<query>|<sink>|<epoch>|<shard>`` beside it."""
@@ -11,18 +11,17 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
-
 from exactlyonce.connectors.base.head import Head
+from exactlyonce.connectors.search.engine import Client, Conflict, EngineError, NotFound
 from exactlyonce.errors import SinkUnavailableError
 
 log = logging.getLogger("exactlyonce")
 T = TypeVar("T")
 
-Call = Callable[[str, Callable[[Elasticsearch], Any]], Any]
+Call = Callable[[str, Callable[[Client], Any]], Any]
 
 
-class ElasticsearchHeadStore:
+class SearchHeadStore:
     """The head of (``query_name``, ``sink_name``) in ``control_index``. ``call(what, fn)``
     runs ``fn`` on the sink's client under its retry policy (SinkUnavailableError naming
     ``what`` when it gives up)."""
@@ -35,13 +34,10 @@ class ElasticsearchHeadStore:
 
     def _document(self) -> dict[str, Any] | None:
         try:
-            resp = self.call(
-                "reading the head",
-                lambda es: es.get(index=self.index, id=self.id, realtime=True),
-            )
-        except NotFoundError:
+            resp = self.call("reading the head", lambda c: c.get(self.index, self.id))
+        except NotFound:
             return None
-        return dict(resp.body)
+        return dict(resp)
 
     def read_head(self) -> Head | None:
         doc = self._document()
@@ -67,10 +63,9 @@ class ElasticsearchHeadStore:
 
     def create_head(self, head: Head) -> None:
         # A 409: created already (a lost reply, or another driver); that head stands.
-        with contextlib.suppress(ConflictError):
+        with contextlib.suppress(Conflict):
             self.call(
-                "creating the head",
-                lambda es: es.create(index=self.index, id=self.id, document=self._source(head)),
+                "creating the head", lambda c: c.create(self.index, self.id, self._source(head))
             )
 
     def update_head(self, change: Callable[[Head], Head | None]) -> Head:
@@ -89,16 +84,12 @@ class ElasticsearchHeadStore:
             try:
                 self.call(
                     "writing the head",
-                    lambda es, d=doc, h=new: es.index(  # type: ignore[misc]
-                        index=self.index,
-                        id=self.id,
-                        document=self._source(h),
-                        if_seq_no=d["_seq_no"],
-                        if_primary_term=d["_primary_term"],
+                    lambda c, d=doc, h=new: c.index_if(  # type: ignore[misc]
+                        self.index, self.id, self._source(h), d["_seq_no"], d["_primary_term"]
                     ),
                 )
                 return current
-            except ConflictError:
+            except Conflict:
                 continue  # changed since we read it (or our own lost write): read again
 
     def bind_query_id(self, spark_query_id: str) -> None:
@@ -121,13 +112,13 @@ class ElasticsearchHeadStore:
             for s in range(current.num_shards)
         ]
         try:
-            self.call("dropping shard commits", lambda es: es.bulk(operations=ops))
-        except (SinkUnavailableError, ApiError) as exc:
+            self.call("dropping shard commits", lambda c: c.bulk(ops))
+        except (SinkUnavailableError, EngineError) as exc:
             log.warning("%s: shard commits of epoch %d stay: %s", self.sink_name, epoch, exc)
 
     def reset_head(self) -> None:
         """Every control document of (query, sink), then the head, in one bulk request."""
-        self.call("refreshing", lambda es: es.indices.refresh(index=self.index))
+        self.call("refreshing", lambda c: c.refresh(self.index))
         query = {
             "bool": {
                 "filter": [
@@ -138,11 +129,10 @@ class ElasticsearchHeadStore:
         }
         found = self.call(
             "listing control documents",
-            lambda es: es.search(index=self.index, query=query, size=10_000),
+            lambda c: c.search(self.index, query, 10_000),
         )
         ops = [
-            {"delete": {"_index": self.index, "_id": hit["_id"]}}
-            for hit in found["hits"]["hits"]
+            {"delete": {"_index": self.index, "_id": hit["_id"]}} for hit in found["hits"]["hits"]
         ]
         ops.append({"delete": {"_index": self.index, "_id": self.id}})
-        self.call("resetting the head", lambda es: es.bulk(operations=ops))
+        self.call("resetting the head", lambda c: c.bulk(ops))

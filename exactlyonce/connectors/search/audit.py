@@ -1,5 +1,5 @@
-"""The Elasticsearch sink's audit: every document of its index, read with a scroll (the
-official client's ``helpers.scan``, ``_doc`` order), counted by ``_id`` (the record ID), with
+"""The audit of the Elasticsearch family's sinks: every document of the index, read with a
+scroll (the client's ``helpers.scan``, ``_doc`` order), counted by ``_id`` (the record ID), with
 its ``_version``. A version above 1 means the ``_id`` was written more than once: reported as
 "rewritten" in insert mode, and counted as a duplicate write with ``op_type: create`` (whose
 every write creates; an overwrite is a second write). In upsert mode a key is rewritten by
@@ -11,19 +11,18 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
-
 from exactlyonce.connectors.base.audit import SinkAudit
 from exactlyonce.connectors.base.expected import Expected
-from exactlyonce.connectors.elasticsearch import ElasticsearchSink
-from exactlyonce.connectors.elasticsearch.connection import call
+from exactlyonce.connectors.search.connection import call
+from exactlyonce.connectors.search.engine import Client
+from exactlyonce.connectors.search.sink import SearchSink
 from exactlyonce.progress import Progress
 
 SCROLL_PAGE = 5_000
 SCROLL_KEEP_ALIVE = "5m"
 
 
-def read_elasticsearch(sink: ElasticsearchSink, expected: Expected) -> SinkAudit:
+def read_index(sink: SearchSink, expected: Expected) -> SinkAudit:
     """Documents per ``_id`` of the sink's index with their versions, dead letters, head."""
     client = sink.conn.client()
     try:
@@ -42,7 +41,7 @@ def read_elasticsearch(sink: ElasticsearchSink, expected: Expected) -> SinkAudit
     return SinkAudit(
         query_name=sink.query_name,
         sink=sink.sink_name,
-        kind="elasticsearch",
+        kind=sink.kind,
         read_with=f"index {sink.index}, _version per _id",
         unit="documents in index",
         expected=expected,
@@ -54,18 +53,16 @@ def read_elasticsearch(sink: ElasticsearchSink, expected: Expected) -> SinkAudit
     )
 
 
-def _versions(es: Elasticsearch, index: str, expected: int) -> dict[str, int]:
+def _versions(es: Client, index: str, expected: int) -> dict[str, int]:
     """``_id`` -> ``_version`` of every document (refreshed first: a search sees only what
     was refreshed); empty when the index does not exist."""
-    if not es.indices.exists(index=index):
+    if not es.index_exists(index):
         return {}
-    es.indices.refresh(index=index)
+    es.refresh(index)
     versions: dict[str, int] = {}
     query: dict[str, Any] = {"version": True, "_source": False}  # scan sorts by _doc
-    with Progress(f"audit elasticsearch:{index}", total=expected, unit="docs") as progress:
-        hits = helpers.scan(
-            es, index=index, query=query, size=SCROLL_PAGE, scroll=SCROLL_KEEP_ALIVE
-        )
+    with Progress(f"audit {index}", total=expected, unit="docs") as progress:
+        hits = es.scan(index, query, SCROLL_PAGE, SCROLL_KEEP_ALIVE)
         for n, hit in enumerate(hits, 1):
             versions[hit["_id"]] = int(hit.get("_version", 1))
             if n % SCROLL_PAGE == 0:
@@ -74,9 +71,9 @@ def _versions(es: Elasticsearch, index: str, expected: int) -> dict[str, int]:
     return versions
 
 
-def _dead_letters(es: Elasticsearch, index: str, query_name: str, sink_name: str) -> int:
-    if not es.indices.exists(index=index):
+def _dead_letters(es: Client, index: str, query_name: str, sink_name: str) -> int:
+    if not es.index_exists(index):
         return 0
-    es.indices.refresh(index=index)
+    es.refresh(index)
     terms = [{"term": {"query_name": query_name}}, {"term": {"sink": sink_name}}]
-    return int(es.count(index=index, query={"bool": {"filter": terms}})["count"])
+    return es.count(index, {"bool": {"filter": terms}})
