@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -120,6 +121,17 @@ def test_run_on_spark_connect_writes_once_across_a_restart(
         "elasticsearch": lambda: _elasticsearch(es, unique_name, len(expected)),
     }
     assert readers[kind]() == dict.fromkeys(expected, 1)
+    # The proof can fail: one record written again by a plain at-least-once client shows.
+    write_again: dict[str, Callable[[], object]] = {
+        "postgres": lambda: pg.execute(
+            f'INSERT INTO "{unique_name}" SELECT * FROM "{unique_name}" LIMIT 1'
+        ),
+        "kafka": lambda: _produce_again(bootstrap, unique_name),
+        "redis": lambda: _append_again(sink_redis, f"{unique_name}:events"),
+        "elasticsearch": lambda: _index_again(es, unique_name),
+    }
+    write_again[kind]()
+    assert sorted(readers[kind]().values())[-2:] == [1, 2], f"{kind}: a second write went unseen"
     texts = {f"output {n}": text for n, text in enumerate(outputs)}
     assert_no_secrets([tmp_path], service_passwords(), texts=texts, expect=["events_*"])
 
@@ -144,3 +156,31 @@ def _elasticsearch(es: EsHandle, index: str, expected: int) -> Counter[str]:
     writes, docs = es.writes(index), es.docs(index)
     assert len(docs) == expected
     return Counter({str(doc["event_id"]): writes[i] for i, doc in docs.items()})
+
+
+def _produce_again(bootstrap: str, topic: str) -> None:
+    from kafka import KafkaProducer
+
+    record = read_topic(bootstrap, topic)[0]
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    producer.send(topic, value=record.value, key=record.key, partition=record.partition)
+    producer.flush()
+    producer.close()
+
+
+def _append_again(server: SinkRedis, stream: str) -> None:
+    client = server.client()
+    _, fields = client.xrange(stream, count=1)[0]
+    client.xadd(stream, fields)
+
+
+def _index_again(es: EsHandle, index: str) -> None:
+    doc_id, doc = next(iter(es.docs(index).items()))
+    request = urllib.request.Request(
+        f"{es.url}/{index}/_doc/{doc_id}",
+        data=json.dumps(doc).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30):
+        pass

@@ -167,12 +167,7 @@ def _redacted_name(name: str, text: str, secrets: list[str]) -> str:
 def exposed_options(options: Mapping[str, str]) -> list[str]:
     """The options whose values hold a credential under a name Spark's default redaction
     does not match (``dsn`` with a password): Spark may show them. Names only, in order."""
-    secrets = credentials(sink_config(options))
-    return [
-        option
-        for option, text in options.items()
-        if not SPARK_REDACTED.search(option) and scrub(text, *secrets) != text
-    ]
+    return [o for o in options_with_credentials(options) if not SPARK_REDACTED.search(o)]
 
 
 def warn_exposed(options: Mapping[str, str]) -> None:
