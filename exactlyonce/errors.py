@@ -84,3 +84,8 @@ class OffsetsMovedError(ExactlyOnceError):
 class TaskStateError(ExactlyOnceError):
     """A shard task's method was called in a status that does not allow it (a bug, never
     a data problem): writing after a failure, or committing twice."""
+
+
+class WireFormatError(ExactlyOnceError, ValueError):
+    """A record in a wire format this reader does not know (a newer writer's), or
+    malformed: refused, never skipped (skipping would lose it)."""

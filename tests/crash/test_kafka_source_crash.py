@@ -68,6 +68,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from exactlyonce.dedup.ids import record_id
 from tests.crash.harness import ROOT, Job, crash_seed
 from tests.support.es_fixtures import EsHandle
+from tests.support.kafka_audit import named_headers
 from tests.support.redis_fixtures import SinkRedis
 from tests.support.secrets_scan import event_log_conf
 
@@ -343,7 +344,7 @@ def read_kafka(bootstrap: str, topic: str) -> list[Found]:
                     continue
                 assert error is None, error
                 at_end.discard(msg.partition())
-                headers = dict(msg.headers() or [])
+                headers = named_headers(msg.headers())
                 value = json.loads(msg.value())
                 found.append(
                     Found(

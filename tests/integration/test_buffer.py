@@ -41,7 +41,7 @@ from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
 from tests.support.audit import assert_exactly_once, install_audit, write_counts
 from tests.support.events import events, ids
-from tests.support.kafka_audit import read_topic
+from tests.support.kafka_audit import named_headers, read_topic
 from tests.support.private_postgres import PrivatePostgres
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,7 @@ def buffer_layout(bootstrap: str, topic: str) -> list[tuple[int, int, bool]]:
     kafka-python (aborted attempts included: this is the layout, not the recipe)."""
     out = []
     for msg in read_topic(bootstrap, topic, "read_uncommitted"):
-        headers = dict(msg.headers or [])
+        headers = named_headers(msg.headers)
         if H_RECORD_IDS in headers:
             ids_blob = headers[H_RECORD_IDS]
             assert len(ids_blob) % 32 == 0 and len(ids_blob) > 0
@@ -278,7 +278,7 @@ def test_bad_messages_go_to_the_dead_letter_topic_and_the_drain_goes_on(
     letters = read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_uncommitted")
     reasons: dict[bytes, str] = {}
     for msg in letters:
-        headers = dict(msg.headers or [])
+        headers = named_headers(msg.headers)
         reasons[msg.value] = headers["eo-error"].decode()
         assert headers["eo-source-topic"].decode() == buffer.topic
         assert int(headers["eo-source-offset"]) >= 0
@@ -307,7 +307,7 @@ def test_frames_go_round_robin_over_the_partitions(
     frames = Counter(
         m.partition
         for m in read_topic(bootstrap, buffer.topic, "read_uncommitted")
-        if H_RECORD_IDS in dict(m.headers or [])
+        if H_RECORD_IDS in named_headers(m.headers)
     )
     assert sum(frames.values()) == 100 and frames == {0: 50, 1: 50}, frames
 
@@ -352,7 +352,7 @@ def test_a_bad_record_of_a_frame_is_a_dead_letter_of_its_own(
 
     letters = {}
     for msg in read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_uncommitted"):
-        headers = dict(msg.headers or [])
+        headers = named_headers(msg.headers)
         letters[headers.get(H_RECORD_ID, headers["eo-source-offset"])] = (msg, headers)
     assert len(letters) == 4, list(letters)
     msg, headers = letters[bad_type.encode()]
@@ -522,7 +522,7 @@ def test_an_append_table_gets_each_record_once_and_refused_rows_are_dead_letters
     assert set(write_counts(pg, unique_name).values()) == {1}, "a record was written twice"
     letters = {}
     for msg in read_topic(bootstrap, buffer.drain_dead_letter_topic, "read_uncommitted"):
-        headers = dict(msg.headers or [])
+        headers = named_headers(msg.headers)
         letters[headers[H_RECORD_ID].decode()] = headers["eo-error"].decode()
     assert set(letters) == refused_ids
     assert all("23514" in why for why in letters.values()), letters  # check_violation

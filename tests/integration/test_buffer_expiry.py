@@ -33,7 +33,7 @@ from exactlyonce.connectors.kafka.reader import H_RECORD_ID, H_RECORD_IDS, load_
 from exactlyonce.connectors.redis import RedisSink
 from exactlyonce.errors import ConfigError, ExpiredRecordsError, SinkUnavailableError
 from tests.support.events import events
-from tests.support.kafka_audit import read_topic
+from tests.support.kafka_audit import named_headers, read_topic
 from tests.support.redis_fixtures import SinkRedis
 
 pytestmark = pytest.mark.integration
@@ -51,7 +51,7 @@ def records_by_offset(bootstrap: str, topic: str, partition: int) -> dict[int, i
     for msg in read_topic(bootstrap, topic, "read_uncommitted"):
         if msg.partition != partition:
             continue
-        headers = dict(msg.headers or [])
+        headers = named_headers(msg.headers)
         n = len(headers[H_RECORD_IDS]) // 32 if H_RECORD_IDS in headers else 1
         assert H_RECORD_IDS in headers or H_RECORD_ID in headers
         out[msg.offset] = n

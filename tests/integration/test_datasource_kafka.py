@@ -20,7 +20,13 @@ from exactlyonce.connectors.kafka.reader import drain, exact_end_offsets, head_k
 from exactlyonce.dedup.ids import record_id
 from tests.crash.harness import Input, make_input
 from tests.support.datasource_streams import through_both_paths
-from tests.support.kafka_audit import assert_plain_exactly_once, audit, plain_counts, read_topic
+from tests.support.kafka_audit import (
+    assert_plain_exactly_once,
+    audit,
+    named_headers,
+    plain_counts,
+    read_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -179,7 +185,7 @@ def records_by_id(bootstrap: str, topic: str, query: str) -> dict[str, tuple[Any
     """(key, value) per record ID, as a plain read_committed consumer reads them."""
     out: dict[str, tuple[Any, Any]] = {}
     for record in read_topic(bootstrap, topic):
-        headers = dict(record.headers or [])
+        headers = named_headers(record.headers)
         if headers.get("eo-query", b"").decode() == query:
             out[headers["eo-record-id"].decode()] = (record.key, record.value)
     return out

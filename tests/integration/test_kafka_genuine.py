@@ -45,6 +45,7 @@ from tests.support.kafka_audit import (
     PLAIN_CLIENTS,
     assert_plain_exactly_once,
     audit,
+    named_headers,
     read_topic,
     read_topic_confluent,
 )
@@ -112,7 +113,7 @@ class Watcher:
         return wanted <= set(self.arrivals)
 
     def note(self, headers: Any) -> None:
-        h: dict[str, bytes] = dict(headers or [])
+        h: dict[str, bytes] = named_headers(headers)
         if (h.get("eo-query") or b"").decode() == self.query:
             rid = (h.get("eo-record-id") or b"<none>").decode()
             self.arrivals.setdefault(rid, []).append(time.monotonic())

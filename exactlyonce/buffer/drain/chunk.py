@@ -17,6 +17,7 @@ from exactlyonce.buffer.tuning import gc_paused
 from exactlyonce.connectors.base.drain import Chunk
 from exactlyonce.connectors.base.frames import ids_problem
 from exactlyonce.connectors.kafka.reader import (
+    H_COMPACT,
     H_EPOCH,
     H_RECORD_ID,
     H_RECORD_IDS,
@@ -38,7 +39,9 @@ def read_chunk(
     The recipe's verdict is asked once per (query, epoch, shard, attempt) of the chunk:
     every record below the frontier was written before its confirmation, which was folded
     in before the head that put it below the frontier. A record as the sink writes it has
-    exactly five headers, the record ID last: its first four are the key of that verdict.
+    one ``eo`` header (wire format 1), whose value up to the record ID is the key of that
+    verdict; a frame (or a record of wire format 0) has exactly five headers, the record
+    ID(s) last, and its first four are the key.
     Anything else takes the general look (:func:`headers_of`). The cyclic garbage collector
     is paused meanwhile (:func:`~exactlyonce.buffer.tuning.gc_paused`).
     """
@@ -58,7 +61,14 @@ def _read_chunk(
         msg: Any
         for msg in batch:  # one pass per message, inline: this is the drain's hot loop
             h: Any = msg.headers()
-            if h is not None and len(h) == 5 and h[4][0] in _ID_HEADERS:
+            if h is not None and len(h) == 1 and h[0][0] == H_COMPACT:  # wire format 1
+                compact = h[0][1]
+                key = compact[:-RECORD_ID_BYTES]
+                epoch = verdicts.get(key, _UNKNOWN)
+                if epoch is _UNKNOWN:
+                    epoch = verdicts[key] = verdict(commits, msg)
+                name, found = H_RECORD_ID, compact[-RECORD_ID_BYTES:]
+            elif h is not None and len(h) == 5 and h[4][0] in _ID_HEADERS:
                 key = (h[0], h[1], h[2], h[3])
                 epoch = verdicts.get(key, _UNKNOWN)
                 if epoch is _UNKNOWN:

@@ -17,9 +17,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from exactlyonce.connectors.kafka.protocol import (
+    H_COMPACT,
     H_RECORD_ID,
     H_RECORD_IDS,
     RECORD_ID_BYTES,
+    expand_compact,
     shared_config,
 )
 from exactlyonce.errors import SinkUnavailableError
@@ -247,12 +249,17 @@ def _done(
 
 
 def headers_of(msg: Message) -> dict[str, bytes]:
-    """A record's headers by name (text values as UTF-8 bytes)."""
+    """A record's headers by name (text values as UTF-8 bytes), in wire format 0's names: a
+    record of wire format 1 has its one ``eo`` header expanded into the five
+    (:func:`~.protocol.expand_compact`, which refuses a format it does not know)."""
     out: dict[str, bytes] = {}
     raw = msg.headers() or []
     for name, value in raw.items() if isinstance(raw, dict) else raw:
         if value is not None:
             out[name] = value.encode() if isinstance(value, str) else bytes(value)
+    compact = out.pop(H_COMPACT, None)
+    if compact is not None:
+        out.update(expand_compact(compact))
     return out
 
 

@@ -65,8 +65,11 @@ class KafkaSink(ExactlyOnceSink):
       whose ``transactional.id`` is ``eo-<query>-<sha1(sink)[:8]>-<shard>``: stable across
       re-runs, so a new attempt's ``init_transactions()`` fences the zombie of an older one and
       aborts its open transaction;
-    - every data record carries the headers ``eo-query``, ``eo-epoch``, ``eo-shard``,
-      ``eo-record-id`` and ``eo-attempt`` (a nonce per task attempt);
+    - every data record carries one header, ``eo``: ``1|<epoch>|<shard>|<attempt>|<query>|``
+      then its record ID (wire format 1; ``attempt`` is a nonce per task attempt). Readers of
+      this version also read wire format 0, where the same fields were the five headers
+      ``eo-query``, ``eo-epoch``, ``eo-shard``, ``eo-attempt`` and ``eo-record-id``, and
+      dead letters and buffer frames still carry them;
     - inside the same transaction, a commit marker goes to the compacted control topic; after
       ``commit_transaction()`` succeeded, a second small transaction writes a CONFIRMATION of the
       attempt. On a broker that delivers aborted records (Tansu), the marker may belong to an

@@ -24,6 +24,7 @@ from exactlyonce.connectors.kafka.clients import init_transactions
 from exactlyonce.connectors.kafka.protocol import (
     DEAD_LETTER_PAYLOAD_LIMIT,
     H_ATTEMPT,
+    H_COMPACT,
     H_EPOCH,
     H_ERROR,
     H_QUERY,
@@ -32,6 +33,7 @@ from exactlyonce.connectors.kafka.protocol import (
     ID_COLUMN,
     KEY_COLUMN,
     VALUE_COLUMN,
+    compact_prefix,
 )
 from exactlyonce.connectors.kafka.target import KafkaTarget
 from exactlyonce.connectors.kafka.transaction import TransactionSteps, TxnState
@@ -70,7 +72,8 @@ class KafkaShardTask(TransactionSteps, ShardTask):
         self.frames = 0  # frames produced by this attempt (where the next one goes)
         self.dead = 0
         self.chunks = 0
-        self.headers: list[tuple[str, str | bytes | None]] = []
+        self.headers: list[tuple[str, str | bytes | None]] = []  # frames and dead letters
+        self.compact = b""  # a record's one header (wire format 1), before its ID
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows:
@@ -95,6 +98,7 @@ class KafkaShardTask(TransactionSteps, ShardTask):
             (H_SHARD, str(self.shard).encode()),
             (H_ATTEMPT, self.attempt.encode()),
         ]
+        self.compact = compact_prefix(self.t.query_name, self.epoch, self.shard, self.attempt)
         self.producer = Producer(self._producer_config())
         init_transactions(self.producer, self.t.control_topic, self.t.timeout_s)
         if self._committed_earlier():
@@ -127,13 +131,20 @@ class KafkaShardTask(TransactionSteps, ShardTask):
             crash_point("mid_produce", self.epoch)
 
     def _write_records(self, ids: list[Any], values: list[Any], keys: list[Any]) -> list[int]:
-        """One message per record, its ID in ``eo-record-id``. Returns the rows too large
-        for a message."""
-        base = self.headers
+        """One message per record with one header, ``eo`` (wire format 1: the attempt's
+        :func:`compact_prefix`, then the record's ID). Returns the rows too large for a
+        message. The sink's hot loop: one ``produce`` per record and nothing else in the
+        common case (a full local queue or a refused size take the slow path)."""
+        assert self.producer is not None
+        produce, topic, prefix = self.producer.produce, self.t.topic, self.compact
         too_large: list[int] = []
         for i, (value, key, rid) in enumerate(zip(values, keys, ids, strict=True)):
-            if not self._produce(value, key, [*base, (H_RECORD_ID, rid)]):
-                too_large.append(i)
+            headers = [(H_COMPACT, prefix + rid)]
+            try:
+                produce(topic, value, key, headers=headers)
+            except (BufferError, KafkaException):
+                if not self._produce(value, key, headers):
+                    too_large.append(i)
         return too_large
 
     def _write_frames(self, ids: list[Any], values: list[Any]) -> list[int]:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from exactlyonce.connectors.base.expected import spark_text
+from exactlyonce.connectors.kafka.protocol import H_COMPACT, expand_compact
 from exactlyonce.integration.lab.chaos.control.reading import Reading
 from exactlyonce.integration.lab.chaos.control.target import Key, Target
 
@@ -107,9 +108,11 @@ def read(t: Target) -> Reading:
 def last_epoch(t: Target) -> int | None:
     epochs = []
     for record in _records(t, lambda end: end - TAIL):
-        for name, value in record.headers or ():
-            if name == t.epoch and value is not None:
-                epochs.append(int(value))
+        headers = {name: value for name, value in record.headers or () if value is not None}
+        if H_COMPACT in headers:  # our sink's records (wire format 1): the epoch is in it
+            headers.update(expand_compact(headers.pop(H_COMPACT)))
+        if t.epoch in headers:
+            epochs.append(int(headers[t.epoch]))
     return max(epochs, default=None)
 
 
