@@ -46,9 +46,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bench.ceiling import (
+    CpuMeter,
+    ceiling_figures,
+    ceiling_paths,
+    cpu_per_million,
+    service_pids,
+    time_ceilings,
+)
 from bench.common import (
     PARTITIONS,
     BenchError,
+    PathTiming,
     add_results_dir_argument,
     generate_rows,
     machine_info,
@@ -66,7 +75,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 NAME = "kafka"
-TARGET_RATIO = 0.7
+TARGET_RATIO = 0.7  # eos / the plain producer
+TARGET_RATIO_VS_SPARK = 1.0  # eos / Spark's own Kafka sink (issue 34; median over runs >= 0.9)
 WARM_ROWS = 100_000
 PRODUCER_TUNING = {
     "linger.ms": 5,
@@ -212,27 +222,34 @@ def run(
     write_spark(warm, bootstrap, spark_topic)
     sink(warm, 0)
 
-    plain_runs: list[float] = []
-    spark_runs: list[float] = []
-    eos_runs: list[float] = []
+    meter = CpuMeter(service_pids("kafka", "redis"))
+    eos, plain, spark_path = (PathTiming(n, rows) for n in ("eos", "plain", "spark"))
+    noop, python = ceiling_paths(rows)
+    time_ceilings(warm, WARM_ROWS, *ceiling_paths(WARM_ROWS), meter)  # warm-up, not kept
     reports = []
-    for i, df in enumerate(batches):  # interleaved, so both paths see the same machine load
+    for i, df in enumerate(batches):  # interleaved, so every path sees the same machine load
+        progress(f"run {i + 1}/{repeat}: ceilings (noop, Python)")
+        time_ceilings(df, rows, noop, python, meter)
         progress(f"run {i + 1}/{repeat}: plain")
-        seconds, written = timed(functools.partial(write_plain, df, bootstrap, plain_topic))
-        plain_runs.append(seconds)
+        with meter.measure() as cpu:
+            seconds, written = timed(functools.partial(write_plain, df, bootstrap, plain_topic))
+        plain.record(seconds, {"cpu": cpu})
         if written != rows:
             raise BenchError(f"plain: wrote {written:,} of {rows:,}")
         progress(f"run {i + 1}/{repeat}: Spark's Kafka sink")
-        seconds, _ = timed(functools.partial(write_spark, df, bootstrap, spark_topic))
-        spark_runs.append(seconds)
+        with meter.measure() as cpu:
+            seconds, _ = timed(functools.partial(write_spark, df, bootstrap, spark_topic))
+        spark_path.record(seconds, {"cpu": cpu})
         progress(f"run {i + 1}/{repeat}: eos")
-        seconds, _ = timed(functools.partial(sink, df, i + 1))
-        eos_runs.append(seconds)
+        with meter.measure() as cpu:
+            seconds, _ = timed(functools.partial(sink, df, i + 1))
+        eos.record(seconds, {"cpu": cpu})
         report = sink.last_report
         assert report is not None
         if report.written != rows:
             raise BenchError(f"eos: {report.written:,} written of {rows:,}")
         reports.append(report)
+    eos_runs, plain_runs, spark_runs = eos.runs, plain.runs, spark_path.runs
     total = WARM_ROWS + repeat * rows
     progress("checking both topics")
     plain_held = topic_messages(bootstrap, plain_topic)
@@ -270,6 +287,7 @@ def run(
         "ratio_vs_spark": ratio(eos_rate, spark_rate),
         "ratio_vs_spark_median": ratio(statistics.median(spark_runs), statistics.median(eos_runs)),
         "target_ratio": TARGET_RATIO,
+        "target_ratio_vs_spark": TARGET_RATIO_VS_SPARK,
         "paths": {
             "eos": {
                 "runs_seconds": [round(s, 3) for s in eos_runs],
@@ -284,6 +302,10 @@ def run(
             "plain": {"runs_seconds": [round(s, 3) for s in plain_runs], "topic_holds": plain_held},
             "spark": {"runs_seconds": [round(s, 3) for s in spark_runs], "topic_holds": spark_held},
         },
+        "cpu_s_per_million": cpu_per_million(
+            {"eos": eos, "plain": plain, "spark": spark_path, "ceiling_python": python}
+        ),
+        **ceiling_figures(noop, python, {"eos": eos, "plain": plain, "spark": spark_path}),
         **buffer_figures,
     }
 
@@ -322,7 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"eos {figures['eos_msgs_per_s']:,} msgs/s, plain {figures['plain_msgs_per_s']:,} "
         f"msgs/s, ratio {figures['ratio']:.3f} (target {TARGET_RATIO}); Spark's Kafka sink "
         f"{figures['spark_kafka_sink_msgs_per_s']:,} msgs/s, ratio {figures['ratio_vs_spark']:.3f} "
-        f"(target {TARGET_RATIO})",
+        f"(target {TARGET_RATIO_VS_SPARK}); of the Python ceiling "
+        f"({figures['ceiling_python_rows_per_s']:,} rows/s): {figures['of_python_ceiling']}",
         flush=True,
     )
     if buffer_args is not None:

@@ -1,0 +1,194 @@
+"""What the machine can do with a benchmark's rows, measured in the same run as the sinks.
+
+Ceilings (:func:`ceilings`): the same cached rows written
+
+``noop``
+    into Spark's ``noop`` sink: the JVM reads and drops them. No writer on Spark can beat it.
+``python``
+    through a ``mapInArrow`` that only counts: Spark hands every row to a Python worker as
+    Arrow and gets one count back. No Python writer (ours, or a plain one) can beat it.
+
+Each timed ``--repeat`` times, best run counted, interleaved with the paths they bound.
+
+CPU (:class:`CpuMeter`): user + system CPU seconds, per timed run, of the benchmark's own
+process tree (the driver, the Spark JVM, its Python workers) and of each named server's
+process tree (the broker, PostgreSQL's postmaster and backends, Redis), from ``/proc``.
+Reaped children count through their parent's ``cutime``/``cstime``. Reported per million
+records (:func:`cpu_per_million`): steadier than throughput on a shared machine, and what a
+user pays for. Linux only; elsewhere :class:`CpuMeter` reports nothing (``None``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.common import PathTiming, ratio, timed
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+PROC = Path("/proc")
+
+
+def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pydict({"n": pa.array([rows], pa.int64())})
+
+
+def write_noop(df: DataFrame) -> int:
+    """The rows into Spark's ``noop`` sink; returns the row count (asked separately: the
+    sink reports none)."""
+    df.write.format("noop").mode("overwrite").save()
+    return -1
+
+
+def count_in_python(df: DataFrame) -> int:
+    """Every row handed to a Python worker as Arrow, counted there."""
+    return sum(int(r["n"]) for r in df.mapInArrow(_count_rows, "n long").collect())
+
+
+def ceiling_paths(rows: int) -> tuple[PathTiming, PathTiming]:
+    return PathTiming("ceiling_noop", rows), PathTiming("ceiling_python", rows)
+
+
+def time_ceilings(
+    df: DataFrame, rows: int, noop: PathTiming, python: PathTiming, meter: CpuMeter
+) -> None:
+    """One timed run of each ceiling over ``df`` (``rows`` rows), recorded with its CPU."""
+    with meter.measure() as cpu:
+        seconds, _ = timed(lambda: write_noop(df))
+    noop.record(seconds, {"cpu": cpu})
+    with meter.measure() as cpu:
+        seconds, counted = timed(lambda: count_in_python(df))
+    if counted != rows:
+        raise RuntimeError(f"the Python ceiling counted {counted:,} rows of {rows:,}")
+    python.record(seconds, {"cpu": cpu})
+
+
+def ceiling_figures(
+    noop: PathTiming, python: PathTiming, paths: Mapping[str, PathTiming]
+) -> dict[str, Any]:
+    """The ceilings and each path as a fraction of them (best runs)."""
+    out: dict[str, Any] = {
+        "ceiling_noop_rows_per_s": round(noop.rows_per_s),
+        "ceiling_python_rows_per_s": round(python.rows_per_s),
+        "of_python_ceiling": {
+            name: ratio(p.rows_per_s, python.rows_per_s) for name, p in paths.items()
+        },
+        "of_noop_ceiling": {
+            name: ratio(p.rows_per_s, noop.rows_per_s) for name, p in paths.items()
+        },
+        "ceilings": {"noop": noop.as_dict(), "python": python.as_dict()},
+    }
+    return out
+
+
+def _cpu_of(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds of the process and its reaped children), None if gone."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    # after the name: state, ppid, ... utime (11), stime, cutime, cstime (14), 0-based here
+    ticks = sum(int(x) for x in fields[11:15])
+    return int(fields[1]), ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, float]]:
+    out = {}
+    for entry in PROC.iterdir() if PROC.is_dir() else ():
+        if entry.name.isdigit():
+            found = _cpu_of(int(entry.name))
+            if found is not None:
+                out[int(entry.name)] = found
+    return out
+
+
+def _tree(root: int, table: Mapping[int, tuple[int, float]]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table and pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return found
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds of process trees over a stretch of time: ``spark`` (this process and
+    its descendants) and each of ``servers`` (name -> the root pid of its tree)."""
+
+    servers: Mapping[str, int | None] = field(default_factory=dict)
+
+    def _sample(self) -> dict[str, dict[int, float]] | None:
+        if not PROC.is_dir():
+            return None
+        table = _processes()
+        roots = {"spark": os.getpid(), **{k: v for k, v in self.servers.items() if v}}
+        return {
+            name: {pid: table[pid][1] for pid in _tree(root, table)} for name, root in roots.items()
+        }
+
+    @contextmanager
+    def measure(self) -> Iterator[dict[str, float]]:
+        """Fills the yielded dict at exit: CPU seconds per tree, and ``total``."""
+        used: dict[str, float] = {}
+        before = self._sample()
+        began = time.monotonic()
+        yield used
+        after = self._sample()
+        if before is None or after is None:
+            return
+        for name, pids in after.items():
+            start = before.get(name, {})
+            used[name] = round(sum(cpu - start.get(pid, 0.0) for pid, cpu in pids.items()), 3)
+        used["total"] = round(sum(used.values()), 3)
+        used["wall"] = round(time.monotonic() - began, 3)
+
+
+def cpu_per_million(paths: Mapping[str, PathTiming]) -> dict[str, dict[str, float] | None]:
+    """Per path: the median run's CPU seconds per million records, per process tree and in
+    total (``None`` where the runs recorded no CPU)."""
+    out: dict[str, dict[str, float] | None] = {}
+    for name, p in paths.items():
+        runs = [d.get("cpu") for d in p.details if d.get("cpu")]
+        if not runs:
+            out[name] = None
+            continue
+        runs.sort(key=lambda cpu: cpu["total"])
+        median = runs[len(runs) // 2]
+        out[name] = {
+            tree: round(seconds * 1_000_000 / p.rows, 2)
+            for tree, seconds in median.items()
+            if tree != "wall"
+        }
+    return out
+
+
+def service_pids(*names: str) -> dict[str, int | None]:
+    """The local services' pids (``kafka``, ``postgres``, ``redis``) from their pid files
+    under the services home; None for one that is not running here."""
+    from importlib import import_module
+
+    from exactlyonce.integration.envfile import home_dir
+
+    home = home_dir()
+    out: dict[str, int | None] = {}
+    for name in names:
+        module = import_module(f"exactlyonce.integration.lab.services.{name}")
+        out[name] = module.pid(home)
+    return out
