@@ -88,10 +88,6 @@ def start_server() -> Server:
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    search.add_arguments(parser, ENGINE)
-
-
 def main(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
     return search.main(argv, ENGINE, start_server, __doc__)
 

@@ -90,10 +90,6 @@ def start_server() -> Server:
     return Server(ENGINE, node.url, "opensearch", describe, pid=pid, stop=node.stop)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    search.add_arguments(parser, ENGINE)
-
-
 def main(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
     return search.main(argv, ENGINE, start_server, __doc__)
 
