@@ -7,6 +7,7 @@ python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs
 python -m bench dedup_stages              # where the dedup e2e time goes, stage by stage
 python -m bench cluster_catalog           # the catalog on 1 Redis vs a 3-master Redis Cluster
 python -m bench elasticsearch             # ElasticsearchSink vs plain streaming_bulk
+python -m bench opensearch                # OpenSearchSink vs streaming_bulk, genuine node
 python -m bench session_start             # Spark session start with/without the JVM archive
 python -m bench recovery                  # restart to first write, 1M/10M catalog, 1,000 epochs
 python -m bench buffer                    # the Kafka buffer ahead of slow sinks (p99, drain)
@@ -29,6 +30,7 @@ STANDALONE = {
     "dedup_stages": "bench.dedup_stages",
     "cluster_catalog": "bench.cluster_catalog",
     "elasticsearch": "bench.elasticsearch",
+    "opensearch": "bench.opensearch",
     "session_start": "bench.session_start",
     "recovery": "bench.recovery",
     "buffer": "bench.buffer",

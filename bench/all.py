@@ -88,6 +88,11 @@ STEPS = (
         ("--rows", "20000", "--repeat", "1", "--warmup-rows", "5000"),
     ),
     Step(
+        "opensearch",
+        ("--rows", "200000", "--repeat", "3"),
+        ("--rows", "20000", "--repeat", "1", "--warmup-rows", "5000"),
+    ),
+    Step(
         "redis",
         ("--rows", "300000", "--repeat", "3"),
         ("--rows", "20000", "--repeat", "1", "--warmup-rows", "5000"),

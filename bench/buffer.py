@@ -334,7 +334,7 @@ def run_sinks(
     Elasticsearch: :mod:`bench.buffer_sinks`), one after the other in one Spark session."""
     from bench import buffer_sinks
     from bench.common import generate_rows
-    from bench.elasticsearch import Server as EsServer
+    from bench.elasticsearch import start_server as start_es_server
     from bench.kafka import service
     from bench.redis_sink import Server as RedisServer
 
@@ -357,7 +357,7 @@ def run_sinks(
     other: dict[str, tuple[Any, Any, int, int]] = {
         "redis": (RedisServer, buffer_sinks.redis_kit, args.batch_rows, args.drain_rows),
         "elasticsearch": (
-            lambda: EsServer(os.environ.get("ELASTICSEARCH_URL")),
+            start_es_server,
             buffer_sinks.es_kit,
             args.es_batch_rows,
             args.es_drain_rows,

@@ -21,7 +21,7 @@ the same figures as PostgreSQL's, under the same keys:
 
 Redis: a throwaway ``redis-server`` (:class:`bench.redis_sink.Server`), ``write="hash"``.
 Elasticsearch: ``$ELASTICSEARCH_URL``, else the stand-in ``tests/support/es_server/`` in its own
-process (:class:`bench.elasticsearch.Server`), ``op_type="create"``.
+process (:func:`bench.elasticsearch.start_server`), ``op_type="create"``.
 """
 
 from __future__ import annotations

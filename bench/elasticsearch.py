@@ -4,39 +4,13 @@
 one Spark session (``local[2]``), into one Elasticsearch: the cluster at ``$ELASTICSEARCH_URL``
 when it is set (``"server": "real"`` in the results), else the HTTP test server
 ``tests/support/es_server/``, started here as its own process on a free port (``"server": "test"``),
-as the tests do. Both paths meet the same server process; each run writes a new index, which
-is counted and deleted afterwards.
-
-``eos``
-    ``ElasticsearchSink(url, index, id_columns=["id"], query_name=..., shards=2)`` with its
-    other defaults: ``op_type="create"``, the ID catalog on (in the catalog's Redis from
-    ``$EXACTLYONCE_REDIS_URL`` or the services file, as users run it), bulk requests cut at
-    1,000 actions / 10 MiB. Called as a ``foreachBatch`` callable, ``sink(df, 0)``, on a cached
-    DataFrame: head read and creation, record IDs, the shuffle into shards, dedup, the shard
-    commits read (realtime ``mget``) and written, every item's status checked, the head
-    advanced. The index and its preflight (index creation) are made before the clock starts.
-``plain``
-    ``df.mapInArrow(fn, "n long")`` over the same 2 partitions: each task opens one client
-    and sends its rows through ``helpers.streaming_bulk`` (``chunk_size`` 1,000,
-    ``max_chunk_bytes`` 10 MiB, the sink's defaults) as ``create`` actions. At-least-once: no
-    record IDs, no shuffle, no dedup, no commit documents, no head. To make the server do the
-    same work, a plain document is the one the sink stores: ``_id`` is the row's ``id`` (32
-    hex chars, like the sink's record ID), ``_source`` is the row plus the sink's ``epoch``
-    field (0, the epoch of ``sink(df, 0)``), in an index created with the sink's mapping.
-``server_raw`` (context, test server only)
-    The server's own ceiling: the same documents pre-serialised on the driver into
-    ``_bulk`` bodies of 1,000 ``create`` actions, POSTed over 2 keep-alive connections
-    (2 threads), no Spark, no client library. When this is not much faster than ``plain``,
-    the server is the bottleneck and the eos/plain ratio compares two paths that wait on it.
-
-The rows ``(id string(32), value bigint, note string)`` come from ``spark.range(N)`` through
-md5/sha1 (as in the Redis and Kafka benchmarks), 2 partitions, cached and counted before any
-timing. Each path is warmed up on a small run, then timed ``--repeat`` times (3), the paths
-interleaved (plain, eos, raw, plain, eos, raw ...); the best run counts (the machine is
-shared). After each run the index must hold exactly N documents (``_refresh`` + ``_count``),
-and the sink must report N written, or the benchmark fails. For the test server, each run also
-records the server process's CPU seconds (from ``/proc``): a server that is CPU-bound spends
-about one CPU second per wall second (it is one Python process, held by its GIL).
+as the tests do. The paths (``eos``: ``ElasticsearchSink``; ``plain``: elasticsearch-py's
+``helpers.streaming_bulk`` in ``mapInArrow``; ``server_raw``, test server only: pre-built
+``_bulk`` bodies over 2 connections), the documents, the warm-up, the interleaved best-of
+``--repeat`` runs and the count after each run are :mod:`bench.search`'s, shared with
+``python -m bench opensearch``. For the test server, each run also records the server
+process's CPU seconds (from ``/proc``): a server that is CPU-bound spends about one CPU second
+per wall second (it is one Python process, held by its GIL).
 
 Writes ``bench/results/elasticsearch.json`` with ``eos_docs_per_s``, ``plain_docs_per_s``,
 ``ratio`` (eos / plain), ``server`` (``real`` or ``test``), ``rows`` and the details.
@@ -45,383 +19,77 @@ Writes ``bench/results/elasticsearch.json`` with ``eos_docs_per_s``, ``plain_doc
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
-import logging
-import os
 import subprocess
 import sys
-import threading
-import time
-import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from collections.abc import Sequence
+from typing import Any
 
-from bench import common
-from bench.common import BenchError, PathTiming, progress, timed
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame
-
-NAME = "elasticsearch"
-TARGET = 0.8
-QUERY_PREFIX = "bench-es-"
-INDEX_PREFIX = "bench-es-"
-CHUNK_SIZE = 1000  # the sink's bulk_max_actions default
-CHUNK_BYTES = 10 * 1024 * 1024  # the sink's bulk_max_bytes default
-EPOCH_FIELD = "epoch"
+from bench import common, search
+from bench.common import BenchError
+from bench.search import Server
 
 
-# -- the server ----------------------------------------------------------------------------
+class Elasticsearch(search.Engine):
+    """elasticsearch-py and :class:`~exactlyonce.connectors.elasticsearch.ElasticsearchSink`."""
 
+    name = "elasticsearch"
+    title = "Elasticsearch"
+    prefix = "bench-es-"
+    modules = ("elasticsearch", "elastic_transport")
+    helpers = "elasticsearch.helpers"
+    sink_class = ("exactlyonce.connectors.elasticsearch", "ElasticsearchSink")
+    url_variable = "ELASTICSEARCH_URL"
+    logger = "elastic_transport"
 
-class Server:
-    """Where both paths write: ``$ELASTICSEARCH_URL``, or the test server in its own process."""
-
-    def __init__(self, url: str | None) -> None:
-        self.proc: subprocess.Popen[str] | None = None
-        if url:
-            self.url = url.rstrip("/")
-            self.kind = "real"
-        else:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.es_server", "--port", "0"],
-                cwd=common.PROJECT_ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,
-            )
-            assert self.proc.stdout is not None
-            line = self.proc.stdout.readline().strip()
-            prefix = "es_server listening on "
-            if not line.startswith(prefix):
-                self.stop()
-                raise BenchError(f"the test server did not start (said {line!r})")
-            self.url = line[len(prefix) :]
-            self.kind = "test"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with self.client() as es:
-                    self.info = dict(es.info())
-                break
-            except Exception as exc:
-                if time.monotonic() > deadline or (self.proc and self.proc.poll() is not None):
-                    self.stop()
-                    raise BenchError(
-                        f"Elasticsearch at {self.url} does not answer: {exc}"
-                    ) from None
-                time.sleep(0.1)
-
-    def describe(self) -> str:
-        if self.proc is not None:
-            return f"the test server tests/support/es_server/ (own process, pid {self.proc.pid})"
-        version = self.info.get("version", {}).get("number")
-        return f"real Elasticsearch {version} at $ELASTICSEARCH_URL"
-
-    def client(self) -> Any:
+    def client(self, url: str) -> Any:
         from elasticsearch import Elasticsearch
 
-        return Elasticsearch(self.url, request_timeout=300)
+        return Elasticsearch(url, request_timeout=300)
 
-    def cpu_seconds(self) -> float | None:
-        """The test server process's user+system CPU seconds so far (None for a real one)."""
-        if self.proc is None:
-            return None
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    def create_index(self, client: Any, name: str, mappings: dict[str, Any]) -> None:
+        client.indices.create(index=name, mappings=mappings)
 
-    def create_index(self, name: str) -> None:
-        """An index with the mapping the sink gives its target (``epoch`` long, rest dynamic)."""
-        with self.client() as es:
-            es.indices.create(index=name, mappings={"properties": {EPOCH_FIELD: {"type": "long"}}})
+    def delete_index(self, client: Any, name: str) -> None:
+        client.options(ignore_status=404).indices.delete(index=name)
 
-    def count(self, index: str) -> int:
-        with self.client() as es:
-            es.indices.refresh(index=index)
-            return int(es.count(index=index)["count"])
-
-    def drop(self, *indices: str) -> None:
-        with self.client() as es:
-            for name in indices:
-                es.options(ignore_status=404).indices.delete(index=name)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            common.stop_process(self.proc)
+    def delete_doc(self, client: Any, index: str, doc_id: str) -> None:
+        client.options(ignore_status=404).delete(index=index, id=doc_id)
 
 
-# -- the write paths -----------------------------------------------------------------------
+ENGINE = Elasticsearch()
 
 
-@dataclass(frozen=True)
-class PlainWriter:
-    """``mapInArrow`` function: one client per task, ``helpers.streaming_bulk``, no protocol."""
-
-    url: str
-    index: str
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        from elasticsearch import Elasticsearch, helpers
-
-        def actions() -> Iterator[dict[str, Any]]:
-            for batch in batches:
-                for doc in batch.to_pylist():
-                    doc[EPOCH_FIELD] = 0
-                    yield {"_op_type": "create", "_index": self.index, "_id": doc["id"], **doc}
-
-        client = Elasticsearch(self.url, request_timeout=300)
-        ok = failed = 0
-        for success, _item in helpers.streaming_bulk(
-            client,
-            actions(),
-            chunk_size=CHUNK_SIZE,
-            max_chunk_bytes=CHUNK_BYTES,
-            raise_on_error=False,
-        ):
-            if success:
-                ok += 1
-            else:
-                failed += 1
-        client.close()
-        if failed:
-            raise RuntimeError(f"plain streaming_bulk: {failed} items failed")
-        yield pa.RecordBatch.from_pydict({"n": pa.array([ok], pa.int64())})
-
-
-def run_plain(df: DataFrame, server: Server, index: str) -> tuple[float, dict[str, Any]]:
-    server.create_index(index)
-    fn = PlainWriter(server.url, index)
-    seconds, sent = timed(lambda: sum(int(r["n"]) for r in df.mapInArrow(fn, "n long").collect()))
-    return seconds, {"acknowledged": sent}
-
-
-def run_eos(
-    df: DataFrame, server: Server, index: str, query: str, shards: int
-) -> tuple[float, dict[str, Any]]:
-    from exactlyonce.connectors.elasticsearch import ElasticsearchSink
-
-    sink = ElasticsearchSink(
-        server.url,
-        index,
-        ["id"],
-        query_name=query,
-        shards=shards,
-        bulk_max_actions=CHUNK_SIZE,
-        bulk_max_bytes=CHUNK_BYTES,
-        request_timeout=300,
-    )  # preflight (index creation) here, before the clock
-    sink.preflight(df.schema)
-    try:
-        seconds, _ = timed(lambda: sink(df, 0))
-        detail = common.sink_report_detail(sink)
-    finally:
-        forget(sink, server)
-    return seconds, detail
-
-
-def forget(sink: Any, server: Server) -> None:
-    """Drop what the run left besides its index: the catalog's keys, the head, dead letters."""
-    with server.client() as es:
-        es.options(ignore_status=404).delete(
-            index=sink.control_index, id=f"{sink.query_name}|{sink.sink_name}"
-        )
-    server.drop(sink.dead_letter_index)
-    common.forget_catalog(sink)
-
-
-def raw_bodies(df: DataFrame, index: str, connections: int) -> list[list[bytes]]:
-    """The plain path's documents as ``_bulk`` bodies of CHUNK_SIZE creates, one list per
-    connection (built once, on the driver; the server's index name is patched in per run)."""
-    rows = df.toArrow().to_pylist()
-    bodies: list[bytes] = []
-    for i in range(0, len(rows), CHUNK_SIZE):
-        lines = []
-        for doc in rows[i : i + CHUNK_SIZE]:
-            doc[EPOCH_FIELD] = 0
-            lines.append(json.dumps({"create": {"_index": index, "_id": doc["id"]}}))
-            lines.append(json.dumps(doc, separators=(",", ":")))
-        bodies.append(("\n".join(lines) + "\n").encode())
-    return [bodies[k::connections] for k in range(connections)]
-
-
-def run_raw(server: Server, index: str, bodies: list[list[bytes]]) -> tuple[float, dict[str, Any]]:
-    """POST pre-built bodies over one keep-alive connection per thread; check every item."""
-    server.create_index(index)
-    where = urlsplit(server.url)
-    errors: list[str] = []
-    placeholder = b'"_index": "' + RAW_PLACEHOLDER.encode() + b'"'
-    actual = b'"_index": "' + index.encode() + b'"'
-    ready = [[body.replace(placeholder, actual) for body in mine] for mine in bodies]
-
-    def send(mine: list[bytes]) -> None:
-        conn = http.client.HTTPConnection(where.hostname, where.port, timeout=300)
-        try:
-            for body in mine:
-                conn.request("POST", "/_bulk", body, {"Content-Type": "application/x-ndjson"})
-                reply = conn.getresponse()
-                answer = json.loads(reply.read())
-                if reply.status != 200 or answer.get("errors"):
-                    errors.append(f"HTTP {reply.status}, errors={answer.get('errors')}")
-                    return
-        except Exception as exc:  # reported below; the count check fails too
-            errors.append(repr(exc))
-        finally:
-            conn.close()
-
-    threads = [threading.Thread(target=send, args=(mine,)) for mine in ready]
-
-    def go() -> None:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    seconds, _ = timed(go)
-    if errors:
-        raise BenchError(f"server_raw: {errors[0]}")
-    return seconds, {"connections": len(bodies)}
-
-
-RAW_PLACEHOLDER = "bench-es-raw-placeholder"
-
-
-# -- running -------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common.add_size_arguments(parser, rows=200_000, unit="documents", repeat=3)
-    parser.add_argument(
-        "--no-raw", action="store_true", help="skip the server_raw context path (test server)"
+def start_server() -> Server:
+    """``$ELASTICSEARCH_URL`` (``real``), or the test server in its own process (``test``)."""
+    given = search.given_server(ENGINE, "real", "real")
+    if given is not None:
+        return given
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.es_server", "--port", "0"],
+        cwd=common.PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
     )
-    common.add_results_arguments(parser, NAME)
-    common.add_fail_on_target_argument(parser, TARGET)
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    common.prepare_sink_run(args)
-    from exactlyonce.integration.spark import session
-
-    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
-    load_start = common.load_average()
-    server = Server(os.environ.get("ELASTICSEARCH_URL"))
-    progress(f"writing to {server.describe()} at {server.url}")
-    spark = session("exactlyonce-bench-es", extra={"spark.ui.showConsoleProgress": "false"})
-    try:
-        small = common.generate_rows(spark, args.warmup_rows)
-        df = common.generate_rows(spark, args.rows)
-        progress(f"{args.rows:,} rows generated and cached")
-        with_raw = server.kind == "test" and not args.no_raw
-        paths = ["plain", "eos"] + (["server_raw"] if with_raw else [])
-        bodies: dict[int, list[list[bytes]]] = {}
-        if with_raw:
-            for data, n in ((small, args.warmup_rows), (df, args.rows)):
-                bodies[n] = raw_bodies(data, RAW_PLACEHOLDER, common.PARTITIONS)
-        timings = {p: PathTiming(p, args.rows) for p in paths}
-        run_id = uuid.uuid4().hex[:8]
-        for label, data, timed_run in common.warm_then_timed(small, df, args.repeat):
-            expected = args.rows if timed_run else args.warmup_rows
-            for path in paths:
-                tag = f"{run_id}-{label}-{path.replace('_', '-')}"
-                index = f"{INDEX_PREFIX}{tag}"
-                cpu_before = server.cpu_seconds()
-                try:
-                    if path == "eos":
-                        seconds, detail = run_eos(
-                            data, server, index, f"{QUERY_PREFIX}{tag}", args.shards
-                        )
-                        if detail.get("written") != expected:
-                            raise BenchError(f"eos ({label}) reported {detail}, not {expected}")
-                    elif path == "plain":
-                        seconds, detail = run_plain(data, server, index)
-                    else:
-                        seconds, detail = run_raw(server, index, bodies[expected])
-                    cpu_after = server.cpu_seconds()
-                    if cpu_before is not None and cpu_after is not None:
-                        # includes the (tiny) preflight and head requests around the clock
-                        detail["server_cpu_seconds"] = round(cpu_after - cpu_before, 3)
-                    found = server.count(index)
-                finally:
-                    server.drop(index)
-                if found != expected:
-                    raise BenchError(
-                        f"{path} ({label}) left {found} documents, expected {expected}"
-                    )
-                if timed_run:
-                    timings[path].record(seconds, detail)
-                cpu = detail.get("server_cpu_seconds")
-                progress(
-                    f"{path} {label}: {expected:,} docs in {seconds:.2f}s"
-                    + (f" (server CPU {cpu:.2f}s)" if cpu is not None else "")
-                )
-        eos, plain = timings["eos"], timings["plain"]
-        table = common.print_table(
-            list(timings.values()),
-            "eos",
-            title=f"Elasticsearch ({server.kind} server), {args.rows:,} documents",
-        )
-        r = common.ratio(eos.rows_per_s, plain.rows_per_s)
-        print(f"eos/plain = {r:.3f} (target >= {TARGET})")
-        result: dict[str, Any] = {
-            "benchmark": NAME,
-            "date": common.now_utc(),
-            "server": server.kind,
-            "server_detail": server.describe(),
-            "rows": args.rows,
-            "repeat": args.repeat,
-            "eos_docs_per_s": round(eos.rows_per_s),
-            "plain_docs_per_s": round(plain.rows_per_s),
-            "ratio": r,
-            "target": {"ratio": TARGET, "met": r >= TARGET},
-            "paths": {name: t.as_dict() for name, t in timings.items()},
-            "table": table.splitlines(),
-            "setup": {
-                **common.spark_setup(spark, args.shards),
-                "bulk_chunk_actions": CHUNK_SIZE,
-                "bulk_chunk_bytes": CHUNK_BYTES,
-                "op_type": "create (both paths)",
-                "documents": "_id = 32 hex chars; _source = id, value, note, epoch (both paths)",
-                "catalog": "the services' Redis (separate server), the sink's default dedup",
-                "rows_schema": common.ROWS_SCHEMA,
-            },
-            "machine": common.machine_with_load(load_start),
-            "versions": common.versions("pyspark", "pyarrow", "elasticsearch", "elastic_transport"),
-        }
-        if with_raw:
-            raw = timings["server_raw"]
-            result["server_raw_docs_per_s"] = round(raw.rows_per_s)
-            result["plain_vs_server_raw"] = common.ratio(plain.rows_per_s, raw.rows_per_s)
-        common.save_results(args, result)
-        return result
-    finally:
-        spark.stop()
-        server.stop()
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    prefix = "es_server listening on "
+    if not line.startswith(prefix):
+        common.stop_process(proc)
+        raise BenchError(f"the test server did not start (said {line!r})")
+    return Server(
+        ENGINE,
+        line[len(prefix) :],
+        "test",
+        lambda s: f"the test server tests/support/es_server/ (own process, pid {proc.pid})",
+        pid=proc.pid,
+        stop=lambda: common.stop_process(proc),
+    )
 
 
 def main(argv: Sequence[str] | argparse.Namespace | None = None) -> int:
-    if isinstance(argv, argparse.Namespace):
-        args = argv
-    else:
-        parser = argparse.ArgumentParser(
-            prog="python -m bench.elasticsearch", description=(__doc__ or "").split("\n\n")[0]
-        )
-        add_arguments(parser)
-        args = parser.parse_args(argv)
-    return common.exit_code(
-        run,
-        args,
-        failure_prefix="bench elasticsearch",
-        fail_on_miss=args.fail_on_target,
-    )
+    return search.main(argv, ENGINE, start_server, __doc__)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ def throughput_panels(results: dict[str, dict[str, Any]]) -> list[tuple[str, Bar
         if len(kept) >= 2:
             panels.append((title, kept))
 
-    pg, kafka, redis, es, dedup = (
-        results.get(n, {}) for n in ("postgres", "kafka", "redis", "elasticsearch", "dedup")
+    pg, kafka, redis, es, os_, dedup = (
+        results.get(n, {})
+        for n in ("postgres", "kafka", "redis", "elasticsearch", "opensearch", "dedup")
     )
     add(f"PostgreSQL ({pg.get('rows', 0):,} rows)", [
         ("PostgresSink", pg.get("eos_rows_per_s")),
@@ -60,6 +61,10 @@ def throughput_panels(results: dict[str, dict[str, Any]]) -> list[tuple[str, Bar
     add(f"Elasticsearch ({es.get('rows', 0):,} docs, {es.get('server', '?')} server)", [
         ("ElasticsearchSink", es.get("eos_docs_per_s")),
         ("streaming_bulk", es.get("plain_docs_per_s")),
+    ])  # fmt: skip
+    add(f"OpenSearch ({os_.get('rows', 0):,} docs, OpenSearch {os_.get('server_version', '?')})", [
+        ("OpenSearchSink", os_.get("eos_docs_per_s")),
+        ("streaming_bulk", os_.get("plain_docs_per_s")),
     ])  # fmt: skip
     add(f"Dedup end to end ({dedup.get('rows', 0):,} rows)", [
         ("dedup on", dedup.get("e2e_dedup_on_rows_per_s")),
@@ -172,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--out", type=Path, help="default: <results-dir>/summary.png")
     args = parser.parse_args(argv)
-    names = ("postgres", "kafka", "redis", "elasticsearch", "dedup", "buffer")
+    names = ("postgres", "kafka", "redis", "elasticsearch", "opensearch", "dedup", "buffer")
     results = {name: read_results(name, args.results_dir) for name in names}
     out = draw(
         {k: v for k, v in results.items() if v}, args.out or args.results_dir / "summary.png"

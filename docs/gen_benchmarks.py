@@ -32,6 +32,7 @@ TITLES = {
     "kafka": "Kafka sink",
     "buffer": "Buffer and drainer, per sink",
     "elasticsearch": "Elasticsearch sink",
+    "opensearch": "OpenSearch sink (genuine node)",
     "redis": "Redis sink",
     "recovery": "Recovery after 1,000 epochs",
     "cluster": "Dedup catalog on Redis Cluster",
@@ -133,7 +134,7 @@ def file_section(name: str, data: dict[str, Any]) -> list[str]:
     if isinstance(prepared, list) and all(isinstance(line, str) for line in prepared):
         out += ["```text", *prepared, "```", ""]
     rows = [(f"`{k}`", number(v)) for k, v in flatten(data) if k not in ("date", "benchmark")]
-    out += ["??? note \"Every figure in the file\"", ""]
+    out += ['??? note "Every figure in the file"', ""]
     out += ["    " + line if line else "" for line in table(("figure", "value"), rows)]
     notes = data.get("notes")
     if isinstance(notes, list):
@@ -179,11 +180,20 @@ def _controlled_table(matrix: list[dict[str, Any]], notes: dict[str, Any]) -> li
     ]
     return table(
         (
-            "sink", "mode", "runs", "pipeline kills (fewest in a seeded run)",
-            "in the commit window", "server restarts",
+            "sink",
+            "mode",
+            "runs",
+            "pipeline kills (fewest in a seeded run)",
+            "in the commit window",
+            "server restarts",
             "faults: driver / point / commit / server hard / clean / lost reply / refusal / "
-            "stall / worker / drainer", "IDs", "duplicates (independent reader)", "missing",
-            "control duplicates (fewest)", "time", "verdict",
+            "stall / worker / drainer",
+            "IDs",
+            "duplicates (independent reader)",
+            "missing",
+            "control duplicates (fewest)",
+            "time",
+            "verdict",
         ),  # fmt: skip
         rows,
     )
@@ -211,9 +221,16 @@ def _sigkill_table(matrix: list[dict[str, Any]], notes: dict[str, Any]) -> list[
     ]
     return table(
         (
-            "sink", "runs", "SIGKILLs (fewest in a seeded run)",
+            "sink",
+            "runs",
+            "SIGKILLs (fewest in a seeded run)",
             "faults: driver / point / server hard / clean / lost reply / refusal / stall / "
-            "worker / drainer", "IDs", "duplicates", "missing", "time", "verdict",
+            "worker / drainer",
+            "IDs",
+            "duplicates",
+            "missing",
+            "time",
+            "verdict",
         ),  # fmt: skip
         rows,
     )

@@ -35,3 +35,19 @@ def test_results_without_streaming_runs_leave_the_panel_out() -> None:
     older = {k: v for k, v in PG.items() if k != "stream"}
     titles = [title for title, _ in throughput_panels({"postgres": older})]
     assert titles == ["PostgreSQL (1,000 rows)"]
+
+
+def test_opensearch_has_its_own_panel_naming_the_node_version() -> None:
+    results = {
+        "opensearch": {
+            "rows": 2000,
+            "server_version": "2.19.6",
+            "eos_docs_per_s": 90.0,
+            "plain_docs_per_s": 100.0,
+        }
+    }
+    panels = dict(throughput_panels(results))
+    assert panels["OpenSearch (2,000 docs, OpenSearch 2.19.6)"] == [
+        ("OpenSearchSink", 90.0),
+        ("streaming_bulk", 100.0),
+    ]
