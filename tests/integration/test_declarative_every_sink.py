@@ -5,7 +5,9 @@ Spark Connect server ``spark-pipelines run`` starts; a first run and a restart w
 files. Each sink is audited by what counts its committed writes, read with a client we did
 not write: PostgreSQL's attempts trigger (psycopg), every record of the topic from offset 0
 with a ``read_committed`` kafka-python consumer, the sink Redis's AOF (SET per key), the
-stand-in's write counters per ``_id``. Under concurrency each sink's reset guard finds its
+stand-in's write counters per ``_id``. Each audit is shown able to fail: one record per sink
+written again by a plain at-least-once client (tests/support/write_again.py) is counted
+twice by it, and nothing else changes. Under concurrency each sink's reset guard finds its
 flow's query by name (``query_name`` = the flow's name)."""
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,15 @@ from exactlyonce.connectors import PostgresSink
 from tests.support.audit import install_audit, write_counts
 from tests.support.connect_port import local_connect_server
 from tests.support.es_fixtures import EsHandle
-from tests.support.kafka_audit import read_topic
+from tests.support.kafka_audit import field_counts
 from tests.support.redis_fixtures import SinkRedis
+from tests.support.write_again import (
+    assert_audit_sees_it,
+    index_again,
+    insert_again,
+    produce_again,
+    set_again,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -147,13 +156,27 @@ def test_one_pipeline_writes_every_sink_once_across_a_restart(
 
     rows = pg.execute(f'SELECT event_id, count(*) FROM "{unique_name}" GROUP BY 1').fetchall()
     assert dict(rows) == once, "postgres"
-    assert set(write_counts(pg, unique_name).values()) == {1}, "postgres: attempted twice"
+    attempts = partial(write_counts, pg, unique_name)
+    assert set(attempts().values()) == {1}, "postgres: attempted twice"
 
-    records = read_topic(bootstrap, unique_name)
-    assert Counter(json.loads(r.value)["event_id"] for r in records) == once, "kafka"
+    records = partial(field_counts, bootstrap, unique_name)
+    assert records() == once, "kafka"
 
-    sets = sink_redis.write_counts("SET", f"{unique_name}:s:")
-    assert sets == {f"{unique_name}:s:{i}": 1 for i in expected}, "redis"
+    sets = partial(sink_redis.write_counts, "SET", f"{unique_name}:s:")
+    assert sets() == {f"{unique_name}:s:{i}": 1 for i in expected}, "redis"
 
-    writes = es.writes(unique_name)
-    assert len(writes) == len(expected) and set(writes.values()) == {1}, "elasticsearch"
+    writes = partial(es.writes, unique_name)
+    assert len(writes()) == len(expected) and set(writes().values()) == {1}, "elasticsearch"
+
+    # The proof can fail: one record per sink written again by a plain at-least-once client
+    # (psycopg, kafka-python, redis-py, urllib) is counted twice by the same audit.
+    assert_audit_sees_it(
+        "postgres", attempts, lambda: insert_again(pg, unique_name).replace("-", "")
+    )
+    assert_audit_sees_it(
+        "kafka",
+        records,
+        lambda: json.loads(produce_again(bootstrap, unique_name).value)["event_id"],
+    )
+    assert_audit_sees_it("redis", sets, lambda: set_again(sink_redis, f"{unique_name}:s:"))
+    assert_audit_sees_it("elasticsearch", writes, lambda: index_again(es.url, unique_name))

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +26,16 @@ import pytest
 from tests.crash.harness import service_passwords
 from tests.support.connect_port import local_connect_server
 from tests.support.es_fixtures import EsHandle
-from tests.support.kafka_audit import read_topic
+from tests.support.kafka_audit import field_counts
 from tests.support.redis_fixtures import SinkRedis
 from tests.support.secrets_scan import assert_no_secrets, event_log_conf
+from tests.support.write_again import (
+    assert_audit_sees_it,
+    index_again,
+    insert_again,
+    produce_again,
+    xadd_again,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -116,22 +122,19 @@ def test_run_on_spark_connect_writes_once_across_a_restart(
             assert "after 2 batch(es)" in done.stdout
     readers: dict[str, Callable[[], Counter[str]]] = {
         "postgres": lambda: _postgres(pg, unique_name),
-        "kafka": lambda: _kafka(bootstrap, unique_name),
+        "kafka": lambda: field_counts(bootstrap, unique_name),
         "redis": lambda: _redis(sink_redis, f"{unique_name}:events"),
         "elasticsearch": lambda: _elasticsearch(es, unique_name, len(expected)),
     }
     assert readers[kind]() == dict.fromkeys(expected, 1)
     # The proof can fail: one record written again by a plain at-least-once client shows.
-    write_again: dict[str, Callable[[], object]] = {
-        "postgres": lambda: pg.execute(
-            f'INSERT INTO "{unique_name}" SELECT * FROM "{unique_name}" LIMIT 1'
-        ),
-        "kafka": lambda: _produce_again(bootstrap, unique_name),
-        "redis": lambda: _append_again(sink_redis, f"{unique_name}:events"),
-        "elasticsearch": lambda: _index_again(es, unique_name),
+    write_again: dict[str, Callable[[], str]] = {
+        "postgres": lambda: insert_again(pg, unique_name, "event_id"),
+        "kafka": lambda: json.loads(produce_again(bootstrap, unique_name).value)["event_id"],
+        "redis": lambda: xadd_again(sink_redis, f"{unique_name}:events")[b"event_id"].decode(),
+        "elasticsearch": lambda: es.docs(unique_name)[index_again(es.url, unique_name)]["event_id"],
     }
-    write_again[kind]()
-    assert sorted(readers[kind]().values())[-2:] == [1, 2], f"{kind}: a second write went unseen"
+    assert_audit_sees_it(kind, readers[kind], write_again[kind])
     texts = {f"output {n}": text for n, text in enumerate(outputs)}
     assert_no_secrets([tmp_path], service_passwords(), texts=texts, expect=["events_*"])
 
@@ -139,10 +142,6 @@ def test_run_on_spark_connect_writes_once_across_a_restart(
 def _postgres(pg: psycopg.Connection[Any], table: str) -> Counter[str]:
     rows = pg.execute(f'SELECT event_id, count(*) FROM "{table}" GROUP BY 1').fetchall()
     return Counter({str(event): int(n) for event, n in rows})
-
-
-def _kafka(bootstrap: str, topic: str) -> Counter[str]:
-    return Counter(json.loads(r.value)["event_id"] for r in read_topic(bootstrap, topic))
 
 
 def _redis(server: SinkRedis, stream: str) -> Counter[str]:
@@ -156,31 +155,3 @@ def _elasticsearch(es: EsHandle, index: str, expected: int) -> Counter[str]:
     writes, docs = es.writes(index), es.docs(index)
     assert len(docs) == expected
     return Counter({str(doc["event_id"]): writes[i] for i, doc in docs.items()})
-
-
-def _produce_again(bootstrap: str, topic: str) -> None:
-    from kafka import KafkaProducer
-
-    record = read_topic(bootstrap, topic)[0]
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    producer.send(topic, value=record.value, key=record.key, partition=record.partition)
-    producer.flush()
-    producer.close()
-
-
-def _append_again(server: SinkRedis, stream: str) -> None:
-    client = server.client()
-    _, fields = client.xrange(stream, count=1)[0]
-    client.xadd(stream, fields)
-
-
-def _index_again(es: EsHandle, index: str) -> None:
-    doc_id, doc = next(iter(es.docs(index).items()))
-    request = urllib.request.Request(
-        f"{es.url}/{index}/_doc/{doc_id}",
-        data=json.dumps(doc).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30):
-        pass
