@@ -1,12 +1,16 @@
-"""Spark Declarative Pipelines into every sink at once: one pipeline, four exactlyonce sinks
+"""Spark Declarative Pipelines into every sink at once: one pipeline, five exactlyonce sinks
 (PostgreSQL, Kafka, Redis, Elasticsearch: the stand-in tests/support/es_server/, as no
-Elasticsearch server is installable here), one flow each, running concurrently on the local
-Spark Connect server ``spark-pipelines run`` starts; a first run and a restart with more
-files. Each sink is audited by what counts its committed writes, read with a client we did
-not write: PostgreSQL's attempts trigger (psycopg), every record of the topic from offset 0
-with a ``read_committed`` kafka-python consumer, the sink Redis's AOF (SET per key), the
-stand-in's write counters per ``_id``. Under concurrency each sink's reset guard finds its
-flow's query by name (``query_name`` = the flow's name)."""
+Elasticsearch server is installable here, and a genuine OpenSearch node), one flow each,
+running concurrently on the local Spark Connect server ``spark-pipelines run`` starts; a
+first run and a restart with more files. Each sink is audited by what counts its committed
+writes, read with a client we did not write: PostgreSQL's attempts trigger (psycopg), every
+record of the topic from offset 0 with a ``read_committed`` kafka-python consumer, the sink
+Redis's AOF (SET per key), the stand-in's write counters per ``_id``, OpenSearch's own
+``_version`` per ``_id`` over plain HTTP (``op_type: index``: a second write is version 2).
+Each audit is shown able to fail: one record per sink written again by a plain
+at-least-once client (tests/support/write_again.py) is counted twice by it, and nothing
+else changes. Under concurrency each sink's reset guard finds its flow's query by name
+(``query_name`` = the flow's name)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +26,27 @@ import psycopg
 import pytest
 
 from exactlyonce.connectors import PostgresSink
+from tests.support import opensearch_http
 from tests.support.audit import install_audit, write_counts
 from tests.support.connect_port import local_connect_server
 from tests.support.es_fixtures import EsHandle
-from tests.support.kafka_audit import read_topic
+from tests.support.kafka_audit import field_counts
+from tests.support.opensearch_node import OpenSearchNode
 from tests.support.redis_fixtures import SinkRedis
+from tests.support.write_again import (
+    assert_audit_sees_it,
+    index_again,
+    insert_again,
+    produce_again,
+    set_again,
+)
 
-pytestmark = pytest.mark.integration
+# The pipeline writes every sink: each sink's marker (tests/conftest.py's SINK_MARKERS).
+pytestmark = [
+    pytest.mark.integration,
+    *(getattr(pytest.mark, sink) for sink in ("postgres", "kafka", "redis", "elasticsearch")),
+    pytest.mark.opensearch,
+]
 
 SPEC = """\
 name: every_sink
@@ -64,6 +82,9 @@ SINKS = {
     },
     "to_elasticsearch": {
         "sink": "elasticsearch", "hosts": "${EO_ES_URL}", "index": NAME, "op_type": "index",
+    },
+    "to_opensearch": {
+        "sink": "opensearch", "hosts": "${EO_OS_URL}", "index": NAME, "op_type": "index",
     },
 }
 
@@ -105,6 +126,7 @@ def test_one_pipeline_writes_every_sink_once_across_a_restart(
     bootstrap: str,
     sink_redis: SinkRedis,
     es: EsHandle,
+    opensearch: OpenSearchNode,
     unique_name: str,
 ) -> None:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -126,6 +148,7 @@ def test_one_pipeline_writes_every_sink_once_across_a_restart(
         "EO_INPUT": str(tmp_path / "input"),
         "EO_BOOTSTRAP": bootstrap,
         "EO_ES_URL": es.url,
+        "EO_OS_URL": opensearch.url,
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
@@ -147,13 +170,31 @@ def test_one_pipeline_writes_every_sink_once_across_a_restart(
 
     rows = pg.execute(f'SELECT event_id, count(*) FROM "{unique_name}" GROUP BY 1').fetchall()
     assert dict(rows) == once, "postgres"
-    assert set(write_counts(pg, unique_name).values()) == {1}, "postgres: attempted twice"
+    attempts = partial(write_counts, pg, unique_name)
+    assert set(attempts().values()) == {1}, "postgres: attempted twice"
 
-    records = read_topic(bootstrap, unique_name)
-    assert Counter(json.loads(r.value)["event_id"] for r in records) == once, "kafka"
+    records = partial(field_counts, bootstrap, unique_name)
+    assert records() == once, "kafka"
 
-    sets = sink_redis.write_counts("SET", f"{unique_name}:s:")
-    assert sets == {f"{unique_name}:s:{i}": 1 for i in expected}, "redis"
+    sets = partial(sink_redis.write_counts, "SET", f"{unique_name}:s:")
+    assert sets() == {f"{unique_name}:s:{i}": 1 for i in expected}, "redis"
 
-    writes = es.writes(unique_name)
-    assert len(writes) == len(expected) and set(writes.values()) == {1}, "elasticsearch"
+    writes = partial(es.writes, unique_name)
+    assert len(writes()) == len(expected) and set(writes().values()) == {1}, "elasticsearch"
+
+    versions = partial(opensearch_http.versions, opensearch.url, unique_name)
+    assert len(versions()) == len(expected) and set(versions().values()) == {1}, "opensearch"
+
+    # The proof can fail: one record per sink written again by a plain at-least-once client
+    # (psycopg, kafka-python, redis-py, urllib) is counted twice by the same audit.
+    assert_audit_sees_it(
+        "postgres", attempts, lambda: insert_again(pg, unique_name).replace("-", "")
+    )
+    assert_audit_sees_it(
+        "kafka",
+        records,
+        lambda: json.loads(produce_again(bootstrap, unique_name).value)["event_id"],
+    )
+    assert_audit_sees_it("redis", sets, lambda: set_again(sink_redis, f"{unique_name}:s:"))
+    assert_audit_sees_it("elasticsearch", writes, lambda: index_again(es.url, unique_name))
+    assert_audit_sees_it("opensearch", versions, lambda: index_again(opensearch.url, unique_name))

@@ -5,9 +5,11 @@ once, audited where a second write shows, by a client we did not write: PostgreS
 ``mode: append`` (a second write is a second row; psycopg), Kafka from offset 0 with a
 ``read_committed`` kafka-python consumer, Redis as a stream (``XRANGE``: a second write is a
 second entry), Elasticsearch with ``op_type: index`` on the stand-in (its write counter per
-``_id``; no Elasticsearch server is installable here). The command prints a line per batch
-from the server's progress; no password shows in its output or Spark's event log (Spark
-Connect logs each plan as text)."""
+``_id``; no Elasticsearch server is installable here), OpenSearch with ``op_type: index`` on a
+genuine node (its own ``_version`` per ``_id``, read over plain HTTP). Each audit is shown
+able to fail: one record written again by a plain client is counted twice. The command
+prints a line per batch from the server's progress; no password shows in its output or
+Spark's event log (Spark Connect logs each plan as text)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +26,19 @@ import psycopg
 import pytest
 
 from tests.crash.harness import service_passwords
+from tests.support import opensearch_http
 from tests.support.connect_port import local_connect_server
 from tests.support.es_fixtures import EsHandle
-from tests.support.kafka_audit import read_topic
+from tests.support.kafka_audit import field_counts
 from tests.support.redis_fixtures import SinkRedis
 from tests.support.secrets_scan import assert_no_secrets, event_log_conf
+from tests.support.write_again import (
+    assert_audit_sees_it,
+    index_again,
+    insert_again,
+    produce_again,
+    xadd_again,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +69,7 @@ SINKS = {
     "  key_template: {name}:events\n  write: stream\n",
     "elasticsearch": "  type: elasticsearch\n  hosts: [{es_url}]\n  index: {name}\n"
     "  op_type: index\n",
+    "opensearch": "  type: opensearch\n  hosts: [{os_url}]\n  index: {name}\n  op_type: index\n",
 }
 
 
@@ -74,9 +84,10 @@ def _stage(work: Path, part: int) -> list[str]:
     return ids
 
 
-@pytest.mark.parametrize("kind", list(SINKS))
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=getattr(pytest.mark, k)) for k in SINKS])
 def test_run_on_spark_connect_writes_once_across_a_restart(
     kind: str,
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     services: dict[str, str],
     pg: psycopg.Connection[Any],
@@ -86,7 +97,9 @@ def test_run_on_spark_connect_writes_once_across_a_restart(
     unique_name: str,
 ) -> None:
     conf = json.dumps({"spark.sql.shuffle.partitions": "2", **event_log_conf(tmp_path / "log")})
-    sink = SINKS[kind].format(name=unique_name, bootstrap=bootstrap, es_url=es.url)
+    # The session's OpenSearch node starts for the cell that writes it only.
+    os_url = request.getfixturevalue("opensearch").url if kind == "opensearch" else ""
+    sink = SINKS[kind].format(name=unique_name, bootstrap=bootstrap, es_url=es.url, os_url=os_url)
     config = tmp_path / "pipeline.yaml"
     config.write_text(PIPELINE.format(name=unique_name, work=tmp_path, sink=sink, conf=conf))
     env = {
@@ -116,22 +129,23 @@ def test_run_on_spark_connect_writes_once_across_a_restart(
             assert "after 2 batch(es)" in done.stdout
     readers: dict[str, Callable[[], Counter[str]]] = {
         "postgres": lambda: _postgres(pg, unique_name),
-        "kafka": lambda: _kafka(bootstrap, unique_name),
+        "kafka": lambda: field_counts(bootstrap, unique_name),
         "redis": lambda: _redis(sink_redis, f"{unique_name}:events"),
         "elasticsearch": lambda: _elasticsearch(es, unique_name, len(expected)),
+        "opensearch": lambda: _opensearch(os_url, unique_name),
     }
     assert readers[kind]() == dict.fromkeys(expected, 1)
     # The proof can fail: one record written again by a plain at-least-once client shows.
-    write_again: dict[str, Callable[[], object]] = {
-        "postgres": lambda: pg.execute(
-            f'INSERT INTO "{unique_name}" SELECT * FROM "{unique_name}" LIMIT 1'
-        ),
-        "kafka": lambda: _produce_again(bootstrap, unique_name),
-        "redis": lambda: _append_again(sink_redis, f"{unique_name}:events"),
-        "elasticsearch": lambda: _index_again(es, unique_name),
+    write_again: dict[str, Callable[[], str]] = {
+        "postgres": lambda: insert_again(pg, unique_name, "event_id"),
+        "kafka": lambda: json.loads(produce_again(bootstrap, unique_name).value)["event_id"],
+        "redis": lambda: xadd_again(sink_redis, f"{unique_name}:events")[b"event_id"].decode(),
+        "elasticsearch": lambda: es.docs(unique_name)[index_again(es.url, unique_name)]["event_id"],
+        "opensearch": lambda: opensearch_http.docs(os_url, unique_name)[
+            index_again(os_url, unique_name)
+        ]["event_id"],
     }
-    write_again[kind]()
-    assert sorted(readers[kind]().values())[-2:] == [1, 2], f"{kind}: a second write went unseen"
+    assert_audit_sees_it(kind, readers[kind], write_again[kind])
     texts = {f"output {n}": text for n, text in enumerate(outputs)}
     assert_no_secrets([tmp_path], service_passwords(), texts=texts, expect=["events_*"])
 
@@ -139,10 +153,6 @@ def test_run_on_spark_connect_writes_once_across_a_restart(
 def _postgres(pg: psycopg.Connection[Any], table: str) -> Counter[str]:
     rows = pg.execute(f'SELECT event_id, count(*) FROM "{table}" GROUP BY 1').fetchall()
     return Counter({str(event): int(n) for event, n in rows})
-
-
-def _kafka(bootstrap: str, topic: str) -> Counter[str]:
-    return Counter(json.loads(r.value)["event_id"] for r in read_topic(bootstrap, topic))
 
 
 def _redis(server: SinkRedis, stream: str) -> Counter[str]:
@@ -158,29 +168,8 @@ def _elasticsearch(es: EsHandle, index: str, expected: int) -> Counter[str]:
     return Counter({str(doc["event_id"]): writes[i] for i, doc in docs.items()})
 
 
-def _produce_again(bootstrap: str, topic: str) -> None:
-    from kafka import KafkaProducer
-
-    record = read_topic(bootstrap, topic)[0]
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    producer.send(topic, value=record.value, key=record.key, partition=record.partition)
-    producer.flush()
-    producer.close()
-
-
-def _append_again(server: SinkRedis, stream: str) -> None:
-    client = server.client()
-    _, fields = client.xrange(stream, count=1)[0]
-    client.xadd(stream, fields)
-
-
-def _index_again(es: EsHandle, index: str) -> None:
-    doc_id, doc = next(iter(es.docs(index).items()))
-    request = urllib.request.Request(
-        f"{es.url}/{index}/_doc/{doc_id}",
-        data=json.dumps(doc).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30):
-        pass
+def _opensearch(url: str, index: str) -> Counter[str]:
+    """Writes per document, counted by the OpenSearch node itself (``_version``: every
+    index of an ``_id`` bumps it), keyed by the document's event_id."""
+    held = opensearch_http.read_index(url, index)
+    return Counter({str(doc["event_id"]): version for version, doc in held.values()})

@@ -72,6 +72,12 @@ def read_topic(
         return _read_topic(bootstrap, topic, isolation, timeout_s)
 
 
+def field_counts(bootstrap: str, topic: str, field: str = "event_id") -> Counter[str]:
+    """Records per value of one field of their JSON value, every record of the topic read
+    with a plain ``read_committed`` consumer (:func:`read_topic`)."""
+    return Counter(str(json.loads(r.value)[field]) for r in read_topic(bootstrap, topic))
+
+
 def _read_topic(bootstrap: str, topic: str, isolation: str, timeout_s: float) -> list[Any]:
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,

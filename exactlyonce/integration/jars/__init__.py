@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -156,25 +157,59 @@ def spark_connectors() -> JarSet:
 
 def spark_connector_jars() -> list[Path]:
     """Spark's Kafka and Avro connector jars matching the installed pyspark. Maven Central
-    must serve the connector for that exact version (it lags PyPI: pyspark is pinned to the
-    newest version it serves)."""
+    must serve the connectors for that exact version; it lags PyPI, so a newer pyspark may
+    have none yet: then a ``RuntimeError`` says so (:func:`connectors_missing`)."""
     jars = spark_connectors()
     try:
         return resolve(jars)
     except RuntimeError as exc:
-        version = jars.properties["spark.version"]
-        raise RuntimeError(
-            f"{exc}\nSpark's Kafka connector for pyspark {version} did not resolve: Maven Central "
-            "may not serve it yet. Install a pyspark it serves (pip install 'pyspark==4.2.0')."
-        ) from None
+        raise RuntimeError(connectors_missing(jars.properties["spark.version"], str(exc))) from None
+
+
+# The newest pyspark the tests run with (the dev extra's pin in pyproject.toml): the newest
+# whose connectors this project's Maven repository served when it was last raised.
+NEWEST_TESTED_PYSPARK = "4.2.0"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CONNECTORS = ("spark-sql-kafka-0-10_2.13", "spark-avro_2.13")  # spark-connectors.xml's own
+
+
+def connectors_missing(version: str, maven_error: str) -> str:
+    """The message for Spark's connectors of pyspark ``version`` failing to resolve: what is
+    missing and for which version first, what to do, then Maven's reason (its first error)."""
+    artifacts = ", ".join(f"org.apache.spark:{name}:{version}" for name in _CONNECTORS)
+    plain = _ANSI.sub("", maven_error)
+    # Maven's words for an artifact the repository lacks (the second: that answer, cached).
+    not_served = "Could not find artifact" in plain or "was not found in" in plain
+    reason = next(
+        (line.strip() for line in plain.splitlines() if line.lstrip().startswith("[ERROR]")),
+        plain.strip().splitlines()[-1] if plain.strip() else "(no output)",
+    )
+    return (
+        f"Spark's Kafka and Avro connectors for pyspark {version} ({artifacts}) could not be "
+        + (
+            f"resolved: the Maven repository does not serve them for Spark {version}"
+            " (they reach Maven Central apart from pyspark on PyPI, sometimes later)"
+            if not_served
+            else "resolved with Maven"
+        )
+        + f". exactlyonce needs pyspark 4.1 or later; its tests run on {NEWEST_TESTED_PYSPARK}. "
+        f"Install a pyspark whose connectors are served (pip install "
+        f"'pyspark=={NEWEST_TESTED_PYSPARK}'), or, where no job reads Kafka with Spark's source "
+        "(format('kafka')) nor writes Avro values (KafkaSink value='avro'), start Spark "
+        "without them: exactlyonce.integration.spark.session(connectors=False) (exactlyonce "
+        "run always asks for them).\n"
+        f"Maven: {reason[:1000]}"
+    )
 
 
 __all__ = [
     "KAFKA_BROKER",
     "SPARK_CONNECTORS",
     "JarSet",
+    "NEWEST_TESTED_PYSPARK",
     "cache_root",
     "classpath",
+    "connectors_missing",
     "folder",
     "require_java",
     "require_maven",
