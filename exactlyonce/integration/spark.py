@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from exactlyonce.connectors.base import ExactlyOnceSink
+    from exactlyonce.connectors.base.report import BatchReport
 
 
 def ensure_java() -> None:
@@ -167,3 +168,14 @@ def start_stream(
     elif processing_time:
         writer = writer.trigger(processingTime=processing_time)
     return writer.start()
+
+
+def last_report(spark: SparkSession, query_name: str, sink_name: str) -> BatchReport | None:
+    """The report of the last batch a sink wrote for (``query_name``, ``sink_name``) in this
+    Spark Connect session (the sink shares it there: :mod:`~exactlyonce.connectors.base.
+    shared_report`); None before the first batch, or in a classic session (read
+    ``sink.reports`` there)."""
+    from exactlyonce.connectors.base.shared_report import report_from_json, report_key
+
+    text = spark.conf.get(report_key(query_name, sink_name), None)
+    return report_from_json(text) if text else None

@@ -55,6 +55,7 @@ from exactlyonce.connectors.base.report import (
     catalog_summary,
 )
 from exactlyonce.connectors.base.rewind import Refused, Rewind
+from exactlyonce.connectors.base.shared_report import share_report
 from exactlyonce.connectors.base.task import ShardWriter, UnalignedTasks
 from exactlyonce.connectors.base.upsert import UpsertSpec, shard_order, upsert_expressions
 from exactlyonce.dedup.keeper import CatalogKeeper, RebuildSource
@@ -460,6 +461,7 @@ class ExactlyOnceSink(ABC):
             default_shards=lambda: default_parallelism(df.sparkSession),
             write=lambda epoch, shards: self._write_epoch(df, epoch, shards),
         )
+        share_report(df.sparkSession, report)  # under Spark Connect: for the client
         if report.skipped:
             run_without_writing(df)
 

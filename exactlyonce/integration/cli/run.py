@@ -9,6 +9,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from exactlyonce.connectors.base.observers import publish
 from exactlyonce.connectors.base.report import batch_line
 from exactlyonce.integration.cli.common import (
     EXIT_FAILED,
@@ -21,6 +22,7 @@ from exactlyonce.integration.config import load_config, sink_field_errors
 from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
     from exactlyonce.connectors.base import BatchReport, ExactlyOnceSink
@@ -82,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with sink_field_errors():
             query = start_stream(df, sink, cfg.checkpoint, **cfg.trigger_kwargs())
         print(f"started {cfg.query_name}: {cfg.source.type} -> {sink.sink_name}", flush=True)
-        batches = _ProgressBatches(query) if remote else _SinkBatches(sink)
+        batches = _ProgressBatches(query, sink, spark) if remote else _SinkBatches(sink)
         try:
             _watch(query, batches, args.until_idle, args.max_batches)
         except KeyboardInterrupt:
@@ -113,21 +115,36 @@ class _SinkBatches:
 
 
 class _ProgressBatches:
-    """A Spark Connect session: the sink runs on the server (its reports stay there), so a
-    batch is the query's progress, as the server reports it; the sink's head and counters
-    are read with ``exactlyonce heads``/``check`` or its metrics."""
+    """A Spark Connect session: the sink runs on the server. A batch is the query's progress
+    as the server reports it, shown with the sink's own report when the sink shared it in the
+    session (:func:`~exactlyonce.integration.spark.last_report`: only the last batch's is
+    kept there, so a batch that the next one overtook before it was read shows its input rows
+    only). A report read here is also handed to this process's report listeners (metrics)."""
 
-    def __init__(self, query: StreamingQuery) -> None:
+    def __init__(self, query: StreamingQuery, sink: ExactlyOnceSink, spark: SparkSession) -> None:
         self.query = query
+        self.sink = sink
+        self.spark = spark
         self.rows: dict[int, int] = {}  # batch id -> its input rows
+        self.reports: dict[int, BatchReport] = {}  # epoch -> the sink's report
 
     def lines(self, shown: int) -> list[str]:
+        from exactlyonce.integration.spark import last_report
+
         for progress in self.query.recentProgress:
             self.rows.setdefault(int(progress.batchId), int(progress.numInputRows))
-        return [
-            f"batch {batch}: {self.rows[batch]} input rows (written on the Spark Connect server)"
-            for batch in sorted(self.rows)[shown:]
-        ]
+        # Read after the progress: a batch in it shared its report before it ended.
+        report = last_report(self.spark, self.sink.query_name, self.sink.sink_name)
+        if report is not None and report.epoch not in self.reports:
+            self.reports[report.epoch] = report
+            publish(report)
+        return [self._line(batch) for batch in sorted(self.rows)[shown:]]
+
+    def _line(self, batch: int) -> str:
+        report = self.reports.get(batch)
+        if report is not None:
+            return _progress(report)
+        return f"batch {batch}: {self.rows[batch]} input rows (written on the Spark Connect server)"
 
     def count(self) -> int:
         self.lines(0)
