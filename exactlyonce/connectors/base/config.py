@@ -262,6 +262,12 @@ class SinkConfig(Settings):
         source's schema before the stream starts)."""
         return {"id_columns": tuple(self.id_columns or ())}
 
+    def needs_spark_connectors(self) -> bool:
+        """Whether writing needs Spark's Kafka/Avro connector jars on Spark's class path
+        (:func:`~exactlyonce.integration.spark.session`'s ``connectors``): no, unless a sink
+        says so."""
+        return False
+
     def record_ids(self) -> RecordIdSpec:
         """Where the sink's record IDs come from."""
         if self.id_from == "content":

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from exactlyonce.connectors.base.config import SinkConfig, field_error
+from exactlyonce.connectors.kafka.avro import AVRO
 from exactlyonce.connectors.kafka.protocol import (
     DEFAULT_CONTROL_TOPIC,
     MIN_TRANSACTION_TIMEOUT_MS,
@@ -111,6 +112,10 @@ class KafkaSinkConfig(SinkConfig):
         if problem is not None:
             raise field_error(self.timeout_field, problem)
         return self
+
+    def needs_spark_connectors(self) -> bool:
+        """Avro values are encoded with ``spark-avro`` (:mod:`.avro`)."""
+        return self.value == AVRO
 
     @property
     def dead_letter_topic_name(self) -> str:

@@ -73,6 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         master=None if remote else cfg.spark.master,
         extra={"spark.ui.showConsoleProgress": "false", **cfg.spark.conf},
         data_source=False,  # a pipeline writes through foreachBatch(sink): a faster start
+        connectors=cfg.needs_spark_connectors(),  # only when its source or sink uses them
         remote=remote,
     )
     try:

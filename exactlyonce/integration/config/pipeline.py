@@ -16,6 +16,7 @@ from exactlyonce.connectors.base.kind import SinkKind
 from exactlyonce.dedup.ids import ID_FROM, RecordIdSpec
 from exactlyonce.integration.config.common import as_text_mapping
 from exactlyonce.integration.config.sinks import (
+    BufferedSink,
     SinkEntry,
     build_sink,
     sink_entry_type,
@@ -204,6 +205,14 @@ class PipelineConfig(Settings):
 
         with sink_field_errors():  # the Spark side writes the buffer topic only
             return Buffered(sink, buffer.build(), check=check)
+
+    def needs_spark_connectors(self) -> bool:
+        """Whether the query needs Spark's Kafka/Avro connector jars: Spark's Kafka source,
+        or a sink that says so (a buffer is written with confluent-kafka, not Spark). Without
+        them a pipeline runs on a pyspark whose connectors Maven does not serve yet."""
+        entry = self.sink
+        config = entry.sink_config() if isinstance(entry, BufferedSink) else entry
+        return self.source.type == "kafka" or bool(config.needs_spark_connectors())
 
     def trigger_kwargs(self) -> dict[str, Any]:
         """The trigger as :func:`exactlyonce.integration.spark.start_stream` arguments."""

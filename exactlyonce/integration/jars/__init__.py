@@ -197,7 +197,7 @@ def connectors_missing(version: str, maven_error: str) -> str:
         f"'pyspark=={NEWEST_TESTED_PYSPARK}'), or, where no job reads Kafka with Spark's source "
         "(format('kafka')) nor writes Avro values (KafkaSink value='avro'), start Spark "
         "without them: exactlyonce.integration.spark.session(connectors=False) (exactlyonce "
-        "run always asks for them).\n"
+        "run asks for them only for a Kafka source or Avro values).\n"
         f"Maven: {reason[:1000]}"
     )
 
