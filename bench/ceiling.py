@@ -13,7 +13,9 @@ Each timed ``--repeat`` times, best run counted, interleaved with the paths they
 CPU (:class:`CpuMeter`): user + system CPU seconds, per timed run, of the benchmark's own
 process tree (the driver, the Spark JVM, its Python workers) and of each named server's
 process tree (the broker, PostgreSQL's postmaster and backends, Redis), from ``/proc``.
-Reaped children count through their parent's ``cutime``/``cstime``. Reported per million
+Reaped children count through their parent's ``cutime``/``cstime``. A server the benchmark
+starts itself (a throwaway redis-server, the search server) is a child of the driver: named as
+a server, its tree is taken out of ``spark``'s, so nothing counts twice. Reported per million
 records (:func:`cpu_per_million`): steadier than throughput on a shared machine, and what a
 user pays for. Linux only; elsewhere :class:`CpuMeter` reports nothing (``None``).
 """
@@ -22,11 +24,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bench.common import PathTiming, ratio, timed
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 PROC = Path("/proc")
+T = TypeVar("T")
 
 
 def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -64,14 +67,19 @@ def time_ceilings(
     df: DataFrame, rows: int, noop: PathTiming, python: PathTiming, meter: CpuMeter
 ) -> None:
     """One timed run of each ceiling over ``df`` (``rows`` rows), recorded with its CPU."""
-    with meter.measure() as cpu:
-        seconds, _ = timed(lambda: write_noop(df))
+    seconds, _, cpu = timed_cpu(meter, lambda: write_noop(df))
     noop.record(seconds, {"cpu": cpu})
-    with meter.measure() as cpu:
-        seconds, counted = timed(lambda: count_in_python(df))
+    seconds, counted, cpu = timed_cpu(meter, lambda: count_in_python(df))
     if counted != rows:
         raise RuntimeError(f"the Python ceiling counted {counted:,} rows of {rows:,}")
     python.record(seconds, {"cpu": cpu})
+
+
+def timed_cpu(meter: CpuMeter, fn: Callable[[], T]) -> tuple[float, T, dict[str, float]]:
+    """Run ``fn`` once: (wall seconds, its result, the CPU seconds ``meter`` saw meanwhile)."""
+    with meter.measure() as cpu:
+        seconds, result = timed(fn)
+    return seconds, result, cpu
 
 
 def ceiling_figures(
@@ -114,6 +122,17 @@ def _processes() -> dict[int, tuple[int, float]]:
     return out
 
 
+def _trees(roots: Mapping[str, int], table: Mapping[int, tuple[int, float]]) -> dict[str, set[int]]:
+    """Each root's tree; a root inside another's tree (a server the benchmark started itself)
+    is taken out of that tree, so no process counts twice."""
+    trees = {name: _tree(root, table) for name, root in roots.items()}
+    for name, pids in trees.items():
+        for other, root in roots.items():
+            if other != name and root != roots[name] and root in pids:
+                pids -= trees[other]
+    return trees
+
+
 def _tree(root: int, table: Mapping[int, tuple[int, float]]) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
@@ -140,7 +159,8 @@ class CpuMeter:
         table = _processes()
         roots = {"spark": os.getpid(), **{k: v for k, v in self.servers.items() if v}}
         return {
-            name: {pid: table[pid][1] for pid in _tree(root, table)} for name, root in roots.items()
+            name: {pid: table[pid][1] for pid in pids}
+            for name, pids in _trees(roots, table).items()
         }
 
     @contextmanager
@@ -177,6 +197,43 @@ def cpu_per_million(paths: Mapping[str, PathTiming]) -> dict[str, dict[str, floa
             if tree != "wall"
         }
     return out
+
+
+@dataclass
+class Ceilings:
+    """A benchmark's two ceilings over its ``rows``, timed once a round beside its paths
+    (:func:`time_ceilings`), and its figures once the rounds are over (:meth:`figures`)."""
+
+    rows: int
+    meter: CpuMeter
+    noop: PathTiming = field(init=False)
+    python: PathTiming = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.noop, self.python = ceiling_paths(self.rows)
+
+    def warm(self, df: DataFrame, rows: int) -> None:
+        """An untimed round over ``df`` (``rows`` rows): nothing is kept."""
+        time_ceilings(df, rows, *ceiling_paths(rows), self.meter)
+
+    def time(self, df: DataFrame) -> None:
+        """One timed round over ``df``, which holds :attr:`rows` rows."""
+        time_ceilings(df, self.rows, self.noop, self.python, self.meter)
+
+    def round(self, df: DataFrame, rows: int, timed_run: bool) -> None:
+        """:meth:`time` for a timed round, else :meth:`warm`."""
+        if timed_run:
+            self.time(df)
+        else:
+            self.warm(df, rows)
+
+    def figures(self, paths: Mapping[str, PathTiming]) -> dict[str, Any]:
+        """``cpu_s_per_million`` (``paths`` and the Python ceiling) and
+        :func:`ceiling_figures` of ``paths``."""
+        return {
+            "cpu_s_per_million": cpu_per_million({**paths, "ceiling_python": self.python}),
+            **ceiling_figures(self.noop, self.python, paths),
+        }
 
 
 def service_pids(*names: str) -> dict[str, int | None]:
