@@ -228,10 +228,12 @@ class Ceilings:
             self.warm(df, rows)
 
     def figures(self, paths: Mapping[str, PathTiming]) -> dict[str, Any]:
-        """``cpu_s_per_million`` (``paths`` and the Python ceiling) and
+        """``cpu_s_per_million`` (``paths`` and both ceilings) and
         :func:`ceiling_figures` of ``paths``."""
         return {
-            "cpu_s_per_million": cpu_per_million({**paths, "ceiling_python": self.python}),
+            "cpu_s_per_million": cpu_per_million(
+                {**paths, "ceiling_python": self.python, "ceiling_noop": self.noop}
+            ),
             **ceiling_figures(self.noop, self.python, paths),
         }
 
@@ -248,4 +250,93 @@ def service_pids(*names: str) -> dict[str, int | None]:
     for name in names:
         module = import_module(f"exactlyonce.integration.lab.services.{name}")
         out[name] = module.pid(home)
+    return out
+
+
+# -- reading the figures back (bench summary, the docs' benchmarks page) ------------------
+
+# Per throughput benchmark (its results file): the sink, its path, and its baseline's path
+# (what a user would pick instead: Spark's own writer where there is one, else a plain one).
+JUDGED = {
+    "postgres": ("PostgresSink", "eos", "spark_jdbc"),
+    "kafka": ("KafkaSink", "eos", "spark"),
+    "redis": ("RedisSink", "eos", "plain"),
+    "elasticsearch": ("ElasticsearchSink", "eos", "plain"),
+    "opensearch": ("OpenSearchSink", "eos", "plain"),
+}
+
+
+@dataclass(frozen=True)
+class PathFigures:
+    """One path of a results file beside the ceilings: best rows/s, fractions, CPU/M."""
+
+    path: str
+    rows_per_s: float | None
+    of_python: float | None
+    of_noop: float | None
+    cpu: Mapping[str, float] | None  # CPU s per million records, per tree and ``total``
+
+    @property
+    def cpu_total(self) -> float | None:
+        return None if self.cpu is None else self.cpu.get("total")
+
+
+def _rate(data: Mapping[str, Any], path: str) -> float | None:
+    """The path's best rows/s: as recorded, else rows / its fastest run."""
+    entry = (data.get("paths") or {}).get(path) or {}
+    if entry.get("rows_per_s"):
+        return float(entry["rows_per_s"])
+    runs, rows = entry.get("runs_seconds"), entry.get("rows", data.get("rows"))
+    return rows / min(runs) if runs and rows else None
+
+
+def path_figures(data: Mapping[str, Any]) -> list[PathFigures]:
+    """Every path a results file reports against its ceilings, then the two ceilings
+    themselves (``ceiling_python``, ``ceiling_noop``); [] for a file without ceilings."""
+    python, noop = data.get("ceiling_python_rows_per_s"), data.get("ceiling_noop_rows_per_s")
+    if not python or not noop:
+        return []
+    of_python, of_noop = data.get("of_python_ceiling") or {}, data.get("of_noop_ceiling") or {}
+    cpu = data.get("cpu_s_per_million") or {}
+    out = [
+        PathFigures(name, _rate(data, name), fraction, of_noop.get(name), cpu.get(name))
+        for name, fraction in of_python.items()
+    ]
+    out.append(
+        PathFigures("ceiling_python", python, 1.0, ratio(python, noop), cpu.get("ceiling_python"))
+    )
+    out.append(PathFigures("ceiling_noop", noop, ratio(noop, python), 1.0, cpu.get("ceiling_noop")))
+    return out
+
+
+@dataclass(frozen=True)
+class SinkCeilings:
+    """A sink and its baseline beside the ceilings of the same run."""
+
+    benchmark: str
+    sink: str
+    ours: PathFigures
+    baseline: PathFigures
+    python_rows_per_s: float
+    noop_rows_per_s: float
+
+
+def sink_ceilings(results: Mapping[str, Mapping[str, Any]]) -> list[SinkCeilings]:
+    """Per throughput benchmark (:data:`JUDGED`) whose results file has ceilings: the sink
+    and its baseline against them, in :data:`JUDGED`'s order."""
+    out = []
+    for name, (sink, ours, baseline) in JUDGED.items():
+        data = results.get(name) or {}
+        by_path = {p.path: p for p in path_figures(data)}
+        if ours in by_path and baseline in by_path:
+            out.append(
+                SinkCeilings(
+                    name,
+                    sink,
+                    by_path[ours],
+                    by_path[baseline],
+                    float(data["ceiling_python_rows_per_s"]),
+                    float(data["ceiling_noop_rows_per_s"]),
+                )
+            )
     return out
