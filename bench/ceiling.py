@@ -228,14 +228,20 @@ class Ceilings:
             self.warm(df, rows)
 
     def figures(self, paths: Mapping[str, PathTiming]) -> dict[str, Any]:
-        """``cpu_s_per_million`` (``paths`` and both ceilings) and
-        :func:`ceiling_figures` of ``paths``."""
-        return {
-            "cpu_s_per_million": cpu_per_million(
-                {**paths, "ceiling_python": self.python, "ceiling_noop": self.noop}
-            ),
-            **ceiling_figures(self.noop, self.python, paths),
-        }
+        """:func:`ceiling_results` of ``paths`` against these ceilings."""
+        return ceiling_results(self.noop, self.python, paths)
+
+
+def ceiling_results(
+    noop: PathTiming, python: PathTiming, paths: Mapping[str, PathTiming]
+) -> dict[str, Any]:
+    """``cpu_s_per_million`` (``paths`` and both ceilings) and :func:`ceiling_figures`."""
+    return {
+        "cpu_s_per_million": cpu_per_million(
+            {**paths, "ceiling_python": python, "ceiling_noop": noop}
+        ),
+        **ceiling_figures(noop, python, paths),
+    }
 
 
 def service_pids(*names: str) -> dict[str, int | None]:
@@ -263,6 +269,7 @@ JUDGED = {
     "redis": ("RedisSink", "eos", "plain"),
     "elasticsearch": ("ElasticsearchSink", "eos", "plain"),
     "opensearch": ("OpenSearchSink", "eos", "plain"),
+    "dedup": ("PostgresSink, dedup end to end", "dedup_on", "spark_dedup"),
 }
 
 
@@ -282,8 +289,9 @@ class PathFigures:
 
 
 def _rate(data: Mapping[str, Any], path: str) -> float | None:
-    """The path's best rows/s: as recorded, else rows / its fastest run."""
-    entry = (data.get("paths") or {}).get(path) or {}
+    """The path's best rows/s: as recorded, else rows / its fastest run (under ``paths``, or
+    ``e2e`` for the dedup benchmark's end-to-end variants)."""
+    entry = (data.get("paths") or data.get("e2e") or {}).get(path) or {}
     if entry.get("rows_per_s"):
         return float(entry["rows_per_s"])
     runs, rows = entry.get("runs_seconds"), entry.get("rows", data.get("rows"))

@@ -83,7 +83,7 @@ def throughput_panels(results: dict[str, dict[str, Any]]) -> list[tuple[str, Bar
         ("dedup on", dedup.get("e2e_dedup_on_rows_per_s")),
         ("dedup off", dedup.get("e2e_dedup_off_rows_per_s")),
         ("Spark dropDuplicates", dedup.get("spark_dedup_rows_per_s")),
-    ])  # fmt: skip
+    ], dedup)  # fmt: skip
     for sink, figures in results.get("buffer", {}).get("sinks", {}).items():
         add(f"Buffer drainer vs. writing directly: {NAMES.get(sink, sink)}", [
             ("drainer", figures.get("drain_rows_per_s")),
@@ -138,18 +138,29 @@ def draw(results: dict[str, dict[str, Any]], out: Path) -> Path:
 def _throughput(ax: Any, title: str, bars: Bars) -> None:
     labels = [label for label, _ in bars][::-1]
     values = [value for _, value in bars][::-1]
-    colours = [CEILING if label in (PYTHON_CEILING, NOOP_CEILING) else BASELINE for label in labels]
+    ceilings = [label in (PYTHON_CEILING, NOOP_CEILING) for label in labels]
+    colours = [CEILING if ceiling else BASELINE for ceiling in ceilings]
     colours[-1] = OURS
-    ax.barh(labels, values, color=colours, height=0.6)
-    top = max(values)
+    # Beside its ceilings a sink can be 50x below them: a log scale keeps every bar readable.
+    log = any(ceilings)
+    top, bottom = max(values), min(values)
+    left = bottom / 3 if log else 0
+    ax.barh(labels, [v - left for v in values], left=left, color=colours, height=0.6)
     for y, value in enumerate(values):
         ratio = f"  (ours {values[-1] / value:.2f}x)" if y != len(values) - 1 else ""
-        ax.text(value + top * 0.01, y, f"{value:,.0f}{ratio}", va="center", fontsize=9)
-    ax.set_xlim(0, top * 1.35)
+        x = value * 1.08 if log else value + top * 0.01
+        ax.text(x, y, f"{value:,.0f}{ratio}", va="center", fontsize=9)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(left, top * 12)
+        title += ", log scale"
+    else:
+        ax.set_xlim(0, top * 1.35)
     ax.set_title(title, fontsize=11, loc="left")
     ax.tick_params(axis="y", labelsize=9)
     ax.tick_params(axis="x", labelsize=8)
     ax.xaxis.set_major_formatter(_thousands())
+    ax.xaxis.set_minor_formatter(_blank())
     ax.spines[["top", "right"]].set_visible(False)
 
 
@@ -178,6 +189,12 @@ def _p99(ax: Any, rows: list[tuple[str, float, float, float]]) -> None:
     ax.legend(loc="upper right", fontsize=9, ncols=3, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
+
+
+def _blank() -> Any:
+    from matplotlib.ticker import NullFormatter
+
+    return NullFormatter()
 
 
 def _thousands() -> Any:

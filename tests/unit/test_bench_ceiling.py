@@ -133,3 +133,19 @@ def test_each_sink_and_its_baseline_against_the_ceilings_in_benchmark_order() ->
         0.8,
         200.0,
     )
+
+
+def test_the_dedup_benchmarks_variants_stand_against_its_streaming_ceilings() -> None:
+    from bench.dedup import CEILINGS, VARIANTS, e2e_figures
+
+    runs = {name: _path(name, 1000, [1.0, 0.5], [4.0, 2.0]) for name in (*CEILINGS, *VARIANTS)}
+    runs["ceiling_noop"] = _path("ceiling_noop", 1000, [0.1], [0.2])
+    figures = e2e_figures(runs, repeat=2)
+    assert figures["e2e"]["dedup_on"]["rows_per_s"] == 2000
+    assert figures["of_python_ceiling"]["dedup_on"] == 1.0
+    assert figures["of_noop_ceiling"]["spark_dedup"] == 0.2
+    assert figures["ceiling_noop_rows_per_s"] == 10_000
+    sinks = sink_ceilings({"dedup": {**figures, "rows": 1000}})
+    assert [(s.sink, s.ours.rows_per_s, s.baseline.path) for s in sinks] == [
+        ("PostgresSink, dedup end to end", 2000.0, "spark_dedup")
+    ]
