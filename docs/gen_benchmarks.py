@@ -125,7 +125,10 @@ def ceilings_section(results: dict[str, dict[str, Any]]) -> list[str]:
         "Python writer beats it). Each sink and its baseline are shown as a fraction of both",
         "ceilings, with the CPU seconds (user + system of the Spark JVM, its Python workers and",
         "the servers: database, broker, the catalog's Redis) they spent per million records,",
-        "the median run's. CPU is steadier than throughput on a shared machine.",
+        "the median run's. CPU is steadier than throughput on a shared machine, but a",
+        "server that other work on the machine uses too (the local services' PostgreSQL and",
+        "Redis) counts that work as well; a server the benchmark starts (the records'",
+        "redis-server, the search server) counts only the benchmark's.",
         "",
     ]
     out += table(
