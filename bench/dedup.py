@@ -47,7 +47,8 @@ from bench.common import (
     PathTiming,
     add_results_dir_argument,
     forget_catalog,
-    machine_info,
+    load_average,
+    machine_with_load,
     now_utc,
     progress,
     ratio,
@@ -353,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_results_dir_argument(parser)
     args = parser.parse_args(argv)
+    load_start = load_average()
     env = service_env()
     redis_url, dsn = env["EXACTLYONCE_REDIS_URL"], env["EXACTLYONCE_PG_DSN"]
     ids = ids_from_hex(hex_ids(0, args.ids))
@@ -367,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = BloomSpec(1_000_000, 0.001)
     data: dict[str, Any] = {
         "date": now_utc(),
-        "machine": machine_info(),
+        "machine": machine_with_load(load_start),
         "ids": args.ids,
         "rows": args.rows,
         "bloom_ids_per_s": round(bloom["numpy"]),
