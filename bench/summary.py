@@ -147,7 +147,7 @@ def _throughput(ax: Any, title: str, bars: Bars) -> None:
     left = bottom / 3 if log else 0
     ax.barh(labels, [v - left for v in values], left=left, color=colours, height=0.6)
     for y, value in enumerate(values):
-        ratio = f"  (ours {values[-1] / value:.2f}x)" if y != len(values) - 1 else ""
+        ratio = f"  (ours {_times(values[-1] / value)}x)" if y != len(values) - 1 else ""
         x = value * 1.08 if log else value + top * 0.01
         ax.text(x, y, f"{value:,.0f}{ratio}", va="center", fontsize=9)
     if log:
@@ -189,6 +189,12 @@ def _p99(ax: Any, rows: list[tuple[str, float, float, float]]) -> None:
     ax.legend(loc="upper right", fontsize=9, ncols=3, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
+
+
+def _times(ratio: float) -> str:
+    """A ratio to two decimals, or two significant digits below 0.1 (a sink far below a
+    ceiling)."""
+    return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
 
 
 def _blank() -> Any:

@@ -71,3 +71,9 @@ def test_each_sink_stands_beside_the_ceilings_of_its_run(tmp_path: Path) -> None
     # a file from before the ceilings: the sink's panel as it was
     assert panels["PostgreSQL (1,000 rows)"] == [("PostgresSink", 300.0), ("Spark JDBC", 400.0)]
     assert draw({"redis": redis}, tmp_path / "summary.png").stat().st_size > 0
+
+
+def test_a_ratio_far_below_a_ceiling_keeps_two_significant_digits() -> None:
+    from bench.summary import _times
+
+    assert (_times(1.3333), _times(0.123), _times(0.0049)) == ("1.33", "0.12", "0.0049")
