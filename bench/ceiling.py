@@ -13,7 +13,9 @@ Each timed ``--repeat`` times, best run counted, interleaved with the paths they
 CPU (:class:`CpuMeter`): user + system CPU seconds, per timed run, of the benchmark's own
 process tree (the driver, the Spark JVM, its Python workers) and of each named server's
 process tree (the broker, PostgreSQL's postmaster and backends, Redis), from ``/proc``.
-Reaped children count through their parent's ``cutime``/``cstime``. Reported per million
+Reaped children count through their parent's ``cutime``/``cstime``. A server the benchmark
+starts itself (a throwaway redis-server, the search server) is a child of the driver: named as
+a server, its tree is taken out of ``spark``'s, so nothing counts twice. Reported per million
 records (:func:`cpu_per_million`): steadier than throughput on a shared machine, and what a
 user pays for. Linux only; elsewhere :class:`CpuMeter` reports nothing (``None``).
 """
@@ -22,11 +24,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bench.common import PathTiming, ratio, timed
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 PROC = Path("/proc")
+T = TypeVar("T")
 
 
 def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -64,14 +67,19 @@ def time_ceilings(
     df: DataFrame, rows: int, noop: PathTiming, python: PathTiming, meter: CpuMeter
 ) -> None:
     """One timed run of each ceiling over ``df`` (``rows`` rows), recorded with its CPU."""
-    with meter.measure() as cpu:
-        seconds, _ = timed(lambda: write_noop(df))
+    seconds, _, cpu = timed_cpu(meter, lambda: write_noop(df))
     noop.record(seconds, {"cpu": cpu})
-    with meter.measure() as cpu:
-        seconds, counted = timed(lambda: count_in_python(df))
+    seconds, counted, cpu = timed_cpu(meter, lambda: count_in_python(df))
     if counted != rows:
         raise RuntimeError(f"the Python ceiling counted {counted:,} rows of {rows:,}")
     python.record(seconds, {"cpu": cpu})
+
+
+def timed_cpu(meter: CpuMeter, fn: Callable[[], T]) -> tuple[float, T, dict[str, float]]:
+    """Run ``fn`` once: (wall seconds, its result, the CPU seconds ``meter`` saw meanwhile)."""
+    with meter.measure() as cpu:
+        seconds, result = timed(fn)
+    return seconds, result, cpu
 
 
 def ceiling_figures(
@@ -114,6 +122,17 @@ def _processes() -> dict[int, tuple[int, float]]:
     return out
 
 
+def _trees(roots: Mapping[str, int], table: Mapping[int, tuple[int, float]]) -> dict[str, set[int]]:
+    """Each root's tree; a root inside another's tree (a server the benchmark started itself)
+    is taken out of that tree, so no process counts twice."""
+    trees = {name: _tree(root, table) for name, root in roots.items()}
+    for name, pids in trees.items():
+        for other, root in roots.items():
+            if other != name and root != roots[name] and root in pids:
+                pids -= trees[other]
+    return trees
+
+
 def _tree(root: int, table: Mapping[int, tuple[int, float]]) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
@@ -140,7 +159,8 @@ class CpuMeter:
         table = _processes()
         roots = {"spark": os.getpid(), **{k: v for k, v in self.servers.items() if v}}
         return {
-            name: {pid: table[pid][1] for pid in _tree(root, table)} for name, root in roots.items()
+            name: {pid: table[pid][1] for pid in pids}
+            for name, pids in _trees(roots, table).items()
         }
 
     @contextmanager
@@ -179,6 +199,51 @@ def cpu_per_million(paths: Mapping[str, PathTiming]) -> dict[str, dict[str, floa
     return out
 
 
+@dataclass
+class Ceilings:
+    """A benchmark's two ceilings over its ``rows``, timed once a round beside its paths
+    (:func:`time_ceilings`), and its figures once the rounds are over (:meth:`figures`)."""
+
+    rows: int
+    meter: CpuMeter
+    noop: PathTiming = field(init=False)
+    python: PathTiming = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.noop, self.python = ceiling_paths(self.rows)
+
+    def warm(self, df: DataFrame, rows: int) -> None:
+        """An untimed round over ``df`` (``rows`` rows): nothing is kept."""
+        time_ceilings(df, rows, *ceiling_paths(rows), self.meter)
+
+    def time(self, df: DataFrame) -> None:
+        """One timed round over ``df``, which holds :attr:`rows` rows."""
+        time_ceilings(df, self.rows, self.noop, self.python, self.meter)
+
+    def round(self, df: DataFrame, rows: int, timed_run: bool) -> None:
+        """:meth:`time` for a timed round, else :meth:`warm`."""
+        if timed_run:
+            self.time(df)
+        else:
+            self.warm(df, rows)
+
+    def figures(self, paths: Mapping[str, PathTiming]) -> dict[str, Any]:
+        """:func:`ceiling_results` of ``paths`` against these ceilings."""
+        return ceiling_results(self.noop, self.python, paths)
+
+
+def ceiling_results(
+    noop: PathTiming, python: PathTiming, paths: Mapping[str, PathTiming]
+) -> dict[str, Any]:
+    """``cpu_s_per_million`` (``paths`` and both ceilings) and :func:`ceiling_figures`."""
+    return {
+        "cpu_s_per_million": cpu_per_million(
+            {**paths, "ceiling_python": python, "ceiling_noop": noop}
+        ),
+        **ceiling_figures(noop, python, paths),
+    }
+
+
 def service_pids(*names: str) -> dict[str, int | None]:
     """The local services' pids (``kafka``, ``postgres``, ``redis``) from their pid files
     under the services home; None for one that is not running here."""
@@ -191,4 +256,95 @@ def service_pids(*names: str) -> dict[str, int | None]:
     for name in names:
         module = import_module(f"exactlyonce.integration.lab.services.{name}")
         out[name] = module.pid(home)
+    return out
+
+
+# -- reading the figures back (bench summary, the docs' benchmarks page) ------------------
+
+# Per throughput benchmark (its results file): the sink, its path, and its baseline's path
+# (what a user would pick instead: Spark's own writer where there is one, else a plain one).
+JUDGED = {
+    "postgres": ("PostgresSink", "eos", "spark_jdbc"),
+    "kafka": ("KafkaSink", "eos", "spark"),
+    "redis": ("RedisSink", "eos", "plain"),
+    "elasticsearch": ("ElasticsearchSink", "eos", "plain"),
+    "opensearch": ("OpenSearchSink", "eos", "plain"),
+    "dedup": ("PostgresSink, dedup end to end", "dedup_on", "spark_dedup"),
+}
+
+
+@dataclass(frozen=True)
+class PathFigures:
+    """One path of a results file beside the ceilings: best rows/s, fractions, CPU/M."""
+
+    path: str
+    rows_per_s: float | None
+    of_python: float | None
+    of_noop: float | None
+    cpu: Mapping[str, float] | None  # CPU s per million records, per tree and ``total``
+
+    @property
+    def cpu_total(self) -> float | None:
+        return None if self.cpu is None else self.cpu.get("total")
+
+
+def _rate(data: Mapping[str, Any], path: str) -> float | None:
+    """The path's best rows/s: as recorded, else rows / its fastest run (under ``paths``, or
+    ``e2e`` for the dedup benchmark's end-to-end variants)."""
+    entry = (data.get("paths") or data.get("e2e") or {}).get(path) or {}
+    if entry.get("rows_per_s"):
+        return float(entry["rows_per_s"])
+    runs, rows = entry.get("runs_seconds"), entry.get("rows", data.get("rows"))
+    return rows / min(runs) if runs and rows else None
+
+
+def path_figures(data: Mapping[str, Any]) -> list[PathFigures]:
+    """Every path a results file reports against its ceilings, then the two ceilings
+    themselves (``ceiling_python``, ``ceiling_noop``); [] for a file without ceilings."""
+    python, noop = data.get("ceiling_python_rows_per_s"), data.get("ceiling_noop_rows_per_s")
+    if not python or not noop:
+        return []
+    of_python, of_noop = data.get("of_python_ceiling") or {}, data.get("of_noop_ceiling") or {}
+    cpu = data.get("cpu_s_per_million") or {}
+    out = [
+        PathFigures(name, _rate(data, name), fraction, of_noop.get(name), cpu.get(name))
+        for name, fraction in of_python.items()
+    ]
+    out.append(
+        PathFigures("ceiling_python", python, 1.0, ratio(python, noop), cpu.get("ceiling_python"))
+    )
+    out.append(PathFigures("ceiling_noop", noop, ratio(noop, python), 1.0, cpu.get("ceiling_noop")))
+    return out
+
+
+@dataclass(frozen=True)
+class SinkCeilings:
+    """A sink and its baseline beside the ceilings of the same run."""
+
+    benchmark: str
+    sink: str
+    ours: PathFigures
+    baseline: PathFigures
+    python_rows_per_s: float
+    noop_rows_per_s: float
+
+
+def sink_ceilings(results: Mapping[str, Mapping[str, Any]]) -> list[SinkCeilings]:
+    """Per throughput benchmark (:data:`JUDGED`) whose results file has ceilings: the sink
+    and its baseline against them, in :data:`JUDGED`'s order."""
+    out = []
+    for name, (sink, ours, baseline) in JUDGED.items():
+        data = results.get(name) or {}
+        by_path = {p.path: p for p in path_figures(data)}
+        if ours in by_path and baseline in by_path:
+            out.append(
+                SinkCeilings(
+                    name,
+                    sink,
+                    by_path[ours],
+                    by_path[baseline],
+                    float(data["ceiling_python_rows_per_s"]),
+                    float(data["ceiling_noop_rows_per_s"]),
+                )
+            )
     return out

@@ -10,7 +10,12 @@
   with dedup off; and on 1,000,000 unique rows, dedup on and off (``dedup_cost``). Each is a
   real ``availableNow`` streaming query (fresh table, query name and checkpoint) over Parquet
   files written once before any timing; every variant is warmed up on a small input, then
-  timed ``--repeat`` rounds in rotated order, and its best round counts;
+  timed ``--repeat`` rounds in rotated order, and its best round counts. Each round starts
+  with the ceilings (:mod:`bench.ceiling`), the same query over the same 20%-duplicate files
+  into a ``foreachBatch`` that writes to Spark's ``noop`` sink (``ceiling_noop``) or counts the
+  rows in a ``mapInArrow`` (``ceiling_python``); every variant is reported as a fraction of
+  both (``of_python_ceiling``, ``of_noop_ceiling``) and with its CPU seconds per million input
+  rows (``cpu_s_per_million``: the Spark tree, PostgreSQL, the catalog's Redis);
 - memory: Bloom filter bytes per ID at a 0.1% false-positive rate, Redis bytes per live ID.
 
 Writes ``bench/results/dedup.json``.
@@ -30,10 +35,20 @@ from typing import Any
 
 import numpy as np
 
+from bench.ceiling import (
+    CpuMeter,
+    ceiling_results,
+    count_in_python,
+    service_pids,
+    timed_cpu,
+    write_noop,
+)
 from bench.common import (
+    PathTiming,
     add_results_dir_argument,
     forget_catalog,
-    machine_info,
+    load_average,
+    machine_with_load,
     now_utc,
     progress,
     ratio,
@@ -136,7 +151,10 @@ def write_input(spark: Any, rows: int, dup_fraction: float, path: Path) -> int:
     return unique
 
 
-def stream(spark: Any, path: Path, sink: Any, checkpoint: Path, spark_dedup: bool) -> float:
+def stream(
+    spark: Any, path: Path, sink: Any, checkpoint: Path, spark_dedup: bool, meter: CpuMeter
+) -> tuple[float, dict[str, float]]:
+    """One availableNow query of the files into ``foreachBatch(sink)``: seconds and CPU."""
     source = spark.readStream.schema("event_id STRING, amount BIGINT, ts TIMESTAMP").parquet(
         str(path)
     )
@@ -144,15 +162,18 @@ def stream(spark: Any, path: Path, sink: Any, checkpoint: Path, spark_dedup: boo
         source = source.withWatermark("ts", "10 minutes").dropDuplicatesWithinWatermark(
             ["event_id"]
         )
-    began = time.perf_counter()
-    query = (
-        source.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return time.perf_counter() - began
+
+    def run() -> None:
+        query = (
+            source.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+    seconds, _, cpu = timed_cpu(meter, run)
+    return seconds, cpu
 
 
 def _inputs(spark: Any, rows: int, work: Path) -> dict[str, tuple[Path, int]]:
@@ -164,9 +185,36 @@ def _inputs(spark: Any, rows: int, work: Path) -> dict[str, tuple[Path, int]]:
     return inputs
 
 
+CEILINGS = ("ceiling_noop", "ceiling_python")
+
+
+def _run_ceiling(
+    spark: Any, name: str, source: Path, rows: int, work: Path, meter: CpuMeter
+) -> tuple[float, dict[str, float]]:
+    """One fresh query over ``source`` (``rows`` rows) into a ceiling: Spark's ``noop``
+    sink, or a ``mapInArrow`` that counts (checked)."""
+    counted: list[int] = []
+
+    def each_batch(df: Any, epoch: int) -> None:
+        counted.append(write_noop(df) if name == "ceiling_noop" else count_in_python(df))
+
+    seconds, cpu = stream(
+        spark, source, each_batch, work / f"ckpt-{name}-{time.time_ns()}", False, meter
+    )
+    if name == "ceiling_python" and sum(counted) != rows:
+        raise RuntimeError(f"{name}: counted {sum(counted):,} rows of {rows:,}")
+    return seconds, cpu
+
+
 def _run_variant(
-    spark: Any, dsn: str, redis_url: str, name: str, source: tuple[Path, int], work: Path
-) -> float:
+    spark: Any,
+    dsn: str,
+    redis_url: str,
+    name: str,
+    source: tuple[Path, int],
+    work: Path,
+    meter: CpuMeter,
+) -> tuple[float, dict[str, float]]:
     """One fresh query (new table, query name, checkpoint) of variant ``name`` over
     ``source``; checks the table holds each distinct ID once."""
     from exactlyonce.connectors import PostgresSink
@@ -185,35 +233,43 @@ def _run_variant(
         **({"redis_url": redis_url} if dedup else {"dedup": False}),
     )
     try:
-        seconds = stream(spark, path, sink, work / f"ckpt-{name}-{run}", spark_dedup)
+        seconds, cpu = stream(spark, path, sink, work / f"ckpt-{name}-{run}", spark_dedup, meter)
         count = _count(dsn, table)
         assert count == unique, f"{name}: {count} rows, expected {unique}"
     finally:
         _drop(dsn, table)
         forget_catalog(sink)
-    return seconds
+    return seconds, cpu
 
 
 def _rounds(
     spark: Any, dsn: str, redis_url: str, inputs: dict[str, Any], rows: int, repeat: int, work: Path
-) -> dict[str, list[float]]:
-    """Warm every variant up on a small input, then time ``repeat`` rounds, the order
-    rotated each round so that no variant always runs first (or last)."""
+) -> dict[str, PathTiming]:
+    """Warm every variant and ceiling up on a small input, then time ``repeat`` rounds: the
+    ceilings first, then the variants in an order rotated each round so that no variant
+    always runs first (or last)."""
+    meter = CpuMeter(service_pids("postgres", "redis"))
     names = list(VARIANTS)
+    for name in CEILINGS:
+        _run_ceiling(spark, name, inputs["warm-dup"][0], WARMUP_ROWS, work, meter)
     for name in names:
-        _run_variant(spark, dsn, redis_url, name, inputs[f"warm-{VARIANTS[name][2]}"], work)
-    progress(f"warmed up: {', '.join(names)} on {WARMUP_ROWS:,} rows each")
-    runs: dict[str, list[float]] = {n: [] for n in names}
+        _run_variant(spark, dsn, redis_url, name, inputs[f"warm-{VARIANTS[name][2]}"], work, meter)
+    progress(f"warmed up: {', '.join([*CEILINGS, *names])} on {WARMUP_ROWS:,} rows each")
+    runs = {n: PathTiming(n, rows) for n in (*CEILINGS, *names)}
     for r in range(repeat):
         order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            seconds = _run_variant(spark, dsn, redis_url, name, inputs[VARIANTS[name][2]], work)
-            runs[name].append(round(seconds, 3))
+        for name in (*CEILINGS, *order):
+            if name in CEILINGS:
+                seconds, cpu = _run_ceiling(spark, name, inputs["dup"][0], rows, work, meter)
+            else:
+                source = inputs[VARIANTS[name][2]]
+                seconds, cpu = _run_variant(spark, dsn, redis_url, name, source, work, meter)
+            runs[name].record(seconds, {"cpu": cpu})
             progress(f"round {r + 1}, {name}: {rows / seconds:,.0f} input rows/s ({seconds:.1f}s)")
     return runs
 
 
-def end_to_end(rows: int, dsn: str, redis_url: str, repeat: int = 2) -> dict[str, Any]:
+def end_to_end(rows: int, dsn: str, redis_url: str, repeat: int = 2) -> dict[str, PathTiming]:
     from exactlyonce.integration.spark import session
 
     spark = session(
@@ -234,15 +290,7 @@ def end_to_end(rows: int, dsn: str, redis_url: str, repeat: int = 2) -> dict[str
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return {
-        name: {
-            "seconds": min(seconds),
-            "rows_per_s": round(rows / min(seconds)),
-            "runs_seconds": seconds,
-            "input": VARIANTS[name][2],
-        }
-        for name, seconds in runs.items()
-    }
+    return runs
 
 
 def _drop(dsn: str, table: str) -> None:
@@ -260,10 +308,23 @@ def _count(dsn: str, table: str) -> int:
     return int(row[0]) if row else 0
 
 
-def e2e_figures(e2e: dict[str, Any], repeat: int) -> dict[str, Any]:
+def e2e_figures(runs: dict[str, PathTiming], repeat: int) -> dict[str, Any]:
     """The judged figures: ours against Spark's dedup on the 20%-duplicate input, and the
-    cost of dedup on unique input (each variant's best of ``repeat`` rounds)."""
+    cost of dedup on unique input (each variant's best of ``repeat`` rounds); every variant
+    against the ceilings, and its CPU."""
+    variants = {name: runs[name] for name in VARIANTS}
+    e2e = {
+        name: {
+            "seconds": round(p.best, 3),
+            "rows_per_s": round(p.rows_per_s),
+            "runs_seconds": [round(s, 3) for s in p.runs],
+            "input": VARIANTS[name][2],
+            "details": p.details,
+        }
+        for name, p in variants.items()
+    }
     rate = {name: e2e[name]["rows_per_s"] for name in e2e}
+    noop, python = (runs[name] for name in CEILINGS)
     return {
         "e2e_dedup_on_rows_per_s": rate["dedup_on"],
         "e2e_dedup_off_rows_per_s": rate["dedup_off"],
@@ -279,6 +340,7 @@ def e2e_figures(e2e: dict[str, Any], repeat: int) -> dict[str, Any]:
             "unique input"
         ),
         "e2e": e2e,
+        **ceiling_results(noop, python, variants),
     }
 
 
@@ -292,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_results_dir_argument(parser)
     args = parser.parse_args(argv)
+    load_start = load_average()
     env = service_env()
     redis_url, dsn = env["EXACTLYONCE_REDIS_URL"], env["EXACTLYONCE_PG_DSN"]
     ids = ids_from_hex(hex_ids(0, args.ids))
@@ -306,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = BloomSpec(1_000_000, 0.001)
     data: dict[str, Any] = {
         "date": now_utc(),
-        "machine": machine_info(),
+        "machine": machine_with_load(load_start),
         "ids": args.ids,
         "rows": args.rows,
         "bloom_ids_per_s": round(bloom["numpy"]),

@@ -34,6 +34,12 @@ best counts); after every run the table must hold exactly N rows or the benchmar
 A sink run during which the catalog's Redis lost its data (another process restarted it; the
 sink then recovers, and the rows are still right) is re-run, and listed as discarded.
 
+Each round of timed runs starts with the ceilings (:mod:`bench.ceiling`): the same cached rows
+into Spark's ``noop`` sink and through a ``mapInArrow`` that only counts. Every path is reported
+as a fraction of both (``of_python_ceiling``, ``of_noop_ceiling``), and with the CPU seconds
+(user + system) of the Spark tree, PostgreSQL and the catalog's Redis per million rows
+(``cpu_s_per_million``; each run's ``cpu`` in its path's ``details``).
+
 With ``--stream`` (the default) the sink and the COPY ceiling are also timed through a real
 ``readStream.parquet(...).writeStream.foreachBatch(...)`` query (one micro-batch with
 ``availableNow``), and the sink through Spark's format API as well
@@ -53,7 +59,6 @@ import io
 import os
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,7 +66,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bench import common
-from bench.common import BenchError, PathTiming, progress, timed
+from bench.ceiling import Ceilings, CpuMeter, cpu_per_million, service_pids, timed_cpu
+from bench.common import BenchError, PathTiming, progress
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -343,14 +349,20 @@ def _report_detail(report: Any) -> dict[str, Any]:
 
 
 def run_eos(
-    df: DataFrame, dsn: str, table: str, shards: int, label: str, kwargs: dict[str, Any]
+    df: DataFrame,
+    dsn: str,
+    table: str,
+    shards: int,
+    label: str,
+    kwargs: dict[str, Any],
+    meter: CpuMeter,
 ) -> tuple[float, dict[str, Any]]:
     sink = new_sink(dsn, table, label, shards, df.schema, kwargs)
     try:
         checkpoint(dsn)
-        seconds, _ = timed(lambda: sink(df, 0))
+        seconds, _, cpu = timed_cpu(meter, lambda: sink(df, 0))
         dedup = getattr(sink, "dedup_config", None) is not None
-        detail = {"dedup": dedup, **_report_detail(sink.last_report)}
+        detail = {"dedup": dedup, **_report_detail(sink.last_report), "cpu": cpu}
         if detail.get("catalog_rebuilds") or detail.get("shards_skipped"):
             # the catalog's Redis lost its data mid-run (another process restarted it): the
             # sink recovered and the rows are right, but the time measures the recovery
@@ -360,20 +372,26 @@ def run_eos(
         forget_sink(dsn, sink)
 
 
-def run_spark_jdbc(df: DataFrame, dsn: str, table: str) -> tuple[float, dict[str, Any]]:
+def run_spark_jdbc(
+    df: DataFrame, dsn: str, table: str, meter: CpuMeter
+) -> tuple[float, dict[str, Any]]:
     target = jdbc_target(dsn)
     props = target.properties(batchsize="10000", reWriteBatchedInserts="true")
     create_plain_table(dsn, table)
     checkpoint(dsn)
-    seconds, _ = timed(lambda: df.write.jdbc(target.url, table, mode="append", properties=props))
-    return seconds, {}
+    seconds, _, cpu = timed_cpu(
+        meter, lambda: df.write.jdbc(target.url, table, mode="append", properties=props)
+    )
+    return seconds, {"cpu": cpu}
 
 
-def run_raw_copy(df: DataFrame, dsn: str, table: str) -> tuple[float, dict[str, Any]]:
+def run_raw_copy(
+    df: DataFrame, dsn: str, table: str, meter: CpuMeter
+) -> tuple[float, dict[str, Any]]:
     create_plain_table(dsn, table)
     checkpoint(dsn)
-    seconds, rows = timed(lambda: write_raw_copy(df, dsn, table))
-    return seconds, {"rows_reported_by_tasks": rows}
+    seconds, rows, cpu = timed_cpu(meter, lambda: write_raw_copy(df, dsn, table))
+    return seconds, {"rows_reported_by_tasks": rows, "cpu": cpu}
 
 
 # -- the same through a real streaming query -----------------------------------------------
@@ -385,8 +403,10 @@ def _stream_once(
     schema: Any,
     fn: Callable[[DataFrame, int], None] | dict[str, str],
     checkpoint_dir: Path,
-) -> float:
-    """One availableNow query: ``foreachBatch(fn)``, or with options ``format("exactlyonce")``."""
+    meter: CpuMeter,
+) -> tuple[float, dict[str, float]]:
+    """One availableNow query: ``foreachBatch(fn)``, or with options ``format("exactlyonce")``;
+    its wall seconds and CPU."""
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     stream = spark.readStream.schema(schema).parquet(str(source))
     if isinstance(fn, dict):
@@ -394,13 +414,16 @@ def _stream_once(
     else:
         writer = stream.writeStream.foreachBatch(fn)
     writer = writer.option("checkpointLocation", str(checkpoint_dir)).trigger(availableNow=True)
-    began = time.perf_counter()
-    query = writer.start()
-    query.awaitTermination()
-    seconds = time.perf_counter() - began
+
+    def run_query() -> Any:
+        query = writer.start()
+        query.awaitTermination()
+        return query
+
+    seconds, query, cpu = timed_cpu(meter, run_query)
     if query.exception() is not None:
         raise BenchError(f"streaming query failed: {query.exception()}")
-    return seconds
+    return seconds, cpu
 
 
 def run_eos_stream(
@@ -411,15 +434,17 @@ def run_eos_stream(
     table: str,
     shards: int,
     scratch: Path,
+    meter: CpuMeter,
 ) -> tuple[float, dict[str, Any]]:
     sink = new_sink(dsn, table, "stream", shards, schema, {})
     try:
         checkpoint(dsn)
-        seconds = _stream_once(spark, source, schema, sink, scratch / "ckpt-eos")
+        seconds, cpu = _stream_once(spark, source, schema, sink, scratch / "ckpt-eos", meter)
     finally:
         forget_sink(dsn, sink)
     batches = [r for r in sink.reports if not r.skipped]
-    return seconds, {"micro_batches": len(batches), "written": sum(r.written for r in batches)}
+    written = sum(r.written for r in batches)
+    return seconds, {"micro_batches": len(batches), "written": written, "cpu": cpu}
 
 
 def run_eos_format_stream(
@@ -430,6 +455,7 @@ def run_eos_format_stream(
     table: str,
     shards: int,
     scratch: Path,
+    meter: CpuMeter,
 ) -> tuple[float, dict[str, Any]]:
     """The same sink through Spark's format API (``format("exactlyonce")``)."""
     sink = new_sink(dsn, table, "format", shards, schema, {})
@@ -443,14 +469,20 @@ def run_eos_format_stream(
     }
     try:
         checkpoint(dsn)
-        seconds = _stream_once(spark, source, schema, options, scratch / "ckpt-format")
+        seconds, cpu = _stream_once(spark, source, schema, options, scratch / "ckpt-format", meter)
     finally:
         forget_sink(dsn, sink)
-    return seconds, {"written": count_rows(dsn, table)}
+    return seconds, {"written": count_rows(dsn, table), "cpu": cpu}
 
 
 def run_raw_copy_stream(
-    spark: SparkSession, source: Path, schema: Any, dsn: str, table: str, scratch: Path
+    spark: SparkSession,
+    source: Path,
+    schema: Any,
+    dsn: str,
+    table: str,
+    scratch: Path,
+    meter: CpuMeter,
 ) -> tuple[float, dict[str, Any]]:
     create_plain_table(dsn, table)
     checkpoint(dsn)
@@ -459,8 +491,8 @@ def run_raw_copy_stream(
     def each_batch(batch_df: DataFrame, epoch: int) -> None:
         batches.append(write_raw_copy(batch_df, dsn, table))
 
-    seconds = _stream_once(spark, source, schema, each_batch, scratch / "ckpt-raw")
-    return seconds, {"micro_batches": len(batches)}
+    seconds, cpu = _stream_once(spark, source, schema, each_batch, scratch / "ckpt-raw", meter)
+    return seconds, {"micro_batches": len(batches), "cpu": cpu}
 
 
 # -- the benchmark -------------------------------------------------------------------------
@@ -542,27 +574,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     progress(f"generating and caching {args.rows:,} rows in {common.PARTITIONS} partitions")
     df = common.generate_rows(spark, args.rows)
 
+    meter = CpuMeter(service_pids("postgres", "redis"))
     paths: dict[str, Callable[[DataFrame], tuple[float, dict[str, Any]]]] = {
         name: functools.partial(
-            run_eos, dsn=dsn, table=TABLES[name], shards=args.shards, label=name, kwargs=kw
+            run_eos,
+            dsn=dsn,
+            table=TABLES[name],
+            shards=args.shards,
+            label=name,
+            kwargs=kw,
+            meter=meter,
         )
         for name, kw in sink_variants(args.no_dedup_variant).items()
     }
     paths |= {
-        "spark_jdbc": lambda d: run_spark_jdbc(d, dsn, TABLES["spark_jdbc"]),
-        "raw_copy": lambda d: run_raw_copy(d, dsn, TABLES["raw_copy"]),
+        "spark_jdbc": lambda d: run_spark_jdbc(d, dsn, TABLES["spark_jdbc"], meter),
+        "raw_copy": lambda d: run_raw_copy(d, dsn, TABLES["raw_copy"], meter),
     }
     if args.sorted_ceiling:
         paths["raw_copy_sorted"] = lambda d: run_raw_copy(
-            d.sortWithinPartitions("id"), dsn, TABLES["raw_copy_sorted"]
+            d.sortWithinPartitions("id"), dsn, TABLES["raw_copy_sorted"], meter
         )
+    ceilings = Ceilings(args.rows, meter)
     _warm_up(paths, TABLES, small, dsn, args)
+    ceilings.warm(small, args.warmup_rows)
     ddl = {name: table_ddl(dsn, TABLES[name]) for name in paths}
-    timings = _timed_runs(paths, TABLES, df, dsn, args)
+    timings = _timed_runs(paths, TABLES, df, dsn, args, lambda: ceilings.time(df))
 
     stream_timings: dict[str, PathTiming] = {}
     if args.stream:
-        stream_timings = _run_streams(spark, df, small, dsn, args)
+        stream_timings = _run_streams(spark, df, small, dsn, args, meter)
 
     eos, jdbc, raw = timings["eos"], timings["spark_jdbc"], timings["raw_copy"]
     vs_jdbc = common.ratio(eos.rows_per_s, jdbc.rows_per_s)
@@ -575,6 +616,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     print(f"eos/spark_jdbc = {vs_jdbc:.3f}x (target >= {TARGETS['eos_vs_spark_jdbc']}x)")
     print(f"eos/raw_copy   = {vs_raw:.3f}x (target >= {TARGETS['eos_vs_raw_copy']}x)")
+    print(
+        f"of the Python ceiling ({ceilings.python.rows_per_s:,.0f} rows/s): "
+        f"eos {common.ratio(eos.rows_per_s, ceilings.python.rows_per_s):.3f}, "
+        f"spark_jdbc {common.ratio(jdbc.rows_per_s, ceilings.python.rows_per_s):.3f}"
+    )
     sorted_ceiling = timings.get("raw_copy_sorted")
     vs_sorted = common.ratio(eos.rows_per_s, sorted_ceiling.rows_per_s) if sorted_ceiling else None
     if sorted_ceiling:
@@ -614,6 +660,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else {}
         ),
         **_variant_figures(timings, "eos_no_dedup", jdbc, raw),
+        **ceilings.figures(timings),
         "targets": {
             key: {"target": TARGETS[key], "measured": value, "met": met[key]}
             for key, value in (("eos_vs_spark_jdbc", vs_jdbc), ("eos_vs_raw_copy", vs_raw))
@@ -649,6 +696,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "raw_copy_stream_rows_per_s": round(s_raw.rows_per_s),
             "eos_stream_vs_raw_copy_stream": common.ratio(s_eos.rows_per_s, s_raw.rows_per_s),
             "paths": {name: t.as_dict() for name, t in stream_timings.items()},
+            "cpu_s_per_million": cpu_per_million(stream_timings),
         }
     common.save_results(args, result)
     if not args.keep_tables:
@@ -711,11 +759,16 @@ def _timed_runs(
     source: Source,
     dsn: str,
     args: argparse.Namespace,
+    each_round: Callable[[], None] | None = None,
 ) -> dict[str, PathTiming]:
-    """``--repeat`` verified runs of every path, interleaved so drift hits every path alike;
-    a run disturbed by someone else restarting Redis is discarded and run again."""
+    """``--repeat`` verified runs of every path, interleaved so drift hits every path alike
+    (``each_round`` first in each round: the ceilings); a run disturbed by someone else
+    restarting Redis is discarded and run again."""
     timings = {name: PathTiming(name, args.rows) for name in paths}
     for attempt in range(1, args.repeat + 1):
+        if each_round is not None:
+            progress(f"run {attempt}/{args.repeat}: ceilings (noop, Python)")
+            each_round()
         for name, fn in paths.items():
             for _ in range(MAX_DISTURBED + 1):
                 seconds, detail = fn(source)
@@ -733,7 +786,12 @@ def _timed_runs(
 
 
 def _run_streams(
-    spark: SparkSession, df: DataFrame, small: DataFrame, dsn: str, args: argparse.Namespace
+    spark: SparkSession,
+    df: DataFrame,
+    small: DataFrame,
+    dsn: str,
+    args: argparse.Namespace,
+    meter: CpuMeter,
 ) -> dict[str, PathTiming]:
     scratch = Path(tempfile.mkdtemp(prefix="exactlyonce-bench-"))
     try:
@@ -745,13 +803,20 @@ def _run_streams(
         schema = df.schema
         paths: dict[str, Callable[[Path], tuple[float, dict[str, Any]]]] = {
             "eos_stream": lambda src: run_eos_stream(
-                spark, src, schema, dsn, STREAM_TABLES["eos_stream"], args.shards, scratch
+                spark, src, schema, dsn, STREAM_TABLES["eos_stream"], args.shards, scratch, meter
             ),
             "eos_format_stream": lambda src: run_eos_format_stream(
-                spark, src, schema, dsn, STREAM_TABLES["eos_format_stream"], args.shards, scratch
+                spark,
+                src,
+                schema,
+                dsn,
+                STREAM_TABLES["eos_format_stream"],
+                args.shards,
+                scratch,
+                meter,
             ),
             "raw_copy_stream": lambda src: run_raw_copy_stream(
-                spark, src, schema, dsn, STREAM_TABLES["raw_copy_stream"], scratch
+                spark, src, schema, dsn, STREAM_TABLES["raw_copy_stream"], scratch, meter
             ),
         }
         _warm_up(paths, STREAM_TABLES, sources["small"], dsn, args)

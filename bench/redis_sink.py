@@ -21,9 +21,12 @@ The rows ``(id string(32), value bigint, note string)`` come from ``spark.range(
 md5/sha1, 2 partitions, cached and counted before any timing. Each path is warmed up on a small
 run first, then timed ``--repeat`` times (3), the paths interleaved; the best run counts (the
 machine is shared, single runs are noisy). After each run the server must hold exactly N
-records of the path, or the benchmark fails. Writes
-``bench/results/redis.json`` with ``eos_records_per_s``, ``plain_records_per_s``, ``ratio``
-(eos / plain) and ``rows``.
+records of the path, or the benchmark fails. Each round starts with the ceilings
+(:mod:`bench.ceiling`: the same rows into Spark's ``noop`` sink and through a counting
+``mapInArrow``). Writes ``bench/results/redis.json`` with ``eos_records_per_s``,
+``plain_records_per_s``, ``ratio`` (eos / plain), ``rows``, each path as a fraction of the
+ceilings (``of_python_ceiling``, ``of_noop_ceiling``) and the CPU seconds per million records
+(``cpu_s_per_million``) of the Spark tree, the records' redis-server and the catalog's Redis.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import common
-from bench.common import BenchError, PathTiming, progress, timed
+from bench.ceiling import Ceilings, CpuMeter, service_pids, timed_cpu
+from bench.common import BenchError, PathTiming, progress
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -165,15 +169,25 @@ class PlainWriter:
         yield pa.RecordBatch.from_pydict({"n": pa.array([rows], pa.int64())})
 
 
-def run_plain(df: DataFrame, server: Server, write: str, label: str) -> tuple[float, str]:
+def run_plain(
+    df: DataFrame, server: Server, write: str, label: str, meter: CpuMeter
+) -> tuple[float, dict[str, Any], str]:
     prefix = f"bench:plain:{label}:"
     fn = PlainWriter(server.url, prefix, write)
-    seconds, _ = timed(lambda: sum(int(r["n"]) for r in df.mapInArrow(fn, "n long").collect()))
-    return seconds, prefix
+    seconds, _, cpu = timed_cpu(
+        meter, lambda: sum(int(r["n"]) for r in df.mapInArrow(fn, "n long").collect())
+    )
+    return seconds, {"cpu": cpu}, prefix
 
 
 def run_eos(
-    df: DataFrame, server: Server, write: str, label: str, shards: int, pipeline_size: int
+    df: DataFrame,
+    server: Server,
+    write: str,
+    label: str,
+    shards: int,
+    pipeline_size: int,
+    meter: CpuMeter,
 ) -> tuple[float, dict[str, Any], str]:
     from exactlyonce.connectors.redis import RedisSink
 
@@ -194,8 +208,8 @@ def run_eos(
     )
     sink.preflight(df.schema)
     try:
-        seconds, _ = timed(lambda: sink(df, 0))
-        detail = common.sink_report_detail(sink)
+        seconds, _, cpu = timed_cpu(meter, lambda: sink(df, 0))
+        detail = {**common.sink_report_detail(sink), "cpu": cpu}
     finally:
         common.forget_catalog(sink)
     return seconds, detail, prefix
@@ -233,19 +247,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         progress(f"{args.rows:,} rows generated and cached")
         eos = PathTiming("eos", args.rows)
         plain = PathTiming("plain", args.rows)
+        meter = CpuMeter({"redis_records": server.proc.pid, **service_pids("redis")})
+        ceilings = Ceilings(args.rows, meter)
         run_id = uuid.uuid4().hex[:8]
         for label, data, timed_run in common.warm_then_timed(small, df, args.repeat):
+            expected = args.rows if timed_run else args.warmup_rows
+            ceilings.round(data, expected, timed_run)
             for path in ("plain", "eos"):
                 clear(server)
                 tag = f"{run_id}-{label}-{path}"
                 if path == "eos":
                     seconds, detail, prefix = run_eos(
-                        data, server, args.write, tag, args.shards, args.pipeline_size
+                        data, server, args.write, tag, args.shards, args.pipeline_size, meter
                     )
                 else:
-                    seconds, prefix = run_plain(data, server, args.write, tag)
-                    detail = {}
-                expected = args.rows if timed_run else args.warmup_rows
+                    seconds, detail, prefix = run_plain(data, server, args.write, tag, meter)
                 found = count_records(server, prefix, args.write)
                 if found != expected:
                     raise BenchError(f"{path} ({label}) left {found} records, expected {expected}")
@@ -257,6 +273,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         r = common.ratio(eos.rows_per_s, plain.rows_per_s)
         print(f"eos/plain = {r:.3f} (target >= {TARGET})")
+        figures = ceilings.figures({"eos": eos, "plain": plain})
+        print(f"of the Python ceiling: {figures['of_python_ceiling']}")
         result: dict[str, Any] = {
             "benchmark": NAME,
             "date": common.now_utc(),
@@ -267,6 +285,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "plain_records_per_s": round(plain.rows_per_s),
             "ratio": r,
             "target": {"ratio": TARGET, "met": r >= TARGET},
+            **figures,
             "paths": {"eos": eos.as_dict(), "plain": plain.as_dict()},
             "table": table.splitlines(),
             "setup": {

@@ -35,11 +35,15 @@ md5/sha1 (as in the Redis and Kafka benchmarks), 2 partitions, cached and counte
 timing. Each path is warmed up on a small run, then timed ``--repeat`` times (3), the paths
 interleaved (plain, eos, raw, plain, eos, raw ...); the best run counts (the machine is
 shared). After each run the index must hold exactly N documents (``_refresh`` + ``_count``),
-and the sink must report N written, or the benchmark fails. For a server process started
-here, each run also records its CPU seconds (from ``/proc``).
+and the sink must report N written, or the benchmark fails. Each round starts with the
+ceilings (:mod:`bench.ceiling`: the same rows into Spark's ``noop`` sink and through a counting
+``mapInArrow``), and each run records the CPU seconds (user + system, from ``/proc``) of the
+Spark tree, the catalog's Redis and, for a server process started here, the server's tree
+(also as ``server_cpu_seconds`` in the run's details).
 
 Writes ``bench/results/<engine>.json`` with ``eos_docs_per_s``, ``plain_docs_per_s``, ``ratio``
-(eos / plain), ``server``, ``server_version``, ``rows`` and the details.
+(eos / plain), ``server``, ``server_version``, ``rows``, each path as a fraction of the
+ceilings (``of_python_ceiling``, ``of_noop_ceiling``), ``cpu_s_per_million`` and the details.
 """
 
 from __future__ import annotations
@@ -55,12 +59,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from bench import common
-from bench.common import BenchError, PathTiming, progress, timed
+from bench.ceiling import Ceilings, CpuMeter, service_pids, timed_cpu
+from bench.common import BenchError, PathTiming, progress
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -184,16 +188,6 @@ class Server:
         finally:
             client.close()
 
-    def cpu_seconds(self) -> float | None:
-        """The server process's user+system CPU seconds so far (None when not started here)."""
-        if self.pid is None:
-            return None
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def create_index(self, name: str) -> None:
         """An index with the mapping the sink gives its target (``epoch`` long, rest dynamic)."""
         mappings = {"properties": {EPOCH_FIELD: {"type": "long"}}}
@@ -266,21 +260,25 @@ class PlainWriter:
         yield pa.RecordBatch.from_pydict({"n": pa.array([ok], pa.int64())})
 
 
-def run_plain(df: DataFrame, server: Server, index: str) -> tuple[float, dict[str, Any]]:
+def run_plain(
+    df: DataFrame, server: Server, index: str, meter: CpuMeter
+) -> tuple[float, dict[str, Any]]:
     server.create_index(index)
     fn = PlainWriter(server.engine, server.url, index)
-    seconds, sent = timed(lambda: sum(int(r["n"]) for r in df.mapInArrow(fn, "n long").collect()))
-    return seconds, {"acknowledged": sent}
+    seconds, sent, cpu = timed_cpu(
+        meter, lambda: sum(int(r["n"]) for r in df.mapInArrow(fn, "n long").collect())
+    )
+    return seconds, {"acknowledged": sent, "cpu": cpu}
 
 
 def run_eos(
-    df: DataFrame, server: Server, index: str, query: str, shards: int
+    df: DataFrame, server: Server, index: str, query: str, shards: int, meter: CpuMeter
 ) -> tuple[float, dict[str, Any]]:
     sink = server.engine.sink(server.url, index, query, shards)
     sink.preflight(df.schema)  # index creation here, before the clock
     try:
-        seconds, _ = timed(lambda: sink(df, 0))
-        detail = common.sink_report_detail(sink)
+        seconds, _, cpu = timed_cpu(meter, lambda: sink(df, 0))
+        detail = {**common.sink_report_detail(sink), "cpu": cpu}
     finally:
         forget(sink, server)
     return seconds, detail
@@ -309,7 +307,9 @@ def raw_bodies(df: DataFrame, index: str, connections: int) -> list[list[bytes]]
     return [bodies[k::connections] for k in range(connections)]
 
 
-def run_raw(server: Server, index: str, bodies: list[list[bytes]]) -> tuple[float, dict[str, Any]]:
+def run_raw(
+    server: Server, index: str, bodies: list[list[bytes]], meter: CpuMeter
+) -> tuple[float, dict[str, Any]]:
     """POST pre-built bodies over one keep-alive connection per thread; check every item."""
     server.create_index(index)
     where = urlsplit(server.url)
@@ -341,10 +341,10 @@ def run_raw(server: Server, index: str, bodies: list[list[bytes]]) -> tuple[floa
         for t in threads:
             t.join()
 
-    seconds, _ = timed(go)
+    seconds, _, cpu = timed_cpu(meter, go)
     if errors:
         raise BenchError(f"server_raw: {errors[0]}")
-    return seconds, {"connections": len(bodies)}
+    return seconds, {"connections": len(bodies), "cpu": cpu}
 
 
 # -- running -------------------------------------------------------------------------------
@@ -385,28 +385,28 @@ def run(args: argparse.Namespace, start_server: Callable[[], Server]) -> dict[st
             for data, n in ((small, args.warmup_rows), (df, args.rows)):
                 bodies[n] = raw_bodies(data, RAW_PLACEHOLDER, common.PARTITIONS)
         timings = {p: PathTiming(p, args.rows) for p in paths}
+        meter = CpuMeter({engine.name: server.pid, **service_pids("redis")})
+        ceilings = Ceilings(args.rows, meter)
         run_id = uuid.uuid4().hex[:8]
         for label, data, timed_run in common.warm_then_timed(small, df, args.repeat):
             expected = args.rows if timed_run else args.warmup_rows
+            ceilings.round(data, expected, timed_run)
             for path in paths:
                 tag = f"{run_id}-{label}-{path.replace('_', '-')}"
                 index = f"{engine.prefix}{tag}"
-                cpu_before = server.cpu_seconds()
                 try:
                     if path == "eos":
                         seconds, detail = run_eos(
-                            data, server, index, f"{engine.prefix}{tag}", args.shards
+                            data, server, index, f"{engine.prefix}{tag}", args.shards, meter
                         )
                         if detail.get("written") != expected:
                             raise BenchError(f"eos ({label}) reported {detail}, not {expected}")
                     elif path == "plain":
-                        seconds, detail = run_plain(data, server, index)
+                        seconds, detail = run_plain(data, server, index, meter)
                     else:
-                        seconds, detail = run_raw(server, index, bodies[expected])
-                    cpu_after = server.cpu_seconds()
-                    if cpu_before is not None and cpu_after is not None:
-                        # includes the (tiny) preflight and head requests around the clock
-                        detail["server_cpu_seconds"] = round(cpu_after - cpu_before, 3)
+                        seconds, detail = run_raw(server, index, bodies[expected], meter)
+                    if engine.name in detail["cpu"]:
+                        detail["server_cpu_seconds"] = detail["cpu"][engine.name]
                     found = server.count(index)
                 finally:
                     server.drop(index)
@@ -429,6 +429,8 @@ def run(args: argparse.Namespace, start_server: Callable[[], Server]) -> dict[st
         )
         r = common.ratio(eos.rows_per_s, plain.rows_per_s)
         print(f"eos/plain = {r:.3f} (target >= {TARGET})")
+        figures = ceilings.figures(timings)
+        print(f"of the Python ceiling: {figures['of_python_ceiling']}")
         result: dict[str, Any] = {
             "benchmark": engine.name,
             "date": common.now_utc(),
@@ -441,6 +443,7 @@ def run(args: argparse.Namespace, start_server: Callable[[], Server]) -> dict[st
             "plain_docs_per_s": round(plain.rows_per_s),
             "ratio": r,
             "target": {"ratio": TARGET, "met": r >= TARGET},
+            **figures,
             "paths": {name: t.as_dict() for name, t in timings.items()},
             "table": table.splitlines(),
             "setup": {

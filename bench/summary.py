@@ -1,10 +1,13 @@
 """``python -m bench summary``: draw bench/results/summary.png from the results files only.
 
 One panel per sink: our throughput beside each baseline measured in the same run (the
-results file of that sink's benchmark), and the buffer's p99 batch time (bench/results/
-buffer.json). PostgreSQL has a second panel, its streaming runs: the sink through Spark's
-format API (``format("exactlyonce")``) beside the same sink through ``foreachBatch``, so its
-"ours Nx" is the format/foreachBatch ratio. A results file that is missing leaves its panel
+results file of that sink's benchmark) and, where the file has them, beside that run's two
+ceilings (:mod:`bench.ceiling`: the same rows through a ``mapInArrow`` that only counts, the
+"Python ceiling", and into Spark's ``noop`` sink), so "ours Nx" on a ceiling is the fraction
+of it the sink reaches; and the buffer's p99 batch time (bench/results/buffer.json).
+PostgreSQL has a second panel, its streaming runs: the sink through Spark's format API
+(``format("exactlyonce")``) beside the same sink through ``foreachBatch``, so its "ours Nx"
+is the format/foreachBatch ratio. A results file that is missing leaves its panel
 out. Runs no benchmark; ``make bench`` calls it last.
 """
 
@@ -20,6 +23,9 @@ from bench.common import RESULTS_DIR, read_results
 OURS = "#1f6fb4"
 NAMES = {"postgres": "PostgreSQL", "redis": "Redis", "elasticsearch": "Elasticsearch"}
 BASELINE = "#a6a6a6"
+CEILING = "#f0c36d"
+PYTHON_CEILING = "Python ceiling (counting mapInArrow)"
+NOOP_CEILING = "Spark noop sink (ceiling)"
 # (label, rows/s) pairs, ours first; None when the results file lacks them.
 Bars = list[tuple[str, float]]
 
@@ -28,7 +34,14 @@ def throughput_panels(results: dict[str, dict[str, Any]]) -> list[tuple[str, Bar
     """(title, bars) per sink whose results file is there; ours is the first bar."""
     panels: list[tuple[str, Bars]] = []
 
-    def add(title: str, bars: list[tuple[str, Any]]) -> None:
+    def add(
+        title: str, bars: list[tuple[str, Any]], ceilings: dict[str, Any] | None = None
+    ) -> None:
+        if ceilings is not None and bars[0][1]:  # beside our rate only
+            bars = bars + [
+                (PYTHON_CEILING, ceilings.get("ceiling_python_rows_per_s")),
+                (NOOP_CEILING, ceilings.get("ceiling_noop_rows_per_s")),
+            ]
         kept = [(label, float(value)) for label, value in bars if value]
         if len(kept) >= 2:
             panels.append((title, kept))
@@ -42,7 +55,7 @@ def throughput_panels(results: dict[str, dict[str, Any]]) -> list[tuple[str, Bar
         ("PostgresSink, dedup off", pg.get("eos_no_dedup_rows_per_s")),
         ("Spark JDBC", pg.get("spark_jdbc_rows_per_s")),
         ("raw COPY", pg.get("raw_copy_rows_per_s")),
-    ])  # fmt: skip
+    ], pg)  # fmt: skip
     stream = pg.get("stream") or {}
     add(f"PostgreSQL streaming, one micro-batch ({pg.get('rows', 0):,} rows)", [
         ("format('exactlyonce')", stream.get("eos_format_stream_rows_per_s")),
@@ -53,24 +66,24 @@ def throughput_panels(results: dict[str, dict[str, Any]]) -> list[tuple[str, Bar
         ("KafkaSink", kafka.get("eos_msgs_per_s")),
         ("Spark Kafka sink", kafka.get("spark_kafka_sink_msgs_per_s")),
         ("idempotent producer", kafka.get("plain_msgs_per_s")),
-    ])  # fmt: skip
+    ], kafka)  # fmt: skip
     add(f"Redis ({redis.get('rows', 0):,} records)", [
         ("RedisSink", redis.get("eos_records_per_s")),
         ("pipelined writes", redis.get("plain_records_per_s")),
-    ])  # fmt: skip
+    ], redis)  # fmt: skip
     add(f"Elasticsearch ({es.get('rows', 0):,} docs, {es.get('server', '?')} server)", [
         ("ElasticsearchSink", es.get("eos_docs_per_s")),
         ("streaming_bulk", es.get("plain_docs_per_s")),
-    ])  # fmt: skip
+    ], es)  # fmt: skip
     add(f"OpenSearch ({os_.get('rows', 0):,} docs, OpenSearch {os_.get('server_version', '?')})", [
         ("OpenSearchSink", os_.get("eos_docs_per_s")),
         ("streaming_bulk", os_.get("plain_docs_per_s")),
-    ])  # fmt: skip
+    ], os_)  # fmt: skip
     add(f"Dedup end to end ({dedup.get('rows', 0):,} rows)", [
         ("dedup on", dedup.get("e2e_dedup_on_rows_per_s")),
         ("dedup off", dedup.get("e2e_dedup_off_rows_per_s")),
         ("Spark dropDuplicates", dedup.get("spark_dedup_rows_per_s")),
-    ])  # fmt: skip
+    ], dedup)  # fmt: skip
     for sink, figures in results.get("buffer", {}).get("sinks", {}).items():
         add(f"Buffer drainer vs. writing directly: {NAMES.get(sink, sink)}", [
             ("drainer", figures.get("drain_rows_per_s")),
@@ -111,8 +124,8 @@ def draw(results: dict[str, dict[str, Any]], out: Path) -> Path:
         _p99(fig.add_subplot(grid[rows - 1, :]), p99)
     dates = sorted({str(r.get("date", ""))[:10] for r in results.values() if r.get("date")})
     fig.suptitle(
-        "exactlyonce (blue) vs. baselines of the same run: rows/s, higher is better;"
-        " (ours Nx) = our rate / that rate"
+        "exactlyonce (blue) vs. baselines (grey) and ceilings (yellow) of the same run: rows/s,"
+        " higher is better; (ours Nx) = our rate / that rate"
         + (f"\nresults of {', '.join(dates)} (bench/results/*.json)" if dates else ""),
         fontsize=13,
     )
@@ -125,17 +138,29 @@ def draw(results: dict[str, dict[str, Any]], out: Path) -> Path:
 def _throughput(ax: Any, title: str, bars: Bars) -> None:
     labels = [label for label, _ in bars][::-1]
     values = [value for _, value in bars][::-1]
-    colours = [BASELINE] * (len(bars) - 1) + [OURS]
-    ax.barh(labels, values, color=colours, height=0.6)
-    top = max(values)
+    ceilings = [label in (PYTHON_CEILING, NOOP_CEILING) for label in labels]
+    colours = [CEILING if ceiling else BASELINE for ceiling in ceilings]
+    colours[-1] = OURS
+    # Beside its ceilings a sink can be 50x below them: a log scale keeps every bar readable.
+    log = any(ceilings)
+    top, bottom = max(values), min(values)
+    left = bottom / 3 if log else 0
+    ax.barh(labels, [v - left for v in values], left=left, color=colours, height=0.6)
     for y, value in enumerate(values):
-        ratio = f"  (ours {values[-1] / value:.2f}x)" if y != len(values) - 1 else ""
-        ax.text(value + top * 0.01, y, f"{value:,.0f}{ratio}", va="center", fontsize=9)
-    ax.set_xlim(0, top * 1.35)
+        ratio = f"  (ours {_times(values[-1] / value)}x)" if y != len(values) - 1 else ""
+        x = value * 1.08 if log else value + top * 0.01
+        ax.text(x, y, f"{value:,.0f}{ratio}", va="center", fontsize=9)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(left, top * 12)
+        title += ", log scale"
+    else:
+        ax.set_xlim(0, top * 1.35)
     ax.set_title(title, fontsize=11, loc="left")
     ax.tick_params(axis="y", labelsize=9)
     ax.tick_params(axis="x", labelsize=8)
     ax.xaxis.set_major_formatter(_thousands())
+    ax.xaxis.set_minor_formatter(_blank())
     ax.spines[["top", "right"]].set_visible(False)
 
 
@@ -164,6 +189,18 @@ def _p99(ax: Any, rows: list[tuple[str, float, float, float]]) -> None:
     ax.legend(loc="upper right", fontsize=9, ncols=3, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
+
+
+def _times(ratio: float) -> str:
+    """A ratio to two decimals, or two significant digits below 0.1 (a sink far below a
+    ceiling)."""
+    return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
+
+
+def _blank() -> Any:
+    from matplotlib.ticker import NullFormatter
+
+    return NullFormatter()
 
 
 def _thousands() -> Any:

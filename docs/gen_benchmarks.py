@@ -5,6 +5,9 @@ The page holds no figure of its own: every number is read from the results files
 
 - the targets table (each figure against its target, met / NOT MET), built by
   ``bench.table`` exactly as ``python -m bench table`` prints it;
+- the ceilings table: per sink, its rate and its baseline's beside the same run's ceilings
+  (Spark's ``noop`` sink, a counting ``mapInArrow``), as fractions of them, with the CPU
+  seconds per million records of each (``bench.ceiling``); per results file, every path so;
 - per results file: its date, machine and load, and tables of the figures it holds
   (rates, ratios, targets), nested sections flattened to dotted names;
 - the soak's fault matrix (``chaos.json``);
@@ -92,9 +95,116 @@ def machine_line(data: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def targets_section(results: dict[str, dict[str, Any]]) -> list[str]:
+def _import_bench() -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+
+
+def fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def cpu_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def ceilings_section(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Per sink: its rate and its baseline's beside the ceilings of the same run."""
+    _import_bench()
+    from bench.ceiling import sink_ceilings
+
+    sinks = sink_ceilings(results)
+    if not sinks:
+        return []
+    out = [
+        "## Ceilings and CPU { #ceilings }",
+        "",
+        "Each throughput benchmark also writes the same rows, in the same run, into Spark's",
+        "`noop` sink (the JVM reads and drops them: no writer on Spark beats it) and through a",
+        "`mapInArrow` that only counts them (every row handed to a Python worker as Arrow: no",
+        "Python writer beats it). Each sink and its baseline are shown as a fraction of both",
+        "ceilings, with the CPU seconds (user + system of the Spark JVM, its Python workers and",
+        "the servers: database, broker, the catalog's Redis) they spent per million records,",
+        "the median run's. CPU is steadier than throughput on a shared machine, but a",
+        "server that other work on the machine uses too (the local services' PostgreSQL and",
+        "Redis) counts that work as well; a server the benchmark starts (the records'",
+        "redis-server, the search server) counts only the benchmark's.",
+        "",
+    ]
+    out += table(
+        (
+            "sink",
+            "rows/s",
+            "baseline",
+            "baseline rows/s",
+            "Python ceiling rows/s",
+            "noop ceiling rows/s",
+            "sink of Python ceiling",
+            "baseline of Python ceiling",
+            "sink of noop ceiling",
+            "baseline of noop ceiling",
+            "sink CPU / M records",
+            "baseline CPU / M records",
+        ),
+        [
+            (
+                f"[{s.sink}](#{s.benchmark})",
+                number(s.ours.rows_per_s),
+                f"`{s.baseline.path}`",
+                number(s.baseline.rows_per_s),
+                number(s.python_rows_per_s),
+                number(s.noop_rows_per_s),
+                fraction(s.ours.of_python),
+                fraction(s.baseline.of_python),
+                fraction(s.ours.of_noop),
+                fraction(s.baseline.of_noop),
+                cpu_text(s.ours.cpu_total),
+                cpu_text(s.baseline.cpu_total),
+            )
+            for s in sinks
+        ],
+    )
+    return out
+
+
+def path_ceilings_table(data: dict[str, Any]) -> list[str]:
+    """Every path of one results file beside its ceilings, with CPU per process tree."""
+    _import_bench()
+    from bench.ceiling import path_figures
+
+    figures = path_figures(data)
+    if not figures:
+        return []
+
+    def trees(cpu: Any) -> str:
+        if not cpu:
+            return "-"
+        return ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if k != "total")
+
+    rows = [
+        (
+            f"`{p.path}`",
+            number(p.rows_per_s),
+            fraction(p.of_python),
+            fraction(p.of_noop),
+            cpu_text(p.cpu_total),
+            trees(p.cpu),
+        )
+        for p in figures
+    ]
+    header = (
+        "path",
+        "rows/s",
+        "of Python ceiling",
+        "of noop ceiling",
+        "CPU / M records",
+        "CPU s / M records per process tree",
+    )
+    return ["Beside the ceilings of the same run:", "", *table(header, rows)]
+
+
+def targets_section(results: dict[str, dict[str, Any]]) -> list[str]:
+    _import_bench()
     from bench.table import BENCHMARKS, build_rows, format_table
 
     known = {name: results.get(name, {}) for name in BENCHMARKS}
@@ -133,6 +243,7 @@ def file_section(name: str, data: dict[str, Any]) -> list[str]:
     prepared = data.get("table")
     if isinstance(prepared, list) and all(isinstance(line, str) for line in prepared):
         out += ["```text", *prepared, "```", ""]
+    out += path_ceilings_table(data)
     rows = [(f"`{k}`", number(v)) for k, v in flatten(data) if k not in ("date", "benchmark")]
     out += ['??? note "Every figure in the file"', ""]
     out += ["    " + line if line else "" for line in table(("figure", "value"), rows)]
@@ -290,6 +401,7 @@ def render() -> tuple[str, bytes | None]:
             "",
         ]
     out += targets_section(results)
+    out += ceilings_section(results)
     order = [n for n in TITLES if n in results] + [
         n for n in results if n not in TITLES and n != "chaos"
     ]

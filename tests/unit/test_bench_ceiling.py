@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import os
 
-from bench.ceiling import CpuMeter, _tree, ceiling_figures, cpu_per_million
+from bench.ceiling import (
+    Ceilings,
+    CpuMeter,
+    _tree,
+    _trees,
+    ceiling_figures,
+    cpu_per_million,
+    path_figures,
+    sink_ceilings,
+)
 from bench.common import PathTiming
 
 
@@ -50,3 +59,93 @@ def test_the_meter_sees_this_process_burn_cpu() -> None:
         sum(i * i for i in range(2_000_000))
     assert used["spark"] > 0.05
     assert used["total"] >= used["spark"] + used["self-again"] - 1e-9
+
+
+def test_a_server_started_by_the_benchmark_leaves_the_spark_tree() -> None:
+    # 1 the driver, 2 the JVM, 3 a Python worker, 4 a redis-server the driver started, 5 its
+    # child; 9 a server elsewhere
+    table = {1: (0, 0.0), 2: (1, 0.0), 3: (2, 0.0), 4: (1, 0.0), 5: (4, 0.0), 9: (0, 0.0)}
+    trees = _trees({"spark": 1, "redis_records": 4, "redis": 9}, table)
+    assert trees == {"spark": {1, 2, 3}, "redis_records": {4, 5}, "redis": {9}}
+    # the same process under two names counts under both (nothing is taken out)
+    assert _trees({"spark": 1, "again": 1}, table) == {
+        "spark": {1, 2, 3, 4, 5},
+        "again": {1, 2, 3, 4, 5},
+    }
+
+
+def test_the_ceilings_figures_hold_cpu_for_the_paths_and_both_ceilings() -> None:
+    ceilings = Ceilings(100, CpuMeter())
+    ceilings.noop.record(0.1, {"cpu": {"spark": 0.1, "total": 0.1, "wall": 0.1}})
+    ceilings.python.record(0.5, {"cpu": {"spark": 0.3, "total": 0.3, "wall": 0.5}})
+    eos = _path("eos", 100, [1.0], [2.0])
+    figures = ceilings.figures({"eos": eos})
+    assert figures["of_python_ceiling"] == {"eos": 0.5}
+    assert figures["cpu_s_per_million"]["ceiling_python"] == {"spark": 3000.0, "total": 3000.0}
+    assert set(figures["cpu_s_per_million"]) == {"eos", "ceiling_python", "ceiling_noop"}
+
+
+RESULTS = {
+    # as bench/kafka.py writes it: paths with their runs only
+    "kafka": {
+        "rows": 1000,
+        "paths": {"eos": {"runs_seconds": [2.0, 1.0]}, "spark": {"runs_seconds": [0.5]}},
+        "ceiling_python_rows_per_s": 4000,
+        "ceiling_noop_rows_per_s": 8000,
+        "of_python_ceiling": {"eos": 0.25, "spark": 0.5},
+        "of_noop_ceiling": {"eos": 0.125, "spark": 0.25},
+        "cpu_s_per_million": {"eos": {"spark": 9.0, "total": 10.0}, "spark": None},
+    },
+    # as the other benchmarks write it (PathTiming.as_dict)
+    "redis": {
+        "rows": 10,
+        "paths": {"eos": {"rows_per_s": 50}, "plain": {"rows_per_s": 80}},
+        "ceiling_python_rows_per_s": 100,
+        "ceiling_noop_rows_per_s": 200,
+        "of_python_ceiling": {"eos": 0.5, "plain": 0.8},
+        "of_noop_ceiling": {"eos": 0.25, "plain": 0.4},
+        "cpu_s_per_million": {},
+    },
+    "postgres": {"rows": 10, "eos_rows_per_s": 5},  # from before the ceilings
+}
+
+
+def test_every_path_and_both_ceilings_read_back_from_a_results_file() -> None:
+    figures = {p.path: p for p in path_figures(RESULTS["kafka"])}
+    assert list(figures) == ["eos", "spark", "ceiling_python", "ceiling_noop"]
+    assert figures["eos"].rows_per_s == 1000.0  # rows / the fastest run
+    assert figures["eos"].cpu_total == 10.0
+    assert figures["spark"].cpu_total is None
+    assert (figures["ceiling_python"].of_python, figures["ceiling_python"].of_noop) == (1.0, 0.5)
+    assert (figures["ceiling_noop"].of_python, figures["ceiling_noop"].of_noop) == (2.0, 1.0)
+    assert path_figures(RESULTS["postgres"]) == []
+
+
+def test_each_sink_and_its_baseline_against_the_ceilings_in_benchmark_order() -> None:
+    sinks = sink_ceilings(RESULTS)
+    assert [(s.benchmark, s.sink, s.baseline.path) for s in sinks] == [
+        ("kafka", "KafkaSink", "spark"),
+        ("redis", "RedisSink", "plain"),
+    ]
+    redis = sinks[1]
+    assert (redis.ours.rows_per_s, redis.baseline.of_python, redis.noop_rows_per_s) == (
+        50.0,
+        0.8,
+        200.0,
+    )
+
+
+def test_the_dedup_benchmarks_variants_stand_against_its_streaming_ceilings() -> None:
+    from bench.dedup import CEILINGS, VARIANTS, e2e_figures
+
+    runs = {name: _path(name, 1000, [1.0, 0.5], [4.0, 2.0]) for name in (*CEILINGS, *VARIANTS)}
+    runs["ceiling_noop"] = _path("ceiling_noop", 1000, [0.1], [0.2])
+    figures = e2e_figures(runs, repeat=2)
+    assert figures["e2e"]["dedup_on"]["rows_per_s"] == 2000
+    assert figures["of_python_ceiling"]["dedup_on"] == 1.0
+    assert figures["of_noop_ceiling"]["spark_dedup"] == 0.2
+    assert figures["ceiling_noop_rows_per_s"] == 10_000
+    sinks = sink_ceilings({"dedup": {**figures, "rows": 1000}})
+    assert [(s.sink, s.ours.rows_per_s, s.baseline.path) for s in sinks] == [
+        ("PostgresSink, dedup end to end", 2000.0, "spark_dedup")
+    ]

@@ -51,3 +51,29 @@ def test_opensearch_has_its_own_panel_naming_the_node_version() -> None:
         ("OpenSearchSink", 90.0),
         ("streaming_bulk", 100.0),
     ]
+
+
+def test_each_sink_stands_beside_the_ceilings_of_its_run(tmp_path: Path) -> None:
+    redis = {
+        "rows": 3000,
+        "eos_records_per_s": 60.0,
+        "plain_records_per_s": 80.0,
+        "ceiling_python_rows_per_s": 100,
+        "ceiling_noop_rows_per_s": 400,
+    }
+    panels = dict(throughput_panels({"redis": redis, "postgres": PG}))
+    assert panels["Redis (3,000 records)"] == [
+        ("RedisSink", 60.0),
+        ("pipelined writes", 80.0),
+        ("Python ceiling (counting mapInArrow)", 100.0),
+        ("Spark noop sink (ceiling)", 400.0),
+    ]
+    # a file from before the ceilings: the sink's panel as it was
+    assert panels["PostgreSQL (1,000 rows)"] == [("PostgresSink", 300.0), ("Spark JDBC", 400.0)]
+    assert draw({"redis": redis}, tmp_path / "summary.png").stat().st_size > 0
+
+
+def test_a_ratio_far_below_a_ceiling_keeps_two_significant_digits() -> None:
+    from bench.summary import _times
+
+    assert (_times(1.3333), _times(0.123), _times(0.0049)) == ("1.33", "0.12", "0.0049")
