@@ -30,17 +30,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from exactlyonce.dedup.bloom import BloomFilter, Ids
+from exactlyonce.dedup.bloom import BloomFilter, BloomSpec, Ids
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keys import LAYOUT_VERSION, CatalogKeys, namespace
 from exactlyonce.dedup.layout import MAX_PER_CALL, Layout, buckets, pack_groups
-from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_UNMARK
+from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_MERGE_BITS, LUA_UNMARK
 from exactlyonce.errors import CatalogLostError
 
 __all__ = [
     "LUA_LOOKUP",
     "LUA_MARK",
     "LUA_MERGE",
+    "LUA_MERGE_BITS",
     "LUA_UNMARK",
     "MAX_PER_CALL",
     "CatalogKeys",
@@ -348,6 +349,25 @@ class RedisCatalog:
         args = [instance, delta.to_bytes(), gen, _flag(tracked)]
         return int(self._call(LUA_MERGE, keys, args))
 
+    def merge_bloom_bits(
+        self,
+        instance: str,
+        shard: int,
+        gen: int,
+        bits: npt.NDArray[np.uint64],
+        spec: BloomSpec,
+        tracked: bool = True,
+    ) -> int:
+        """:meth:`merge_bloom` of a delta of ``spec`` holding exactly ``bits`` (a numpy
+        filter's bit numbers, :class:`~.bloom.Positions`), sent as the bits alone: the same
+        persisted bytes and version, without sending a whole filter for a few set bits."""
+        keys = [self.keys.marker(shard), self.keys.stats(shard), self.keys.bloom(shard, gen)]
+        keys += [self.keys.bloom_version(shard, gen), self.keys.tmp(shard)]
+        keys.append(self.keys.presence(shard))
+        offsets = redis_bit_offsets(bits).astype("<u4").tobytes()
+        args = [instance, offsets, gen, _flag(tracked), spec.bits // 8]
+        return int(self._call(LUA_MERGE_BITS, keys, args))
+
     # -- driver-side maintenance -------------------------------------------------------
 
     def roll_back_above(self, layout: Layout, head_epoch: int) -> int:
@@ -470,6 +490,13 @@ class RedisCatalog:
                         total_ids += n
                         total_bytes += int(self.redis.memory_usage(key) or 0)
         return total_bytes / total_ids if total_ids else None
+
+
+def redis_bit_offsets(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """A numpy filter's bit numbers (bit ``n % 8`` of byte ``n // 8``, least significant
+    first) as Redis's SETBIT offsets (most significant first), unique and sorted."""
+    unique = np.unique(np.asarray(bits, dtype=np.uint64).ravel())
+    return (unique & ~np.uint64(7)) | (np.uint64(7) - (unique & np.uint64(7)))
 
 
 def _flag(on: bool) -> str:

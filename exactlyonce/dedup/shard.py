@@ -19,8 +19,9 @@ Spark partition (:mod:`.claims`, :meth:`TaskDedup.claim_as`): an ID another part
 epoch claimed is dropped like a duplicate.
 
 After the sink committed the task's transaction, :meth:`TaskDedup.after_commit` ORs the new
-IDs into the persisted filter, then marks them in the catalog (invariant 1: mark after commit;
-filter before catalog, so the filter always holds what the catalog holds).
+IDs into the persisted filter (as a delta filter, or as their bit numbers when they are few:
+the same bytes), then marks them in the catalog (invariant 1: mark after commit; filter
+before catalog, so the filter always holds what the catalog holds).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ _FILTER_CACHE: dict[tuple[str, str, int], dict[int, tuple[int, BloomFilter]]] = 
 # live generation (10M-ID catalog, local Redis: 45 MB of filters in 0.35 s; 5,000 IDs looked
 # up in five generations in 0.25 s, so ~1,300 bytes; rounded down, in favour of the filter).
 LOOKUP_BYTES = 1024
+
+# After the commit, a shard's new IDs are OR-ed into its persisted filter as their bit numbers
+# (4 bytes each on the wire) while those take less than 1/SPARSE_BYTES of the filter's bytes,
+# else as a whole delta filter: at 10M expected IDs, 500 new IDs are 70 KB of bit numbers
+# instead of a 9 MB filter built, sent and OR-ed (0.2 s per task on a loaded machine).
+SPARSE_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -230,14 +237,35 @@ class TaskDedup:
             ids, at = _joined(parts)
             if not len(ids):
                 continue
-            delta = p.layout.bloom.empty()
-            delta.add(ids, at)
-            version = self.catalog.merge_bloom(p.instance, shard, gen, delta, p.layout.tracked)
-            self._update_cache(shard, gen, version, delta)
+            spec, tracked = p.layout.bloom, p.layout.tracked
+            if at is None and spec.backend == "numpy":
+                at = spec.positions(ids)
+            if at is not None and at.indexes.size * SPARSE_BYTES < spec.bits // 8:
+                # A few bits of a big filter: send them, not a whole filter.
+                version = self.catalog.merge_bloom_bits(
+                    p.instance, shard, gen, at.indexes, spec, tracked
+                )
+                self._update_cache(shard, gen, version, ids, at)
+            else:
+                delta = spec.empty()
+                delta.add(ids, at)
+                version = self.catalog.merge_bloom(p.instance, shard, gen, delta, tracked)
+                self._update_cache(shard, gen, version, ids, at, delta)
             self.catalog.mark(p.instance, p.layout, shard, self.epoch, ids)
         self._new.clear()
 
-    def _update_cache(self, shard: int, gen: int, version: int, delta: BloomFilter) -> None:
+    def _update_cache(
+        self,
+        shard: int,
+        gen: int,
+        version: int,
+        ids: Ids,
+        at: Positions | None,
+        delta: BloomFilter | None = None,
+    ) -> None:
+        """The worker's cached filter of (shard, gen) with ``ids`` added, at ``version``
+        (``delta``: a filter of just them, when one was built); dropped when another
+        writer merged in between (reloaded next time)."""
         key = (self.catalog.prefix, self.plan.instance, shard)
         gens = _FILTER_CACHE.get(key)
         if gens is None or gen not in gens or gens[gen][0] != version - 1:
@@ -245,11 +273,17 @@ class TaskDedup:
                 gens.pop(gen, None)  # someone else wrote too: reload next time
             return
         old = gens[gen][1]
-        merged = self.plan.layout.bloom.load(
-            (
-                np.frombuffer(old.to_bytes(), np.uint8) | np.frombuffer(delta.to_bytes(), np.uint8)
-            ).tobytes()
-        )
+        spec = self.plan.layout.bloom
+        if delta is None:
+            merged = spec.load(old.to_bytes())
+            merged.add(ids, at)
+        else:
+            merged = spec.load(
+                (
+                    np.frombuffer(old.to_bytes(), np.uint8)
+                    | np.frombuffer(delta.to_bytes(), np.uint8)
+                ).tobytes()
+            )
         gens[gen] = (version, merged)
 
 
