@@ -496,7 +496,9 @@ def redis_bit_offsets(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """A numpy filter's bit numbers (bit ``n % 8`` of byte ``n // 8``, least significant
     first) as Redis's SETBIT offsets (most significant first), unique and sorted."""
     unique = np.unique(np.asarray(bits, dtype=np.uint64).ravel())
-    return (unique & ~np.uint64(7)) | (np.uint64(7) - (unique & np.uint64(7)))
+    seven = np.uint64(7)
+    offsets: npt.NDArray[np.uint64] = (unique & ~seven) | (seven - (unique & seven))
+    return offsets
 
 
 def _flag(on: bool) -> str:
