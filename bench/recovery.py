@@ -9,10 +9,14 @@ Python workers, no Bloom filter cached from an earlier run: a real restart's wor
 paths alternating; the figure is the median over ``--repeat`` restarts of the time from
 ``writeStream.start()`` to the end of the first new epoch's ``foreachBatch`` call (our sink has
 then committed its rows and advanced its head). A plain COPY from tasks in ``foreachBatch``
-(no exactly-once) is timed beside them for information.
+(no exactly-once: ``plain_copy``) is timed beside them, in the same run.
 
-Target (issue 17): ours at most 1 s more than Spark's own start, at every size, and the same
-for every size. How the state of 1,000 epochs is made without running them:
+Target (issue 34, item 5): the fair anchor is ``plain_copy``, which pays what any PySpark
+writer pays on a restart (a fresh Python worker, its imports, a PostgreSQL connection and a
+COPY): ours at most 0.5 s more than it at every size (``extra_vs_plain_copy_s_by_size``),
+and that extra flat between sizes (spread at most 0.5 s). The noop figures (issue 17's
+anchor, ``extra_s``: ours minus Spark's own start) are kept as context. How the state of
+1,000 epochs is made without running them:
 
 - the source is ``rate-micro-batch`` (``--rows-per-epoch`` rows per epoch, deterministic); one
   real epoch writes the checkpoint, the head row and the catalog's meta; the checkpoint's
@@ -55,10 +59,46 @@ if TYPE_CHECKING:
 
 NAME = "recovery"
 QUERY_PREFIX = "bench-recovery-"
-TARGET_EXTRA_S = 1.0
+TARGET_EXTRA_S = 0.5  # ours - plain_copy, at every size
+TARGET_SPREAD_S = 0.5  # max - min of that extra over the sizes
+NOOP_CONTEXT_EXTRA_S = 1.0  # issue 17's figure against Spark's noop sink: context only
 RETAINED_BATCHES = 100  # Spark's default spark.sql.streaming.minBatchesToRetain
 FILL_CHUNK = 200_000
 PATHS = ("spark_noop", "plain_copy", "ours")
+
+
+# What the profile of the restart showed (py-spy, issue 34): kept with the results.
+PROFILE_NOTES = [
+    "Before (committed 2026-11-27 run): ours - plain_copy = +1.06 s at 1M IDs (3.67 vs "
+    "2.61 s), +1.98 s at 10M (4.98 vs 3.0 s): the extra grew with the catalog.",
+    "Profile before the fix (py-spy record --idle --subprocesses -f raw, stacks aggregated "
+    "per process; 10M IDs, repeat 1: ours 6.14 s vs plain_copy 3.23 s). Growing with the "
+    "catalog: (1) driver, CatalogKeeper.open -> RedisCatalog.roll_back_above SCANned the "
+    "whole keyspace for journals (330,000 bucket keys at 10M) and HKEYSed each shard's "
+    "presence record (131,000 fields per shard at 10M): 2.1 s standalone at 10M; (2) each "
+    "fresh worker's first lookup loaded its shard's 5 live Bloom filters (45 MB at 10M, "
+    "4.5 MB at 1M): 0.78 s per worker at 10M on the loaded machine; (3) after the commit "
+    "each shard built, sent and OR-ed a dense delta filter of 9 MB at 10M for 500 new IDs: "
+    "0.2 s per worker. Not growing: importing the task's modules in a fresh worker "
+    "(psycopg, pyarrow.compute, numpy, redis, exactlyonce: read_udfs ~1.3 s vs ~0.2 s, "
+    "where plain_copy imports psycopg and pandas inside its call, ~0.7 s), the shuffle by "
+    "shard, the head's own PostgreSQL round trips.",
+    "Fixes: (1) the rollback reads the journals the presence records name (HSCAN MATCH "
+    "j:*): 0.4 s at 10M instead of 2.1 s standalone, no longer a SCAN of the keyspace but "
+    "still a server-side walk of the record, the one start cost left that grows with the "
+    "catalog (a journal index of its own would need a layout change: a downgraded writer "
+    "would not keep it, and a missed journal loses records); (2) a worker without cached "
+    "filters looks a small batch up exactly in the catalog, up to filter bytes / 1,024 IDs "
+    "per shard (invariant 3: 'or skip the filter'), then loads them; (3) few new IDs are "
+    "OR-ed in as their bit numbers (merge_bits.lua, same bytes and version).",
+    "Profile after (same method, 10M, repeat 1, load average ~8): per worker read_udfs "
+    "0.76 s (imports), ShardWriter 0.6 s of which exact lookups 0.35 s and after_commit "
+    "0.05 s (was 1.0 s with 0.78 s of filter loads and 0.2 s of dense merges); driver "
+    "_start 0.83 s summed over the run's four starts, its CatalogKeeper.open 0.48 s (were "
+    "1.64 s and 1.38 s). The machine was shared with a CI run (load "
+    "average 7-12 on 2 cores) during every run of this change: single restarts of one "
+    "path vary from 2.3 to 7.6 s, so a median of 3 resolves the extra to about +-0.5 s.",
+]
 
 
 # -- the checkpoint of a query after many epochs --------------------------------------------
@@ -299,16 +339,21 @@ def median_of(runs: list[dict[str, float]], key: str = "start_to_first_write_s")
 
 def size_result(size: int, filled: dict[str, Any], runs: dict[str, list[Any]]) -> dict[str, Any]:
     ours, spark = median_of(runs["ours"]), median_of(runs["spark_noop"])
+    plain = median_of(runs["plain_copy"])
     extra = round(ours - spark, 3)
+    extra_plain = round(ours - plain, 3)
     return {
         "catalog_ids": size,
         "ours_start_to_first_write_s": ours,
         "spark_start_to_first_write_s": spark,
-        "plain_copy_start_to_first_write_s": median_of(runs["plain_copy"]),
+        "plain_copy_start_to_first_write_s": plain,
         "extra_s": extra,
+        "extra_vs_plain_copy_s": extra_plain,
         "ours_batch_call_s": median_of(runs["ours"], "batch_call_s"),
         "spark_batch_call_s": median_of(runs["spark_noop"], "batch_call_s"),
-        "met": extra <= TARGET_EXTRA_S,
+        "plain_copy_batch_call_s": median_of(runs["plain_copy"], "batch_call_s"),
+        "met": extra_plain <= TARGET_EXTRA_S,
+        "noop_context_met": extra <= NOOP_CONTEXT_EXTRA_S,
         "catalog": filled,
         "runs": runs,
     }
@@ -370,8 +415,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def result_document(
     args: argparse.Namespace, curve: list[dict[str, Any]], load_start: float | None
 ) -> dict[str, Any]:
+    sizes = [p["catalog_ids"] for p in curve]
     extras = [point["extra_s"] for point in curve]
     spread = round(max(extras) - min(extras), 3)
+    plain_extras = [point["extra_vs_plain_copy_s"] for point in curve]
+    plain_spread = round(max(plain_extras) - min(plain_extras), 3)
     return {
         "benchmark": NAME,
         "date": common.now_utc(),
@@ -384,10 +432,16 @@ def result_document(
         ),
         "curve": curve,
         "target": {
-            "extra_s_at_most": TARGET_EXTRA_S,
-            "extra_s_by_size": dict(zip([p["catalog_ids"] for p in curve], extras, strict=True)),
+            "anchor": "plain_copy",
+            "extra_vs_plain_copy_s_at_most": TARGET_EXTRA_S,
+            "extra_vs_plain_copy_s_by_size": dict(zip(sizes, plain_extras, strict=True)),
+            "extra_vs_plain_copy_spread_between_sizes_s": plain_spread,
+            "spread_s_at_most": TARGET_SPREAD_S,
+            "met": all(p["met"] for p in curve) and plain_spread <= TARGET_SPREAD_S,
+            # issue 17's figures against Spark's noop sink, kept as context
+            "extra_s_at_most": NOOP_CONTEXT_EXTRA_S,
+            "extra_s_by_size": dict(zip(sizes, extras, strict=True)),
             "extra_spread_between_sizes_s": spread,
-            "met": all(p["met"] for p in curve),
         },
         "notes": [
             "Head after 1,000 epochs: one real epoch, then the sink's commit_epoch("
@@ -399,23 +453,33 @@ def result_document(
             "Bloom filters are sized for expected_ids = max(size, 1,000,000), as a user "
             "would configure a catalog of that size.",
             "spark_noop: the same query (same source, same checkpoint shape) with "
-            "foreachBatch(df.write.format('noop')); plain_copy: a COPY from tasks, no "
-            "exactly-once, informational.",
+            "foreachBatch(df.write.format('noop')), context; plain_copy: a COPY from tasks, "
+            "no exactly-once, the anchor of the target.",
+            *PROFILE_NOTES,
         ],
     }
 
 
 def print_curve(result: dict[str, Any]) -> None:
-    header = f"{'catalog IDs':>12} {'ours s':>8} {'Spark s':>8} {'extra s':>8} {'B/ID':>6}  target"
+    header = (
+        f"{'catalog IDs':>12} {'ours s':>8} {'COPY s':>8} {'extra s':>8} {'Spark s':>8} "
+        f"{'B/ID':>6}  target"
+    )
     print(header)
     print("-" * len(header))
     for p in result["curve"]:
         met = "met" if p["met"] else "NOT MET"
         print(
             f"{p['catalog_ids']:>12,} {p['ours_start_to_first_write_s']:>8.2f} "
-            f"{p['spark_start_to_first_write_s']:>8.2f} {p['extra_s']:>8.2f} "
+            f"{p['plain_copy_start_to_first_write_s']:>8.2f} {p['extra_vs_plain_copy_s']:>8.2f} "
+            f"{p['spark_start_to_first_write_s']:>8.2f} "
             f"{p['catalog']['bytes_per_id']:>6.1f}  <= {TARGET_EXTRA_S} s: {met}"
         )
+    target = result["target"]
+    print(
+        f"spread of the extra between sizes: {target['extra_vs_plain_copy_spread_between_sizes_s']}"
+        f" s (<= {TARGET_SPREAD_S} s); target {'met' if target['met'] else 'NOT MET'}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

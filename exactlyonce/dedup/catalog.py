@@ -30,17 +30,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from exactlyonce.dedup.bloom import BloomFilter, Ids
+from exactlyonce.dedup.bloom import BloomFilter, BloomSpec, Ids
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keys import LAYOUT_VERSION, CatalogKeys, namespace
 from exactlyonce.dedup.layout import MAX_PER_CALL, Layout, buckets, pack_groups
-from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_UNMARK
+from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_MERGE_BITS, LUA_UNMARK
 from exactlyonce.errors import CatalogLostError
 
 __all__ = [
     "LUA_LOOKUP",
     "LUA_MARK",
     "LUA_MERGE",
+    "LUA_MERGE_BITS",
     "LUA_UNMARK",
     "MAX_PER_CALL",
     "CatalogKeys",
@@ -348,22 +349,47 @@ class RedisCatalog:
         args = [instance, delta.to_bytes(), gen, _flag(tracked)]
         return int(self._call(LUA_MERGE, keys, args))
 
+    def merge_bloom_bits(
+        self,
+        instance: str,
+        shard: int,
+        gen: int,
+        bits: npt.NDArray[np.uint64],
+        spec: BloomSpec,
+        tracked: bool = True,
+    ) -> int:
+        """:meth:`merge_bloom` of a delta of ``spec`` holding exactly ``bits`` (a numpy
+        filter's bit numbers, :class:`~.bloom.Positions`), sent as the bits alone: the same
+        persisted bytes and version, without sending a whole filter for a few set bits."""
+        keys = [self.keys.marker(shard), self.keys.stats(shard), self.keys.bloom(shard, gen)]
+        keys += [self.keys.bloom_version(shard, gen), self.keys.tmp(shard)]
+        keys.append(self.keys.presence(shard))
+        offsets = redis_bit_offsets(bits).astype("<u4").tobytes()
+        args = [instance, offsets, gen, _flag(tracked), spec.bits // 8]
+        return int(self._call(LUA_MERGE_BITS, keys, args))
+
     # -- driver-side maintenance -------------------------------------------------------
 
     def roll_back_above(self, layout: Layout, head_epoch: int) -> int:
         """Drop entries marked for epochs above the head (a restart re-runs those epochs).
 
-        Driver only, at (re)start. Deletes every journal it finds (SCAN on every master),
-        rolled back or not; the number of IDs removed from the buckets.
+        Driver only, at (re)start. Deletes every journal it finds, rolled back or not; the
+        number of IDs removed from the buckets. A catalog with presence records finds its
+        journals there (:meth:`_named_journals`: a match on each shard's record, which names
+        every journal in the same step that writes it), so a restart does not grow with the
+        catalog. One made before them, or whose record is gone or another instance's (a
+        partial loss its next script reports), SCANs every master for them, as before.
         """
         removed = 0
-        found_journals: set[tuple[int, int]] = set()
-        for raw in self.redis.scan_iter(match=self.keys.journals, count=1000):
-            found = self.keys.parse_journal(raw.decode())
-            if found is not None:
-                found_journals.add(found)
-        if layout.tracked:
-            self._check_journals(layout.shards, head_epoch, found_journals)
+        named = self._named_journals(layout.shards, head_epoch) if layout.tracked else None
+        if named is not None:
+            found_journals = named
+        else:
+            found_journals = set()
+            for raw in self.redis.scan_iter(match=self.keys.journals, count=1000):
+                found = self.keys.parse_journal(raw.decode())
+                if found is not None:
+                    found_journals.add(found)
         for shard, epoch in sorted(found_journals):
             key = self.keys.journal(shard, epoch)
             if epoch > head_epoch:
@@ -373,14 +399,36 @@ class RedisCatalog:
             self.redis.hdel(self.keys.presence(shard), f"j:{epoch}")
         return removed
 
-    def _check_journals(self, shards: int, head_epoch: int, found: set[tuple[int, int]]) -> None:
-        """Every journal above the head the presence record names must still exist: without
-        it, a rollback would leave IDs of an uncommitted epoch marked (read as duplicates)."""
+    def _named_journals(self, shards: int, head_epoch: int) -> set[tuple[int, int]] | None:
+        """The (shard, epoch) of every journal the shards' presence records name and that
+        exists; None when a shard's record is gone or names another instance than its marker
+        (the caller SCANs). A journal above the head a record names that is gone is a partial
+        loss (:meth:`_evicted`): without it a rollback would leave IDs of an uncommitted
+        epoch marked (read as duplicates)."""
+        named: list[tuple[int, int]] = []
         for shard in range(shards):
-            for name in self.redis.hkeys(self.keys.presence(shard)):
-                kind, _, epoch = name.decode().partition(":")
-                if kind == "j" and int(epoch) > head_epoch and (shard, int(epoch)) not in found:
-                    raise self._evicted(shard)
+            presence = self.keys.presence(shard)
+            pipe = self.redis.pipeline(transaction=True)  # one shard: one slot
+            pipe.get(self.keys.marker(shard))
+            pipe.hget(presence, "i")
+            marker, owner = pipe.execute()
+            if owner is None or owner != marker:
+                return None
+            for name in self.redis.hscan_iter(presence, match="j:*", count=10_000):
+                field = name[0] if isinstance(name, tuple) else name
+                named.append((shard, int(field.decode().partition(":")[2])))
+        if not named:
+            return set()
+        pipe = self.redis.pipeline(transaction=False)
+        for shard, epoch in named:
+            pipe.exists(self.keys.journal(shard, epoch))
+        found: set[tuple[int, int]] = set()
+        for (shard, epoch), exists in zip(named, pipe.execute(), strict=True):
+            if exists:
+                found.add((shard, epoch))
+            elif epoch > head_epoch:
+                raise self._evicted(shard)
+        return found
 
     def _unmark(self, layout: Layout, shard: int, gen: int, blob: bytes) -> int:
         ids = np.frombuffer(blob, dtype=np.uint8).reshape(-1, 16)
@@ -442,6 +490,15 @@ class RedisCatalog:
                         total_ids += n
                         total_bytes += int(self.redis.memory_usage(key) or 0)
         return total_bytes / total_ids if total_ids else None
+
+
+def redis_bit_offsets(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """A numpy filter's bit numbers (bit ``n % 8`` of byte ``n // 8``, least significant
+    first) as Redis's SETBIT offsets (most significant first), unique and sorted."""
+    unique = np.unique(np.asarray(bits, dtype=np.uint64).ravel())
+    seven = np.uint64(7)
+    offsets: npt.NDArray[np.uint64] = (unique & ~seven) | (seven - (unique & seven))
+    return offsets
 
 
 def _flag(on: bool) -> str:

@@ -234,6 +234,13 @@ class MemoryRedisClient:
         """A snapshot of the matching keys (Redis's SCAN may repeat keys; this does not)."""
         return iter(self.keys(match))
 
+    def hscan_iter(
+        self, key: Any, match: Any = "*", count: int | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """A snapshot of the hash's matching (field, value) pairs, as redis-py yields them."""
+        regex = glob_regex(encode(match))
+        return iter([(f, v) for f, v in self._hash(key).items() if regex.match(f)])
+
     def memory_usage(self, key: Any) -> int | None:
         """An estimate: the value's bytes plus a fixed overhead per key (what the script
         twins count, see :func:`~.memory_scripts.memory_usage`)."""

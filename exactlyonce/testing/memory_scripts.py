@@ -23,6 +23,7 @@ from exactlyonce.dedup.scripts import (
     LUA_LOOKUP,
     LUA_MARK,
     LUA_MERGE,
+    LUA_MERGE_BITS,
     LUA_REGISTER,
     LUA_UNMARK,
 )
@@ -181,6 +182,30 @@ def merge(data: Data, keys: list[bytes], args: list[bytes]) -> int:
     return new_version
 
 
+def merge_bits(data: Data, keys: list[bytes], args: list[bytes]) -> int:
+    """LUA_MERGE_BITS: set each bit (Redis's SETBIT offsets: the first bit of a byte is its
+    most significant) in the filter grown to its full length; otherwise as :func:`merge`."""
+    _check_instance(data, keys[0], args[0])
+    bloom, version = keys[2], keys[3]
+    presence = _hash_of(data, keys[5])
+    field = b"b:" + args[2]
+    if args[3] == b"1" and bloom not in data and field in presence:
+        raise _lost(data, keys[0])
+    before = (memory_usage(data, bloom) or 0) + (memory_usage(data, version) or 0)
+    held = bytearray((_string(data, bloom) or b"").ljust(int(args[4]), b"\0"))
+    for (offset,) in struct.iter_unpack("<I", args[1]):
+        if offset // 8 >= len(held):
+            held.extend(b"\0" * (offset // 8 + 1 - len(held)))
+        held[offset // 8] |= 0x80 >> (offset % 8)
+    data[bloom] = bytes(held)
+    presence[field] = b"1"
+    new_version = int(_string(data, version) or b"0") + 1
+    data[version] = str(new_version).encode()
+    after = (memory_usage(data, bloom) or 0) + (memory_usage(data, version) or 0)
+    _count(data, keys[1], args[2], 0, after - before)
+    return new_version
+
+
 def _hash_of(data: Data, key: bytes) -> dict[bytes, bytes]:
     held = data.setdefault(key, {})
     if not isinstance(held, dict):
@@ -215,6 +240,7 @@ SCRIPTS: dict[str, Script] = {
     LUA_LOOKUP: lookup,
     LUA_UNMARK: unmark,
     LUA_MERGE: merge,
+    LUA_MERGE_BITS: merge_bits,
     LUA_CLAIM: claim,
     LUA_REGISTER: register,
 }

@@ -47,6 +47,27 @@ def by_figure(rows: list[Row], benchmark: str) -> dict[str, Row]:
     return {r.figure: r for r in rows if r.benchmark == benchmark}
 
 
+def test_recovery_is_judged_against_the_plain_copy_restart_when_the_results_have_it() -> None:
+    anchored = {
+        "curve": [
+            {"catalog_ids": 1_000_000, "extra_s": 2.0, "extra_vs_plain_copy_s": 0.3},
+            {"catalog_ids": 10_000_000, "extra_s": 2.5, "extra_vs_plain_copy_s": 0.9},
+        ],
+        "target": {
+            "extra_s_at_most": 1.0,
+            "extra_vs_plain_copy_s_at_most": 0.5,
+            "extra_vs_plain_copy_spread_between_sizes_s": 0.6,
+            "spread_s_at_most": 0.5,
+        },
+    }
+    rows = by_figure(build_rows({"recovery": anchored}), "recovery")
+    assert rows["start to first write, ours - plain COPY's, 1,000,000 IDs"].status == "met"
+    assert rows["start to first write, ours - plain COPY's, 10,000,000 IDs"].status == "NOT MET"
+    assert rows["spread of that difference between sizes"].status == "NOT MET"
+    context = rows["start to first write, ours - Spark's, 1,000,000 IDs"]
+    assert context.target is None, "the noop figures are context, not judged"
+
+
 def test_a_ratio_below_its_target_is_not_met_and_one_above_is_met() -> None:
     rows = by_figure(build_rows({"postgres": POSTGRES}), "postgres")
     assert rows["ours / Spark JDBC writer"].status == "NOT MET"

@@ -12,12 +12,13 @@ def test_every_lua_file_is_loaded_and_has_a_python_twin() -> None:
     names = sorted(
         p.name[: -len(".lua")] for p in files(scripts).iterdir() if p.name.endswith(".lua")
     )
-    assert names == ["claim", "lookup", "mark", "merge", "register", "unmark"]
+    assert names == ["claim", "lookup", "mark", "merge", "merge_bits", "register", "unmark"]
     loaded = [
         scripts.LUA_CLAIM,
         scripts.LUA_LOOKUP,
         scripts.LUA_MARK,
         scripts.LUA_MERGE,
+        scripts.LUA_MERGE_BITS,
         scripts.LUA_REGISTER,
         scripts.LUA_UNMARK,
     ]
