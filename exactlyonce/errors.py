@@ -89,3 +89,10 @@ class TaskStateError(ExactlyOnceError):
 class WireFormatError(ExactlyOnceError, ValueError):
     """A record in a wire format this reader does not know (a newer writer's), or
     malformed: refused, never skipped (skipping would lose it)."""
+
+
+class FrontierMovedError(ExactlyOnceError):
+    """A Real-time Mode writer found a source partition's frontier in the sink moved by
+    another writer since it read it (an earlier attempt of its task still running, a
+    speculative copy): it wrote nothing. Transient: Spark retries the task, whose writer
+    reads the frontier again and skips what it covers."""

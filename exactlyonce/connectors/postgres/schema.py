@@ -16,6 +16,11 @@ Tables the sink keeps next to the target table, in the same schema:
     path (no shard markers) each letter also has a ``letter_key`` (the Spark partition, a
     digest of the letter, and its count among identical letters of the task), unique per
     (query, sink, epoch), so a re-run of the same partition writes none of them again.
+``exactlyonce_frontiers``
+    Spark Real-time Mode only (:mod:`.realtime`): one row per (query_name, sink, source
+    topic, source partition) with ``next_offset``, the next source offset to write, stored
+    in the transaction of each chunk; with the epoch, Spark's query id and partition and the
+    writer that last moved it.
 ``exactlyonce_tombstones``
     ``mode="upsert"`` with a ``tombstone_column`` only: one row per (target table, record ID)
     deleted, with the epoch of the delete, so a re-run of an older epoch cannot bring the key
@@ -44,6 +49,7 @@ DEAD_LETTERS = "exactlyonce_dead_letters"
 DEAD_LETTER_KEYS = "exactlyonce_dead_letters_key"  # the unique index on letter_key
 CONTROL_DDL_LOCK = 0x656F_6464  # pg_advisory_xact_lock key: one control-table DDL at a time
 TOMBSTONES = "exactlyonce_tombstones"
+FRONTIERS = "exactlyonce_frontiers"
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,17 @@ def control_tables_ddl(table: TableName, *, tombstones: bool = False) -> list[sq
             ).format(table.sibling(TOMBSTONES))
         )
     return statements
+
+
+def frontiers_ddl(table: TableName) -> sql.Composed:
+    """The source frontiers of Real-time Mode writers (see :mod:`.realtime`)."""
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} (query_name text NOT NULL, sink text NOT NULL, "
+        "topic text NOT NULL, partition integer NOT NULL, next_offset bigint NOT NULL, "
+        "epoch bigint NOT NULL, spark_query_id text, spark_partition integer, writer text, "
+        "updated_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (query_name, sink, topic, partition))"
+    ).format(table.sibling(FRONTIERS))
 
 
 def create_table_ddl(

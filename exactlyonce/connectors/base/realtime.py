@@ -1,0 +1,322 @@
+"""The Spark Real-time Mode writer: exactly-once by source frontiers (DESIGN invariant 15).
+
+``df.writeStream.foreach(sink.realtime()).trigger(realTime="5 seconds")``: Spark runs one
+long task per source partition per epoch and calls, in that task, ``open(partition_id,
+epoch_id)``, ``process(row)`` for each row as it arrives, and ``close(error)`` at the epoch's
+end. This writer commits the rows in small chunks, each in ONE atomic step of the sink
+together with the frontier (the next source offset to write) of every source partition in the
+chunk; see :mod:`.frontier` for which rows a chunk may take.
+
+A chunk is committed every ``commit_interval`` seconds (a daemon thread), when
+``max_pending_rows`` rows wait, and at ``close(None)``. ``close(error)`` commits nothing more.
+A commit whose sink no longer holds the frontier this writer read fails with
+:class:`~exactlyonce.errors.FrontierMovedError` and writes nothing; Spark retries the task,
+whose writer reads the frontier again. Rows below a frontier are skipped and counted.
+
+The sink provides a :class:`FrontierTarget` (picklable, config only) whose
+:class:`FrontierStore` (one per task, opened at its first row) does the I/O. The writer is
+generic: a sink's Real-time Mode is one target; the Spark-facing lifecycle is written once.
+
+Why this lives under ``connectors/base`` and not ``integration/``: ``sink.realtime()`` returns
+it, and connectors may not import the integration layer; like the ``foreachBatch`` protocol
+driver (:mod:`.sink`), it needs nothing of Spark but the task context.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, final
+
+from exactlyonce.connectors.base.frontier import (
+    Chunk,
+    RowsPerRecord,
+    SourceKey,
+    SourceTracker,
+    source_record_id,
+)
+from exactlyonce.dedup.ids import record_id
+from exactlyonce.errors import ConfigError
+
+log = logging.getLogger("exactlyonce.realtime")
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+@dataclass(frozen=True)
+class RealtimeOptions:
+    """The writer's options, validated on construction.
+
+    - ``commit_interval``: seconds between commits of what is pending (> 0);
+    - ``max_pending_rows``: commit at once when this many rows wait;
+    - ``rows_per_source_record``: ``"one"`` (select, filter, map) or ``"many"`` (explode,
+      flatMap: a commit then holds back the rows of the highest pending offset);
+    - ``source_columns``: the stream's columns holding the Kafka topic, partition and offset.
+    """
+
+    commit_interval: float = 0.1
+    max_pending_rows: int = 10_000
+    rows_per_source_record: RowsPerRecord = "one"
+    source_columns: tuple[str, str, str] = ("topic", "partition", "offset")
+
+    def __post_init__(self) -> None:
+        if not self.commit_interval > 0:
+            raise ConfigError("commit_interval", f"must be > 0 seconds, got {self.commit_interval}")
+        if self.max_pending_rows < 1:
+            raise ConfigError("max_pending_rows", f"must be >= 1, got {self.max_pending_rows}")
+        SourceTracker(self.rows_per_source_record)  # checks the option
+        if len(self.source_columns) != 3 or len(set(self.source_columns)) != 3:
+            raise ConfigError(
+                "source_columns",
+                f"three distinct columns (topic, partition, offset), got {self.source_columns}",
+            )
+
+    def missing_from(self, names: Sequence[str]) -> list[str]:
+        return [c for c in self.source_columns if c not in names]
+
+    def refuse_missing(self, names: Sequence[str]) -> None:
+        """The precondition every write needs: the source's coordinates reach the writer."""
+        missing = self.missing_from(names)
+        if missing:
+            raise ConfigError(
+                "source_columns",
+                f"the stream lacks {missing} (it has {list(names)}): a Real-time Mode writer "
+                "needs each row's Kafka topic, partition and offset. Keep the Kafka source's "
+                "columns in the query (select them next to your own), or name where they are "
+                "with source_columns=(topic, partition, offset)",
+            )
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Who writes: the Spark query id (None outside Spark), the epoch, Spark's partition."""
+
+    query_id: str | None
+    epoch: int
+    partition_id: int
+    writer: str
+
+
+class FrontierStore(ABC):
+    """One task's link to the sink, opened in the task at its first row."""
+
+    @abstractmethod
+    def prepare(self, columns: Sequence[str]) -> None:
+        """Check that the destination can take rows of ``columns`` (the stream's, then the
+        record ID and the epoch); ConfigError otherwise. Called once, before any write."""
+
+    @abstractmethod
+    def read(self, key: SourceKey) -> int | None:
+        """The frontier of ``key`` as the sink holds it now (None: none stored)."""
+
+    @abstractmethod
+    def commit(self, chunk: Chunk) -> None:
+        """Write ``chunk.rows`` and store ``chunk.next_offsets``, in ONE atomic step that
+        happens only if every frontier of the chunk is still ``chunk.expected`` in the sink;
+        otherwise write nothing and raise FrontierMovedError. Must never leave part of a
+        chunk behind. A failure whose outcome is unknown may be raised as it is: the retried
+        task reads the frontiers again, so nothing is guessed."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection; an uncommitted step is rolled back. Safe twice."""
+
+
+class FrontierTarget(ABC):
+    """A sink's Real-time Mode destination: config only, pickled to the tasks."""
+
+    query_name: str
+
+    @abstractmethod
+    def open_store(self, task: TaskInfo) -> FrontierStore:
+        """A connected store for one task."""
+
+
+def _task_info(partition_id: int, epoch_id: int) -> TaskInfo:
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        context = None
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+    attempt = context.attemptNumber() if context is not None else 0
+    writer = f"{(query_id or 'no-query')[:8]}:{epoch_id}:{partition_id}:{attempt}"
+    writer += f":{uuid.uuid4().hex[:6]}"
+    return TaskInfo(query_id, int(epoch_id), int(partition_id), writer)
+
+
+@final
+class RealtimeWriter:
+    """A Spark ``foreach`` writer for Real-time Mode (see the module docstring). Picklable:
+    it holds the target's config and options; the store, the lock and the flusher thread
+    are made in the task, by :meth:`open`."""
+
+    def __init__(
+        self,
+        target: FrontierTarget,
+        options: RealtimeOptions,
+        id_columns: tuple[str, ...] | None = None,
+    ) -> None:
+        self.target = target
+        self.options = options
+        self.id_columns = id_columns
+        self._reset()
+
+    def _reset(self) -> None:
+        self.task: TaskInfo | None = None
+        self.store: FrontierStore | None = None
+        self.tracker = SourceTracker(self.options.rows_per_source_record)
+        self.positions: tuple[int, int, int] | None = None
+        self.id_positions: tuple[int, ...] = ()
+        self.last_source: tuple[SourceKey, int] | None = None
+        self.nth = 0
+        self.failure: BaseException | None = None
+        self.commits = self.written = 0
+        self.lock: threading.Lock | None = None
+        self.stop: threading.Event | None = None
+        self.flusher: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"target": self.target, "options": self.options, "id_columns": self.id_columns}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["target"], state["options"], state["id_columns"])
+
+    # -- Spark's calls -----------------------------------------------------------------
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        """Called by Spark in the task at the start of each epoch; no connection yet."""
+        self._reset()
+        self.task = _task_info(partition_id, epoch_id)
+        self.lock = threading.Lock()
+        return True
+
+    def process(self, row: Any) -> None:
+        """Called by Spark for each row, as it arrives."""
+        assert self.lock is not None, "open() first"
+        with self.lock:
+            self._raise_failure()
+            if self.store is None:
+                self._first_row(row)
+            self._add(row)
+            if self.tracker.pending >= self.options.max_pending_rows:
+                self._commit(final=False)
+
+    def close(self, error: BaseException | None) -> None:
+        """Called by Spark at the epoch's end (``error`` None) or after a failure: commits
+        what is pending only when the epoch ended well. Not called when the process dies:
+        a re-run then starts from the frontiers."""
+        if self.stop is not None:
+            self.stop.set()
+        if self.flusher is not None:
+            self.flusher.join()
+        try:
+            if error is None and self.failure is None and self.store is not None:
+                assert self.lock is not None
+                with self.lock:
+                    self._commit(final=True)
+        finally:
+            if self.store is not None:
+                self.store.close()
+            if self.task is not None and self.store is not None:
+                log.info(
+                    "%s epoch %d partition %d: %d rows in %d commits, %d skipped (below the "
+                    "frontier)",
+                    self.target.query_name,
+                    self.task.epoch,
+                    self.task.partition_id,
+                    self.written,
+                    self.commits,
+                    self.tracker.skipped,
+                )
+        if error is None:
+            self._raise_failure()
+
+    # -- the steps ---------------------------------------------------------------------
+
+    def _first_row(self, row: Any) -> None:
+        """Preconditions, then the store: nothing is written before both hold."""
+        names = list(row.__fields__)
+        self.options.refuse_missing(names)
+        if self.id_columns is not None:
+            missing = [c for c in self.id_columns if c not in names]
+            if missing:
+                raise ConfigError("id_columns", f"not in the stream's columns {names}: {missing}")
+            self.id_positions = tuple(names.index(c) for c in self.id_columns)
+        topic, partition, offset = self.options.source_columns
+        self.positions = (names.index(topic), names.index(partition), names.index(offset))
+        assert self.task is not None
+        store = self.target.open_store(self.task)
+        try:
+            store.prepare(names)
+        except BaseException:
+            store.close()
+            raise
+        self.store = store
+        self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        self.stop = threading.Event()
+        self.flusher = threading.Thread(
+            target=self._flush_every_interval, name="exactlyonce-rtm-flusher", daemon=True
+        )
+        self.flusher.start()
+
+    def _flush_every_interval(self) -> None:
+        assert self.stop is not None and self.lock is not None
+        while not self.stop.wait(self.options.commit_interval):
+            with self.lock:
+                if self.failure is not None:
+                    return
+                try:
+                    self._commit(final=False)
+                except BaseException as exc:  # raised by the next process() or close()
+                    self.failure = exc
+                    return
+
+    def _add(self, row: Any) -> None:
+        assert self.positions is not None and self.store is not None and self.task is not None
+        t, p, o = self.positions
+        topic, partition, offset = row[t], row[p], row[o]
+        if topic is None or partition is None or offset is None:
+            raise ConfigError(
+                "source_columns", f"a row without source coordinates: {topic}[{partition}]@{offset}"
+            )
+        key: SourceKey = (str(topic), int(partition))
+        if not self.tracker.has_read(key):
+            self.tracker.read(key, self.store.read(key))
+        source = (key, int(offset))
+        self.nth = self.nth + 1 if source == self.last_source else 0
+        self.last_source = source
+        self.tracker.add(key, int(offset), (*row, self._record_id(row, source), self.task.epoch))
+
+    def _record_id(self, row: Any, source: tuple[SourceKey, int]) -> str:
+        if self.id_columns is not None:
+            try:
+                return record_id([row[i] for i in self.id_positions])
+            except ValueError:
+                raise ConfigError(
+                    "id_columns", f"a row with a null key column ({list(self.id_columns)})"
+                ) from None
+        (topic, partition), offset = source
+        many = self.options.rows_per_source_record == "many"
+        return source_record_id(topic, partition, offset, self.nth if many else None)
+
+    def _commit(self, final: bool) -> None:
+        assert self.store is not None
+        chunk = self.tracker.take(final)
+        if chunk is None:
+            return
+        self.store.commit(chunk)
+        self.tracker.committed(chunk)
+        self.commits += 1
+        self.written += len(chunk.rows)
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure

@@ -1,0 +1,123 @@
+"""A Spark Real-time Mode job: a Kafka topic -> ``foreach(writer)`` into a PostgreSQL table.
+
+``--writer frontier``: ``PostgresSink.realtime()`` (exactly once by source frontiers);
+``--writer plain``: the negative control, a foreach writer that INSERTs each row in its own
+transaction with no frontier (at-least-once, as users write it by hand).
+
+Runs until the file ``<checkpoint>.stop`` appears, then stops the query and exits 0. Each
+row holds the source coordinates and the event's ``event_id``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from pyspark.sql import functions as F
+
+from exactlyonce.connectors import PostgresSink
+from tests.crash import job_common
+
+
+class PlainInsertWriter:
+    """The negative control: every row INSERTed and committed at once; a re-run epoch writes
+    its rows again."""
+
+    def __init__(self, dsn: str, table: str) -> None:
+        self.dsn, self.table = dsn, table
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        self.epoch = epoch_id
+        self.conn = psycopg.connect(self.dsn, autocommit=True)
+        return True
+
+    def process(self, row: Any) -> None:
+        self.conn.execute(
+            sql.SQL(
+                'INSERT INTO {} (topic, partition, "offset", event_id, record_id, epoch) '
+                "VALUES (%s, %s, %s, %s, md5(%s)::uuid, %s)"
+            ).format(sql.Identifier(self.table)),
+            [
+                row.topic,
+                row.partition,
+                row.offset,
+                row.event_id,
+                f"{row.topic}|{row.partition}|{row.offset}",
+                self.epoch,
+            ],
+        )
+
+    def close(self, error: BaseException | None) -> None:
+        self.conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--input", help="unused (the harness passes it)")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--query-name", required=True)
+    parser.add_argument("--master", default="local[4]")
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--writer", default="frontier", choices=["frontier", "plain"])
+    parser.add_argument("--starting-offsets", default="earliest")
+    parser.add_argument("--drop", default="", help="a source column to leave out")
+    parser.add_argument("--explode", type=int, default=0, help="rows per source record")
+    args = parser.parse_args()
+    # Spark hands a Python foreach writer its rows through a 64 KiB buffer: rows would reach
+    # process() only when it fills (or at the epoch's end) at this test's rates.
+    spark = job_common.crash_session(
+        "rtm-job", args.master, {"spark.buffer.size": "1"}, connectors=True
+    )
+    dsn = os.environ["EXACTLYONCE_PG_DSN"]
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", os.environ["KAFKA_BOOTSTRAP_SERVERS"])
+        .option("subscribe", args.topic)
+        .option("startingOffsets", args.starting_offsets)
+        .load()
+    )
+    stream = source.select(
+        "topic",
+        "partition",
+        "offset",
+        F.get_json_object(F.col("value").cast("string"), "$.event_id").alias("event_id"),
+    )
+    if args.drop:
+        stream = stream.drop(args.drop)
+    if args.explode:
+        stream = stream.withColumn("n", F.explode(F.sequence(F.lit(1), F.lit(args.explode))))
+    if args.writer == "frontier":
+        sink = PostgresSink(
+            dsn, args.table, None, args.query_name, id_from="content", mode="append"
+        )
+        per_record = "many" if args.explode else "one"
+        writer: Any = sink.realtime(stream.schema, rows_per_source_record=per_record)
+    else:
+        writer = PlainInsertWriter(dsn, args.table)
+    query = (
+        stream.writeStream.foreach(writer)
+        .trigger(realTime="5 seconds")
+        .outputMode("update")
+        .option("checkpointLocation", args.checkpoint)
+        .queryName(args.query_name)
+        .start()
+    )
+    print("JOB STARTED", flush=True)
+    stop = Path(f"{args.checkpoint}.stop")
+    while not stop.exists():
+        if query.exception() is not None:
+            raise SystemExit(f"query failed: {query.exception()}")
+        time.sleep(0.2)
+    query.stop()
+    print(f"JOB DONE {len(query.recentProgress)} epochs", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

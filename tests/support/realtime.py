@@ -1,0 +1,145 @@
+"""What the Real-time Mode tests share: a 2-partition topic, a producer that stamps each
+event, the job (tests/crash/realtime_job.py) run by the crash harness, and the audit, read
+with psycopg and confluent-kafka (clients we did not write)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import psycopg
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from psycopg import sql
+
+from tests.crash.harness import Job, wait_until
+
+REALTIME_JOB = Path(__file__).resolve().parents[1] / "crash" / "realtime_job.py"
+PARTITIONS = 2
+
+
+def make_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{topic}"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+@dataclass
+class EventProducer:
+    """Produces ``events`` events (``e0``, ``e1``, ...) at ``rate`` per second, partition
+    ``i % 2``, in a thread; ``sent[i]`` is when event i was acknowledged."""
+
+    bootstrap: str
+    topic: str
+    events: int
+    rate: float
+    sent: dict[str, float] = field(default_factory=dict)
+    thread: threading.Thread | None = None
+
+    def start(self) -> EventProducer:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
+        start = time.monotonic()
+        for i in range(self.events):
+            delay = start + i / self.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            event_id = f"e{i}"
+            producer.produce(
+                self.topic, json.dumps({"event_id": event_id}).encode(), partition=i % PARTITIONS
+            )
+            producer.poll(0)
+            self.sent[event_id] = time.time()
+        producer.flush(30)
+
+    def join(self, timeout: float = 120) -> None:
+        assert self.thread is not None
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the producer did not finish"
+
+    @property
+    def expected(self) -> set[str]:
+        return {f"e{i}" for i in range(self.events)}
+
+
+def event_counts(conn: psycopg.Connection[Any], table: str) -> Counter[str]:
+    rows = conn.execute(
+        sql.SQL("SELECT event_id, count(*) FROM {} GROUP BY event_id").format(sql.Identifier(table))
+    ).fetchall()
+    return Counter({str(e): int(n) for e, n in rows})
+
+
+def distinct_events(conn: psycopg.Connection[Any], table: str) -> int:
+    row = conn.execute(
+        sql.SQL("SELECT count(DISTINCT event_id) FROM {}").format(sql.Identifier(table))
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def frontiers(conn: psycopg.Connection[Any], query_name: str) -> dict[int, int]:
+    rows = conn.execute(
+        "SELECT partition, next_offset FROM exactlyonce_frontiers WHERE query_name = %s",
+        [query_name],
+    ).fetchall()
+    return {int(p): int(n) for p, n in rows}
+
+
+def create_plain_table(conn: psycopg.Connection[Any], table: str) -> None:
+    """The negative control's table: the same columns, no unique index, no frontier."""
+    conn.execute(
+        sql.SQL(
+            'CREATE TABLE {} (topic text, partition integer, "offset" bigint, event_id text, '
+            "record_id uuid NOT NULL, epoch bigint NOT NULL)"
+        ).format(sql.Identifier(table))
+    )
+
+
+@dataclass
+class RealtimeJob(Job):
+    """tests/crash/realtime_job.py under the crash harness (SIGKILL of its session,
+    restarts from its checkpoint)."""
+
+    topic: str = ""
+    writer: str = "frontier"
+    master: str = "local[4]"
+    script: ClassVar[Path] = REALTIME_JOB
+
+    def sink_args(self) -> list[str]:
+        return ["--table", self.table, "--topic", self.topic, "--writer", self.writer]
+
+    def wait_started(self, timeout: float = 120) -> None:
+        self._wait(lambda: "JOB STARTED" in self.log(), timeout, "the query's start")
+
+    def log(self) -> str:
+        return (self.workdir / f"run-{self.runs}.log").read_text(errors="replace")
+
+    def stop(self, timeout: float = 120) -> None:
+        """Ask the live run to stop its query and exit 0."""
+        Path(f"{self.checkpoint}.stop").touch()
+        self.finish(timeout)
+        Path(f"{self.checkpoint}.stop").unlink()
+
+
+def wait_for_events(
+    conn: psycopg.Connection[Any], table: str, events: int, timeout: float = 120
+) -> None:
+    wait_until(lambda: distinct_events(conn, table) >= events, f"{events} events", timeout)
