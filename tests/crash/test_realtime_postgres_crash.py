@@ -1,0 +1,150 @@
+"""Spark Real-time Mode into PostgreSQL, SIGKILLed: exactly once by source frontiers.
+
+The job (tests/crash/realtime_job.py: Kafka, 2 partitions -> ``trigger(realTime="5
+seconds")`` -> ``foreach(PostgresSink.realtime())``) runs as a separate process while a
+producer sends events; its whole session (driver, JVM, Python workers) is SIGKILLed several
+times, each run restarted from its checkpoint, then run until every event is in. Kills are
+aimed: a run is killed at a seeded random moment shortly after its rows became visible (the
+table's count grew), so they land inside an epoch Spark has not committed, whose rows Spark
+then reads again. The audit reads the table with psycopg: every event exactly once.
+
+Negative control: the same schedule against a plain foreach writer that INSERTs each row
+with no frontier must show duplicates. And: the checkpoint deleted mid-stream, the query
+restarted from the earliest offsets: still exactly once (the frontier is per source offset,
+not per epoch, so the reset cannot make it skip new records).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.crash.harness import crash_seed, wait_until
+from tests.support.realtime import (
+    EventProducer,
+    RealtimeJob,
+    create_plain_table,
+    end_offsets,
+    event_counts,
+    frontiers,
+    make_topic,
+    wait_for_events,
+)
+
+pytestmark = pytest.mark.crash
+
+EVENTS = 3_000
+RATE = 100.0  # events per second: the stream outlives the kills
+KILLS = 3
+
+
+def table_rows(pg: psycopg.Connection[Any], table: str) -> int:
+    try:
+        row = pg.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
+        ).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return 0
+    return int(row[0]) if row else 0
+
+
+def kill_after_visible_rows(
+    job: RealtimeJob, pg: psycopg.Connection[Any], rng: random.Random, why: str
+) -> None:
+    """Start a run; once rows it wrote are visible, SIGKILL it within 1.5 s."""
+    before = table_rows(pg, job.table)
+    job.start()
+    job._wait(lambda: table_rows(pg, job.table) > before, 120, "rows of this run")
+    time.sleep(rng.uniform(0.0, 1.5))
+    assert job.proc is not None and job.proc.poll() is None, f"run {job.runs} ended before {why}"
+    job.kill(why)
+
+
+def killed_runs(
+    job: RealtimeJob, pg: psycopg.Connection[Any], bootstrap: str, seed: int
+) -> EventProducer:
+    """The kill schedule, then a last run until every event is in; returns the producer."""
+    rng = random.Random(seed)
+    producer = EventProducer(bootstrap, job.topic, EVENTS, RATE).start()
+    for n in range(KILLS):
+        kill_after_visible_rows(job, pg, rng, f"kill {n + 1} (seed {seed})")
+    producer.join()
+    job.start()
+    job.wait_started()
+    wait_for_events(pg, job.table, EVENTS, timeout=120)
+    time.sleep(1.0)  # let a late duplicate of the negative control land
+    job.stop()
+    return producer
+
+
+def test_realtime_writer_killed_three_times_writes_each_event_once(
+    pg_dsn: str, pg: psycopg.Connection[Any], bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    seed = crash_seed("real-time mode kill schedule")
+    make_topic(bootstrap, unique_name)
+    job = RealtimeJob(tmp_path, unique_name, pg_dsn, topic=unique_name)
+    try:
+        producer = killed_runs(job, pg, bootstrap, seed)
+    finally:
+        job.stop_if_running()
+    assert len([k for k in job.kills if k.startswith("kill ")]) == KILLS
+    counts = event_counts(pg, unique_name)
+    assert sorted(producer.expected - set(counts)) == [], "events missing"
+    assert {e: n for e, n in counts.items() if n != 1} == {}, "events written twice"
+    assert set(counts) == producer.expected
+    assert frontiers(pg, unique_name) == end_offsets(bootstrap, unique_name)
+
+
+def test_negative_control_plain_foreach_insert_duplicates_under_the_same_kills(
+    pg_dsn: str, pg: psycopg.Connection[Any], bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    seed = crash_seed("real-time mode negative control kill schedule")
+    make_topic(bootstrap, unique_name)
+    create_plain_table(pg, unique_name)
+    job = RealtimeJob(tmp_path, unique_name, pg_dsn, topic=unique_name, writer="plain")
+    try:
+        producer = killed_runs(job, pg, bootstrap, seed)
+    finally:
+        job.stop_if_running()
+    assert len([k for k in job.kills if k.startswith("kill ")]) == KILLS
+    counts = event_counts(pg, unique_name)
+    duplicates = sum(n - 1 for n in counts.values())
+    print(f"negative control: {duplicates} duplicate rows over {len(counts)} events")
+    assert set(counts) == producer.expected  # at-least-once: nothing missing
+    assert duplicates > 0, "the audit cannot see duplicates: it proves nothing"
+
+
+def test_a_deleted_checkpoint_restarted_from_earliest_stays_exactly_once(
+    pg_dsn: str, pg: psycopg.Connection[Any], bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    make_topic(bootstrap, unique_name)
+    job = RealtimeJob(tmp_path, unique_name, pg_dsn, topic=unique_name)
+    producer = EventProducer(bootstrap, unique_name, 2_000, RATE).start()
+    try:
+        job.start()
+        wait_until(lambda: table_rows(pg, unique_name) >= 500, "500 rows", 120)
+        job.kill("before the checkpoint is deleted")
+        shutil.rmtree(job.checkpoint)  # Spark restarts at the earliest offsets, epoch 0
+        assert sum(frontiers(pg, unique_name).values()) >= 500
+        job.start()
+        job.wait_started()
+        producer.join()
+        wait_for_events(pg, unique_name, producer.events, timeout=120)
+        job.stop()
+    finally:
+        job.stop_if_running()
+    counts = event_counts(pg, unique_name)
+    assert set(counts) == producer.expected
+    assert {e: n for e, n in counts.items() if n != 1} == {}, "re-read records written again"
+    assert frontiers(pg, unique_name) == end_offsets(bootstrap, unique_name)
+    epochs = pg.execute(
+        sql.SQL("SELECT min(epoch) FROM {}").format(sql.Identifier(unique_name))
+    ).fetchone()
+    assert epochs == (0,)
