@@ -20,7 +20,11 @@ from exactlyonce.connectors.base.config import (
 )
 from exactlyonce.connectors.base.frontier import RowsPerRecord
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.realtime import RealtimeOptions, RealtimeWriter
+from exactlyonce.connectors.base.realtime import (
+    RealtimeOptions,
+    RealtimeWriter,
+    row_buffer_warning,
+)
 from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres import check as _check
@@ -359,6 +363,9 @@ class PostgresSink(ExactlyOnceSink):
             unique=self.mode != "append",
             connect_timeout=self.connect_timeout,
         )
+        warning = row_buffer_warning()
+        if warning is not None:
+            log.warning("%s: %s", self, warning)
         ids = None if self.ids.content else self.ids.columns
         return RealtimeWriter(target, options, ids)
 
