@@ -12,7 +12,6 @@ counts inserts).
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import numpy as np
@@ -26,8 +25,8 @@ from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import CatalogKeeper
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.errors import CatalogLostError
-from exactlyonce.testing import MemoryRedis
 from tests.support.audit import assert_exactly_once, install_audit
+from tests.support.catalogs import CATALOG_BACKENDS, random_ids, small_catalog_config
 from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration
@@ -98,15 +97,9 @@ def test_evicted_keys_with_on_catalog_loss_fail_refuse_naming_the_fix(
 # -- the same detection, catalog by catalog, on real Redis and on the scripts' Python twins --
 
 
-def random_ids(n: int) -> np.ndarray:
-    return np.frombuffer(os.urandom(16 * n), dtype=np.uint8).reshape(n, 16)
-
-
-@pytest.fixture(params=["redis", "memory"])
+@pytest.fixture(params=CATALOG_BACKENDS)
 def config(request: pytest.FixtureRequest, services: dict[str, str]) -> DedupConfig:
-    if request.param == "memory":
-        return MemoryRedis().dedup_config(expected_ids=20_000, retention_epochs=8)
-    return DedupConfig(services["EXACTLYONCE_REDIS_URL"], expected_ids=20_000, retention_epochs=8)
+    return small_catalog_config(request.param, services)
 
 
 def filled(config: DedupConfig, name: str) -> tuple[RedisCatalog, Layout, str, np.ndarray]:

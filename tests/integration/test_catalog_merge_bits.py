@@ -3,8 +3,6 @@ and the scripts' Python twin)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -12,20 +10,14 @@ from exactlyonce.dedup.catalog import RedisCatalog, redis_bit_offsets
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.errors import CatalogLostError
-from exactlyonce.testing import MemoryRedis
+from tests.support.catalogs import CATALOG_BACKENDS, random_ids, small_catalog_config
 
 pytestmark = pytest.mark.integration
 
 
-def random_ids(n: int) -> np.ndarray:
-    return np.frombuffer(os.urandom(16 * n), dtype=np.uint8).reshape(n, 16)
-
-
-@pytest.fixture(params=["redis", "memory"])
+@pytest.fixture(params=CATALOG_BACKENDS)
 def config(request: pytest.FixtureRequest, services: dict[str, str]) -> DedupConfig:
-    if request.param == "memory":
-        return MemoryRedis().dedup_config(expected_ids=20_000, retention_epochs=8)
-    return DedupConfig(services["EXACTLYONCE_REDIS_URL"], expected_ids=20_000, retention_epochs=8)
+    return small_catalog_config(request.param, services)
 
 
 def test_redis_offsets_name_the_same_bits() -> None:

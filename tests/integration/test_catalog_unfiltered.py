@@ -7,8 +7,6 @@ answers must be the same either way, and past the load's cost the filters are lo
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -17,12 +15,9 @@ from exactlyonce.dedup.catalog import RedisCatalog
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.dedup.shard import LOOKUP_BYTES, DedupPlan, TaskDedup
+from tests.support.catalogs import random_ids
 
 pytestmark = pytest.mark.integration
-
-
-def random_ids(n: int) -> np.ndarray:
-    return np.frombuffer(os.urandom(16 * n), dtype=np.uint8).reshape(n, 16)
 
 
 @pytest.fixture
