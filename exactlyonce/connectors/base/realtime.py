@@ -39,12 +39,11 @@ from exactlyonce.connectors.base.frontier import (
     SourceTracker,
     source_record_id,
 )
+from exactlyonce.connectors.base.sink import QUERY_ID_PROPERTY
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
 
 log = logging.getLogger("exactlyonce.realtime")
-
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 @dataclass(frozen=True)
