@@ -9,6 +9,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.crash.harness import Job, service_passwords
+from tests.support.realtime import remove_first_epoch_leftovers
 
 
 @pytest.fixture
@@ -35,3 +36,26 @@ def test_a_password_in_a_run_log_fails_the_job(job: Job) -> None:
     event_log.write_text(f'{{"url":"redis://:{quote("sink-pw")}@h"}}\n')
     with pytest.raises(AssertionError, match="events_1_local-1:1 shows secret #1"):
         job.assert_no_credentials()
+
+
+def test_a_first_epoch_temp_offset_file_spark_left_is_removed(tmp_path: Path) -> None:
+    """In Real-time Mode Spark writes offsets/N at epoch N's end, through a temp file renamed
+    into place; a SIGKILL between the two leaves only the temp file, and Spark then refuses
+    to start (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). Only such leftovers go."""
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    leftovers = [".0.6f1c.tmp", "..0.6f1c.tmp.crc"]
+    for name in leftovers:
+        (offsets / name).write_text("partial")
+    assert sorted(remove_first_epoch_leftovers(tmp_path)) == sorted(leftovers)
+    assert list(offsets.iterdir()) == []
+
+
+def test_temp_files_beside_a_written_batch_stay(tmp_path: Path) -> None:
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    for name in ("0", ".0.crc", ".1.6f1c.tmp"):
+        (offsets / name).write_text("v1")
+    assert remove_first_epoch_leftovers(tmp_path) == []
+    assert len(list(offsets.iterdir())) == 3
+    assert remove_first_epoch_leftovers(tmp_path / "missing") == []
