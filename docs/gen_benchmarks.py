@@ -367,6 +367,18 @@ def soak_section(data: dict[str, Any]) -> list[str]:
         "How the soak runs: [Chaos, audit and soak](operations/chaos.md#soak).",
         "",
     ]
+    if not controlled:
+        out += [
+            "**This matrix predates the strict soak and proves less than it seems.** It ran "
+            "PostgreSQL and the buffer in `mode: insert`, Redis with `write: hash` and "
+            "Elasticsearch with `op_type: create`, modes where a second write of a record "
+            "is invisible; it audited with the project's own reader; it had no negative "
+            "control; and its SIGKILLs count server restarts. The strict soak "
+            "(`examples/soak/*.yaml` now: append, stream, index, a plain `read_committed` "
+            "consumer, each with a control that must show duplicates) has not been run to "
+            "the end yet.",
+            "",
+        ]
     notes = data.get("notes") or {}
     out += _controlled_table(matrix, notes) if controlled else _sigkill_table(matrix, notes)
     stale = data.get("stale_cells") or []
