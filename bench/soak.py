@@ -52,11 +52,13 @@ SINKS = {
     "pg": "postgres.yaml",
     "kafka": "kafka.yaml",
     "es": "elasticsearch.yaml",
+    "os": "opensearch.yaml",
     "redis": "redis.yaml",
     "buffer": "buffer.yaml",
 }
 NOTES = {
     "es": "stand-in server, not restarted",
+    "os": "genuine OpenSearch node, not restarted; catalog Redis is",
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}
@@ -249,8 +251,13 @@ def wanted_parameters(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     duration = args.duration or FULL["duration"]  # --duration 0 runs none; earlier ones count
     return {
         mode: cell_parameters(
-            mode, args.events, args.kills, args.replay_fraction, duration,
-            restarts=args.server_restarts, proxy_faults=args.proxy_faults,
+            mode,
+            args.events,
+            args.kills,
+            args.replay_fraction,
+            duration,
+            restarts=args.server_restarts,
+            proxy_faults=args.proxy_faults,
         )  # fmt: skip
         for mode in ("seed", "duration")
     }

@@ -28,6 +28,7 @@ SOAK_FILES = (
     "bench/soak_servers.py",
     "tests/support/es_server/server.py",  # the Elasticsearch cell's server
     "tests/support/es_server/__main__.py",
+    "tests/support/opensearch_node.py",  # the OpenSearch cell's node
 )
 SOAK_GLOBS = ("examples/soak/*.yaml",)
 FINGERPRINT_CHARS = 16

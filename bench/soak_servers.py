@@ -3,6 +3,9 @@ chaos restarts:
 
 - the Elasticsearch stand-in (``python -m tests.support.es_server``): there is no Elasticsearch
   server here; chaos does not restart it (not a local service), so its faults are skipped;
+- a genuine OpenSearch node (``tests/support/opensearch_node.py``: its jars from Maven
+  Central) for the OpenSearch cell; not a local service either, so chaos does not restart it
+  (the catalog's Redis is restarted, as in every other cell);
 - the Redis SINK's redis-server, with AOF (``appendfsync always``) as a sink's Redis must
   have: the local Redis service has no persistence, so a hard restart of a Redis holding the
   sink's data would lose it (not a sink bug). Chaos does not restart it either; it restarts
@@ -80,6 +83,24 @@ def es_stand_in(root: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def opensearch_node(root: Path) -> Iterator[str]:
+    """A genuine OpenSearch node on free ports (data in a temporary directory, removed at
+    the end); yields its URL."""
+    from tests.support.opensearch_node import OpenSearchNode, OpenSearchUnavailable, resolve
+
+    try:
+        node = OpenSearchNode(resolve()).start()
+    except OpenSearchUnavailable as exc:
+        raise SystemExit(f"soak: the OpenSearch node did not start: {exc}") from exc
+    print(f"SOAK started an OpenSearch node (pid {node.pid}) at {node.url}", flush=True)
+    try:
+        yield node.url
+    finally:
+        node.stop()
+        print("SOAK stopped the OpenSearch node", flush=True)
+
+
+@contextlib.contextmanager
 def sink_redis(root: Path) -> Iterator[str]:
     """A persistent (AOF, fsync always) redis-server for the Redis sink; yields its URL."""
     port = free_port()
@@ -108,6 +129,7 @@ def sink_redis(root: Path) -> Iterator[str]:
 
 SINK_SERVERS: dict[str, Callable[[Path], contextlib.AbstractContextManager[str]]] = {
     "es": es_stand_in,
+    "os": opensearch_node,
     "redis": sink_redis,
 }
-SINK_SERVER_ENV = {"es": "SOAK_ES_URL", "redis": "SOAK_SINK_REDIS_URL"}
+SINK_SERVER_ENV = {"es": "SOAK_ES_URL", "os": "SOAK_OPENSEARCH_URL", "redis": "SOAK_SINK_REDIS_URL"}

@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exactlyonce.errors import ConfigError
+from exactlyonce.faults import POINTS
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.lab.chaos.control import target as targets
 from exactlyonce.integration.lab.chaos.control.resp import RespClient
+from exactlyonce.integration.lab.chaos.rewrite import rewrite_pipeline
+from exactlyonce.integration.lab.chaos.schedule import sink_points
 
 SINKS: dict[str, dict[str, Any]] = {
     "pg": {"type": "postgres", "dsn": "postgresql://u:pw@127.0.0.1:1/db", "table": "ev",
@@ -21,6 +25,8 @@ SINKS: dict[str, dict[str, Any]] = {
     "redis": {"type": "redis", "url": "redis://127.0.0.1:1/0", "key_template": "s:events",
               "write": "stream", "redis_url": "redis://127.0.0.1:1/0"},
     "es": {"type": "elasticsearch", "hosts": ["http://127.0.0.1:1"], "index": "ev",
+           "op_type": "index", "redis_url": "redis://127.0.0.1:1/0"},
+    "os": {"type": "opensearch", "hosts": ["http://127.0.0.1:1"], "index": "ev",
            "op_type": "index", "redis_url": "redis://127.0.0.1:1/0"},
     "kafka": {"type": "kafka", "bootstrap_servers": "127.0.0.1:1", "topic": "ev"},
     "buffer": {"type": "postgres", "dsn": "postgresql://u:pw@127.0.0.1:1/db", "table": "ev",
@@ -46,6 +52,7 @@ def _cfg(sink: dict[str, Any]) -> PipelineConfig:
         ("pg", "append", "postgres table public.ev", "postgres table public.ev", "postgres"),
         ("redis", "stream", "redis stream s:events", "redis stream s:events", "redis"),
         ("es", "index", "elasticsearch index ev", "elasticsearch index ev", "elasticsearch"),
+        ("os", "index", "elasticsearch index ev", "elasticsearch index ev", "elasticsearch"),
         ("kafka", "transactions", "kafka topic ev", "kafka topic ev", "kafka"),
         ("buffer", "buffered-append", "kafka topic ev-buffer", "postgres table public.ev",
          "postgres"),
@@ -65,6 +72,28 @@ def test_ours_is_read_where_its_records_end_and_watched_where_its_runs_commit(
     assert control.epoch == "epoch" and control.name != ours_final.name
     assert control.address == ours_final.address  # the same server
     assert "pw" not in repr(control)  # the address (credentials) never shows
+
+
+@pytest.mark.parametrize("sink", ["pg", "redis", "es", "os", "kafka"])
+def test_the_control_passes_the_crash_points_of_the_sink_it_stands_in_for(sink: str) -> None:
+    cfg = _cfg(SINKS[sink])
+    points = sink_points(cfg.sink, buffered=False)
+    control = targets.control(cfg, targets.control_name(cfg, "abc123"))
+    assert control.points == points[1:3]  # mid-write, after the commit
+    assert set(points) <= set(POINTS)  # each a named point the sink's code passes
+    assert points[0] == "before_write" and points[-1] == "after_head"
+
+
+@pytest.mark.parametrize(("sink", "field"), [("pg", "dsn"), ("redis", "url"), ("os", "hosts")])
+def test_the_proxied_address_replaces_the_field_the_registry_names(
+    sink: str, field: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "p.yaml"
+    source.write_text(yaml.safe_dump({"query_name": "q", "sink": SINKS[sink]}))
+    written, env = rewrite_pipeline(str(source), tmp_path / "out.yaml", sink_address="X")
+    rewritten = yaml.safe_load(Path(written).read_text())["sink"][field]
+    assert rewritten in ("${EXACTLYONCE_CHAOS_SINK_ADDRESS}", ["${EXACTLYONCE_CHAOS_SINK_ADDRESS}"])
+    assert env == {"EXACTLYONCE_CHAOS_SINK_ADDRESS": "X"}
 
 
 def test_a_long_table_name_gets_a_control_name_postgres_takes() -> None:

@@ -39,17 +39,35 @@ def _always(config: Any) -> str | None:
 
 @dataclass(frozen=True)
 class ChaosTraits:
-    """What the chaos runner needs to know of a sink's servers.
+    """What the chaos runner needs to know of a sink and its servers.
 
     ``addresses(config)``: the sink's server addresses as the config gives them (a DSN, a
     URL, ``host:port``), credentials included: only for finding and restarting local
     services, never printed. ``default_port``: the port of an address without one.
     ``proxy_refusal(config)``: why a fault proxy cannot stand in front of the sink (None: it
-    can)."""
+    can). ``address_field``: the config field holding that address (a list for ``hosts``),
+    which chaos points at its fault proxy. ``commit_request``: the bytes of the request
+    after which the sink's write is applied (the reply a ``lost_reply`` fault drops).
+    ``mid_point``/``committed_point``: the sink's named crash points half-way through a
+    task's write and just after it committed (:mod:`exactlyonce.faults`). ``protocol``: the
+    wire protocol a plain client speaks to the sink's server (``postgres``, ``redis``,
+    ``kafka``, ``elasticsearch`` for the whole Elasticsearch family): the independent
+    readers and the negative control are chosen by it."""
 
     default_port: int
     addresses: Callable[[Any], list[str]]
+    protocol: str = ""
+    address_field: str | None = None
+    commit_request: bytes | None = None
+    mid_point: str | None = None
+    committed_point: str = "after_shard_commit"
     proxy_refusal: Callable[[Any], str | None] = _always
+
+    def write_points(self) -> tuple[str, ...]:
+        """The named points a run of the sink passes, in order (rewind's are not among
+        them): before the tasks, inside one, after its commit, after the head."""
+        inner = (self.mid_point,) if self.mid_point else ()
+        return ("before_write", *inner, self.committed_point, "after_head")
 
 
 @dataclass(frozen=True)

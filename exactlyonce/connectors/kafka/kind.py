@@ -36,6 +36,13 @@ KIND = SinkKind(
     sink="exactlyonce.connectors.kafka.sink:KafkaSink",
     audit="exactlyonce.connectors.kafka.audit:read_kafka",
     datasource="exactlyonce.connectors.kafka.datasource:DATASOURCE",
-    chaos=ChaosTraits(default_port=9092, addresses=_addresses, proxy_refusal=_proxy_refusal),
+    chaos=ChaosTraits(
+        default_port=9092,
+        addresses=_addresses,
+        protocol="kafka",
+        mid_point="mid_produce",
+        committed_point="before_confirm",
+        proxy_refusal=_proxy_refusal,
+    ),
     url=UrlTraits(("kafka",), ("bootstrap_servers",), _from_url),
 )

@@ -24,6 +24,13 @@ KIND = SinkKind(
     audit="exactlyonce.connectors.postgres.audit:read_postgres",
     datasource="exactlyonce.connectors.postgres.datasource:DATASOURCE",
     drain="exactlyonce.connectors.postgres.drain:PgDrainTarget",
-    chaos=ChaosTraits(default_port=5432, addresses=_addresses),
+    chaos=ChaosTraits(
+        default_port=5432,
+        addresses=_addresses,
+        protocol="postgres",
+        address_field="dsn",
+        commit_request=b"COMMIT",
+        mid_point="mid_copy",
+    ),
     url=UrlTraits(("postgres", "postgresql"), ("dsn",), _from_url, client_options=True),
 )

@@ -24,6 +24,13 @@ KIND = SinkKind(
     audit="exactlyonce.connectors.redis.audit:read_redis",
     datasource="exactlyonce.connectors.redis.datasource:DATASOURCE",
     drain="exactlyonce.connectors.redis.drain:RedisDrainTarget",
-    chaos=ChaosTraits(default_port=6379, addresses=_addresses),
+    chaos=ChaosTraits(
+        default_port=6379,
+        addresses=_addresses,
+        protocol="redis",
+        address_field="url",
+        commit_request=b"EVALSHA",
+        mid_point="mid_write",
+    ),
     url=UrlTraits(("redis", "rediss"), ("url",), _from_url, client_options=True, needs_host=False),
 )

@@ -45,6 +45,14 @@ def search_kind(name: str, config: type[SearchSinkConfig], sink: str) -> SinkKin
         audit=f"{HERE}.audit:read_index",
         datasource=f"{HERE}.datasource:DATASOURCE",
         drain=f"{HERE}.drain:SearchDrainTarget",
-        chaos=ChaosTraits(default_port=9200, addresses=_addresses, proxy_refusal=_proxy_refusal),
+        chaos=ChaosTraits(
+            default_port=9200,
+            addresses=_addresses,
+            protocol="elasticsearch",
+            address_field="hosts",
+            commit_request=b"_bulk",
+            mid_point="mid_bulk",
+            proxy_refusal=_proxy_refusal,
+        ),
         url=UrlTraits((name, f"{name}+https"), ("hosts", "username", "password"), _from_url),
     )

@@ -46,20 +46,19 @@ from exactlyonce.integration.lab.chaos.report import (
 from exactlyonce.integration.lab.chaos.rewrite import rewrite_pipeline
 from exactlyonce.integration.lab.chaos.schedule import (
     PROXY_KINDS,
-    SINK_POINTS,
     Extras,
     Fault,
     check_points,
     check_proxy_kinds,
     fault_mix,
     plan,
+    sink_points,
 )
 from exactlyonce.integration.lab.chaos.servers import Server, Skipped, restart, restartable
 from exactlyonce.integration.lab.runs import kill_all
 
 __all__ = [
     "PROXY_KINDS",
-    "SINK_POINTS",
     "Chaos",
     "ChaosReport",
     "DrainerProcess",
@@ -85,6 +84,7 @@ __all__ = [
     "restart",
     "restartable",
     "rewrite_pipeline",
+    "sink_points",
     "sink_proxy",
     "verdict",
     "write_events",

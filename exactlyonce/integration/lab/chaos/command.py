@@ -30,7 +30,6 @@ from exactlyonce.integration.cli.common import EXIT_FAILED, EXIT_OK
 from exactlyonce.integration.config import PipelineConfig, load_config
 from exactlyonce.integration.lab.chaos import (
     PROXY_KINDS,
-    SINK_POINTS,
     Chaos,
     ChaosReport,
     DrainerProcess,
@@ -51,6 +50,7 @@ from exactlyonce.integration.lab.chaos import (
     report_json,
     restartable,
     rewrite_pipeline,
+    sink_points,
     sink_proxy,
     verdict,
     write_events,
@@ -161,8 +161,7 @@ def _extras(args: argparse.Namespace, cfg: PipelineConfig, proxy: SinkProxy | No
 def _points(args: argparse.Namespace, cfg: PipelineConfig) -> tuple[str, ...]:
     if args.points is not None:
         return check_points([p.strip() for p in args.points.split(",") if p.strip()])
-    buffered = getattr(cfg.sink, "buffer", None) is not None
-    return SINK_POINTS["buffered" if buffered else cfg.sink.type]
+    return sink_points(cfg.sink, buffered=getattr(cfg.sink, "buffer", None) is not None)
 
 
 def _expected(

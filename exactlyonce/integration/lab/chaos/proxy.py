@@ -21,14 +21,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from exactlyonce.connectors import registry
 from exactlyonce.integration.config import PipelineConfig
+from exactlyonce.integration.lab.chaos.control.clients import control_commit_request
 from exactlyonce.integration.lab.chaos.schedule import LOST_REPLY, REFUSE, Fault
 from exactlyonce.integration.lab.fault_proxy import FaultProxy
 
-# The request after which a sink's write is applied: its reply is the one to lose.
-COMMIT_PATTERN = {"postgres": b"COMMIT", "redis": b"EVALSHA", "elasticsearch": b"_bulk"}
-# The same for the negative control's plain writer (:mod:`.control.writer`): its COPY
-# transaction's COMMIT, its pipelined XADDs, its _bulk.
-CONTROL_COMMIT_PATTERN = {"postgres": b"COMMIT", "redis": b"XADD", "elasticsearch": b"_bulk"}
 FIRE_TIMEOUT_S = 60.0  # for a fault to fire while the run goes on
 POLL_S = 0.1
 
@@ -38,7 +34,8 @@ class SinkProxy:
     """A running proxy to the sink's server and the sink's address through it."""
 
     proxy: FaultProxy
-    sink_type: str
+    commit_request: bytes  # after which the sink's write is applied: the reply to lose
+    protocol: str  # the plain client the negative control writes with
     upstream: str  # host:port, for the output
     address: str  # the sink's address through the proxy (may hold credentials)
     control: bool = False  # the negative control's runs go through it (its commit request)
@@ -55,7 +52,7 @@ class SinkProxy:
         return self._stall(fault.down_s, alive)
 
     def _lost_reply(self, alive: Callable[[], bool]) -> tuple[bool, str]:
-        pattern = (CONTROL_COMMIT_PATTERN if self.control else COMMIT_PATTERN)[self.sink_type]
+        pattern = control_commit_request(self.protocol) if self.control else self.commit_request
         before = len(self.proxy.dropped)
         self.proxy.drop_reply_to(pattern)
         fired = _until(lambda: len(self.proxy.dropped) > before, alive, FIRE_TIMEOUT_S)
@@ -124,9 +121,12 @@ def sink_proxy(cfg: PipelineConfig) -> tuple[SinkProxy | None, str]:
     host, port = _host_port(address, chaos.default_port)
     if host is None:
         return None, "the sink's address uses TLS or cannot be parsed"
+    if chaos.commit_request is None:
+        return None, "the sink names no request after which its write is applied"
     proxy = FaultProxy(host, port)
     through = proxied_address(address, proxy.port)
-    return SinkProxy(proxy, sink.type, f"{host}:{port}", through), ""
+    made = SinkProxy(proxy, chaos.commit_request, chaos.protocol, f"{host}:{port}", through)
+    return made, ""
 
 
 def _host_port(address: str, default_port: int) -> tuple[str | None, int]:

@@ -16,10 +16,18 @@ from typing import Any
 
 import yaml
 
+from exactlyonce.connectors import registry
 from exactlyonce.errors import ConfigError
 
 ADDRESS_ENV = "EXACTLYONCE_CHAOS_SINK_ADDRESS"
-ADDRESS_FIELD = {"postgres": "dsn", "redis": "url", "elasticsearch": "hosts"}
+
+
+def _address_field(sink_type: str) -> str | None:
+    """The config field holding the sink's server address (its registry entry says)."""
+    try:
+        return registry.kind_named(sink_type, "sink.type").chaos.address_field
+    except ConfigError:
+        return None
 
 
 def rewrite_pipeline(
@@ -38,7 +46,7 @@ def rewrite_pipeline(
     env: dict[str, str] = {}
     if sink_address is not None:
         sink = data["sink"]
-        field = ADDRESS_FIELD.get(sink.get("type", ""))
+        field = _address_field(sink.get("type", ""))
         if field is None:
             raise ConfigError("sink.type", f"{sink.get('type')!r} has no address to proxy")
         reference = "${" + ADDRESS_ENV + "}"

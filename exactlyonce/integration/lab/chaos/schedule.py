@@ -36,7 +36,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from exactlyonce.connectors import registry
 from exactlyonce.errors import ConfigError
 from exactlyonce.faults import POINTS
 
@@ -66,15 +68,7 @@ PIPELINE_KILL_KINDS = (DRIVER_KILL, POINT_KILL, COMMIT_KILL, WORKER_KILL, DRAINE
 RUN_KILL_KINDS = (DRIVER_KILL, POINT_KILL, COMMIT_KILL)  # the run ends: its window is judged
 LIVE_KINDS = (*SERVER_KINDS, *PROXY_KINDS, WORKER_KILL, DRAINER_KILL)  # the run goes on
 
-# The write path's points each sink reaches under `exactlyonce run` (rewind's are not).
-SINK_POINTS: dict[str, tuple[str, ...]] = {
-    "postgres": ("before_write", "mid_copy", "after_shard_commit", "after_head"),
-    "redis": ("before_write", "mid_write", "after_shard_commit", "after_head"),
-    "elasticsearch": ("before_write", "mid_bulk", "after_shard_commit", "after_head"),
-    "kafka": ("before_write", "mid_produce", "before_confirm", "after_head"),
-    "buffered": ("before_write", "after_head"),  # the run writes the buffer topic
-}
-RUN_POINTS = frozenset(p for points in SINK_POINTS.values() for p in points)
+BUFFERED_POINTS = ("before_write", "after_head")  # a buffered run writes the buffer topic
 SERVER_SHARE = 0.2  # of the faults, by default, when local servers can be restarted
 POINT_SHARE = 0.3  # of the driver kills, by default, at named points
 COMMIT_SHARE = 0.3  # of the driver kills, by default, aimed at the commit window
@@ -155,13 +149,26 @@ class Mix:
         return self.total - others - self.commits
 
 
+def sink_points(sink: Any, buffered: bool) -> tuple[str, ...]:
+    """The write path's named points a run of ``sink`` (its config) reaches under
+    ``exactlyonce run``, in order (the registry's :class:`ChaosTraits`)."""
+    return BUFFERED_POINTS if buffered else registry.kind_of(sink).chaos.write_points()
+
+
+def run_points() -> frozenset[str]:
+    """Every named point some run reaches (rewind's are not among them)."""
+    found = {p for kind in registry.kinds() for p in kind.chaos.write_points()}
+    return frozenset(found | set(BUFFERED_POINTS))
+
+
 def check_points(points: Sequence[str], field: str = "--points") -> tuple[str, ...]:
     """``points`` if each is a crash point a run reaches; ConfigError naming the others."""
-    unknown = [p for p in points if p not in RUN_POINTS]
+    reached = run_points()
+    unknown = [p for p in points if p not in reached]
     if unknown:
         where = "rewind's, not a run's" if set(unknown) <= set(POINTS) else "unknown"
         raise ConfigError(
-            field, f"{', '.join(unknown)}: {where}; a run reaches {', '.join(sorted(RUN_POINTS))}"
+            field, f"{', '.join(unknown)}: {where}; a run reaches {', '.join(sorted(reached))}"
         )
     return tuple(dict.fromkeys(points))
 

@@ -27,6 +27,15 @@ def client(kind: str) -> Any:
     return importlib.import_module(f"exactlyonce.integration.lab.chaos.control.{kind}")
 
 
+def control_commit_request(protocol: str) -> bytes:
+    """The request after which the negative control's plain writer has written (its reply
+    is the one a ``lost_reply`` fault drops): the client's ``COMMIT_REQUEST``."""
+    request: bytes | None = client(protocol).COMMIT_REQUEST
+    if request is None:
+        raise ValueError(f"the {protocol} control writes through no proxy")
+    return request
+
+
 def watch(t: Target) -> Watch:
     made: Watch = client(t.kind).Watch(t)
     return made

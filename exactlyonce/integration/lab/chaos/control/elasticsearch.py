@@ -28,6 +28,7 @@ from exactlyonce.integration.lab.chaos.control.reading import Reading
 from exactlyonce.integration.lab.chaos.control.target import Key, Target
 
 READER = "raw HTTP scroll with _version (urllib)"
+COMMIT_REQUEST = b"_bulk"  # the control's _bulk request
 PAGE = 5_000
 POLL_S = 0.02
 TIMEOUT_S = 60.0

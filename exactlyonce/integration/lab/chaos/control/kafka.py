@@ -27,6 +27,7 @@ from exactlyonce.integration.lab.chaos.control.target import Key, Target
 
 READER = "kafka-python KafkaConsumer, isolation_level=read_committed, from offset 0"
 READ_TIMEOUT_S = 60.0
+COMMIT_REQUEST = None  # the control produces to the brokers directly, past any proxy
 TAIL = 50  # records read back from each partition's end for its last epoch
 # librdkafka names -> kafka-python names, for the security settings a target may carry
 _KAFKA_PYTHON = {

@@ -24,6 +24,7 @@ from exactlyonce.integration.lab.chaos.control.reading import Reading
 from exactlyonce.integration.lab.chaos.control.target import Key, Target
 
 READER = "psycopg SQL (SELECT key::text of every row)"
+COMMIT_REQUEST = b"COMMIT"  # the control's COPY transaction is applied at its COMMIT
 TRIGGER = "eo_chaos_commit"
 FUNCTION = "eo_chaos_notify"
 LOCK_TIMEOUT = "10s"

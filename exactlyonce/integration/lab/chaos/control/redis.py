@@ -24,6 +24,7 @@ from exactlyonce.integration.lab.chaos.control.resp import RespClient, RespError
 from exactlyonce.integration.lab.chaos.control.target import Key, Target
 
 READER = "raw RESP XRANGE (no Redis client library)"
+COMMIT_REQUEST = b"XADD"  # the control's pipelined XADDs
 PAGE = 10_000
 POLL_S = 0.005
 

@@ -10,18 +10,20 @@ pipeline file's sink settings and names nothing of our protocol beyond where the
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exactlyonce.connectors import registry
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import PipelineConfig
 
 Key = tuple[str, ...]  # a record's key values, as text
 KAFKA_EPOCH_HEADER = "eo-epoch"  # our Kafka sink's and buffer's epoch header
 CONTROL_EPOCH = "epoch"  # the control's epoch column, field or header
-KINDS = ("postgres", "redis", "kafka", "elasticsearch")
+KINDS = ("postgres", "redis", "kafka", "elasticsearch")  # the plain clients' protocols
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Target:
     keys: tuple[str, ...]
     epoch: str
     options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    points: tuple[str, str] = ("", "")  # the sink's mid-write and after-commit crash points
 
     def describe(self) -> str:
         what = {"postgres": "table", "redis": "stream", "kafka": "topic"}
@@ -45,6 +48,12 @@ class Target:
 
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)
+
+
+def protocol_of(sink: Any) -> str:
+    """The wire protocol of a sink's server (its registry entry's ``chaos.protocol``): the
+    Elasticsearch family shares one plain client."""
+    return registry.kind_of(sink).chaos.protocol
 
 
 def sink_settings(cfg: PipelineConfig) -> Any:
@@ -70,11 +79,12 @@ def write_mode(cfg: PipelineConfig) -> str:
     ``write`` (``stream``...), the Elasticsearch ``op_type`` (or ``upsert``), ``transactions``
     for Kafka; ``buffered-`` in front for a buffered sink."""
     sink = sink_settings(cfg)
-    if sink.type == "redis":
+    protocol = protocol_of(sink)
+    if protocol == "redis":
         mode = str(sink.write)
-    elif sink.type == "elasticsearch":
+    elif protocol == "elasticsearch":
         mode = "upsert" if sink.mode == "upsert" else str(sink.op_type)
-    elif sink.type == "kafka":
+    elif protocol == "kafka":
         mode = "transactions"
     else:
         mode = str(sink.mode)
@@ -107,22 +117,31 @@ def control(cfg: PipelineConfig, name: str) -> Target:
 def control_name(cfg: PipelineConfig, token: str) -> str:
     """A fresh destination name for one chaos run's control, next to the sink's."""
     sink = sink_settings(cfg)
-    if sink.type == "postgres":
+    protocol = protocol_of(sink)
+    if protocol == "postgres":
         schema, _, table = sink.destination.rpartition(".")
         base = f"{table[: 63 - 9 - len(token)]}_control_{token}"
         return f"{schema}.{base}"
-    if sink.type == "redis":
+    if protocol == "redis":
         return f"eo-chaos-control:{cfg.query_name}:{token}"
-    if sink.type == "kafka":
+    if protocol == "kafka":
         return f"{sink.topic[: 249 - 9 - len(token)]}-control-{token}"
     return f"{sink.index[: 255 - 9 - len(token)]}-control-{token}".lower()
 
 
 def _sink_target(cfg: PipelineConfig, name: str | None) -> Target:
+    """The sink's target (``name`` None) or the control's, with the sink's crash points."""
+    chaos = registry.kind_of(sink_settings(cfg)).chaos
+    points = (chaos.mid_point or "", chaos.committed_point)
+    return dataclasses.replace(_plain_target(cfg, name), points=points)
+
+
+def _plain_target(cfg: PipelineConfig, name: str | None) -> Target:
     sink = sink_settings(cfg)
     keys = key_columns(cfg)
     mine = name is None
-    if sink.type == "postgres":
+    protocol = protocol_of(sink)
+    if protocol == "postgres":
         return Target(
             "postgres",
             sink.dsn.get_secret_value(),
@@ -130,7 +149,7 @@ def _sink_target(cfg: PipelineConfig, name: str | None) -> Target:
             keys,
             sink.epoch_column if mine else CONTROL_EPOCH,
         )
-    if sink.type == "redis":
+    if protocol == "redis":
         if mine and sink.write != "stream":
             raise ConfigError(
                 "sink.write",
@@ -149,7 +168,7 @@ def _sink_target(cfg: PipelineConfig, name: str | None) -> Target:
             keys,
             sink.epoch_field if mine else CONTROL_EPOCH,
         )
-    if sink.type == "kafka":
+    if protocol == "kafka":
         return Target(
             "kafka",
             sink.bootstrap_servers,
@@ -158,7 +177,7 @@ def _sink_target(cfg: PipelineConfig, name: str | None) -> Target:
             KAFKA_EPOCH_HEADER if mine else CONTROL_EPOCH,
             _kafka_options(sink),
         )
-    if sink.type == "elasticsearch":
+    if protocol == "elasticsearch":
         return Target(
             "elasticsearch",
             sink.hosts[0],

@@ -29,19 +29,6 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-MID_POINT = {
-    "postgres": "mid_copy",
-    "redis": "mid_write",
-    "elasticsearch": "mid_bulk",
-    "kafka": "mid_produce",
-}
-COMMITTED_POINT = {
-    "postgres": "after_shard_commit",
-    "redis": "after_shard_commit",
-    "elasticsearch": "after_shard_commit",
-    "kafka": "before_confirm",
-}
-
 
 @dataclass
 class ControlWriter:
@@ -75,11 +62,12 @@ class _Task:
         rows = [tuple(r) for r in partition]
         if not rows:
             return
-        kind = self.target.kind
+        mid_point, committed_point = self.target.points
 
         def mid() -> None:
-            crash_point(MID_POINT[kind], self.epoch)
+            if mid_point:
+                crash_point(mid_point, self.epoch)
 
-        client(kind).write_partition(self.target, self.epoch, rows, mid)
-        crash_point(COMMITTED_POINT[kind], self.epoch)
+        client(self.target.kind).write_partition(self.target, self.epoch, rows, mid)
+        crash_point(committed_point, self.epoch)
         self.rows.add(len(rows))
