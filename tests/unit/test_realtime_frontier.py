@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from exactlyonce.connectors.base.frontier import SourceTracker, source_record_id
+from exactlyonce.connectors.base.frontier import SourceTracker, source_record_id, starting_offsets
 from exactlyonce.errors import ConfigError
 
 P0 = ("t", 0)
@@ -110,3 +110,19 @@ def test_source_record_ids_are_deterministic_and_distinct() -> None:
     assert a == source_record_id("t", 0, 7) and len(a) == 32
     assert len({a, source_record_id("t", 1, 7), source_record_id("t", 0, 7, 0)}) == 3
     assert source_record_id("t", 0, 7, 1) != source_record_id("t", 0, 7, 0)
+
+
+def test_starting_offsets_resume_each_partition_at_its_frontier_and_the_rest_at_earliest() -> None:
+    frontiers = {("clicks", 0): 120, ("clicks", 2): 7}
+    partitions = {"clicks": [0, 1, 2]}
+    assert starting_offsets(frontiers, partitions) == {"clicks": {"0": 120, "1": -2, "2": 7}}
+
+
+def test_starting_offsets_refuse_a_frontier_of_a_partition_the_topic_no_longer_has() -> None:
+    with pytest.raises(ConfigError, match=r"clicks\[3\]"):
+        starting_offsets({("clicks", 3): 5}, {"clicks": [0, 1]})
+
+
+def test_starting_offsets_refuse_when_nothing_was_committed_by_frontier() -> None:
+    with pytest.raises(ConfigError, match="no source frontiers"):
+        starting_offsets({}, {"clicks": [0, 1]})

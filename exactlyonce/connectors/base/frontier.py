@@ -19,6 +19,7 @@ sink last said or as this writer last committed it, and the rows that wait for a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -141,3 +142,37 @@ class SourceTracker:
         """``chunk`` is durably in the sink with its frontiers."""
         for key, offset in chunk.next_offsets.items():
             self.parts[key].frontier = offset
+
+
+EARLIEST = -2  # Spark's startingOffsets JSON: the earliest offset of a partition
+
+
+def starting_offsets(
+    frontiers: Mapping[SourceKey, int], partitions: Mapping[str, Sequence[int]]
+) -> dict[str, dict[str, int]]:
+    """Spark's ``startingOffsets`` JSON (as a dict) that resumes a new checkpoint where the
+    sink's frontiers stand: each partition at its frontier (the next offset to write), a
+    partition with none at the earliest offset (nothing of it was written). ``partitions``:
+    every partition of each subscribed topic, as the brokers list them (Spark wants them all).
+
+    Fails closed: no frontier at all (the query never committed by frontier: resuming from
+    it would re-read everything) and a frontier of a partition the topic no longer has are
+    refused with ConfigError, never guessed."""
+    if not frontiers:
+        raise ConfigError(
+            "--starting-offsets",
+            "the sink holds no source frontiers for this query: it never committed in Real-time "
+            "Mode, so there is no position to resume from",
+        )
+    unknown = sorted(k for k in frontiers if k[1] not in partitions.get(k[0], ()))
+    if unknown:
+        names = ", ".join(f"{t}[{p}]" for t, p in unknown)
+        raise ConfigError(
+            "--starting-offsets",
+            f"the sink holds frontiers of {names}, which the brokers do not list: the topic "
+            "changed since; pick the offsets by hand",
+        )
+    return {
+        topic: {str(p): frontiers.get((topic, p), EARLIEST) for p in sorted(numbers)}
+        for topic, numbers in sorted(partitions.items())
+    }

@@ -257,3 +257,19 @@ class PgFrontierStore(FrontierStore):
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+
+def read_frontiers(
+    conn: psycopg.Connection[Any], table: TableName, query_name: str, sink_name: str
+) -> dict[SourceKey, int]:
+    """Every source frontier the sink holds for ``(query_name, sink_name)``, read-only: none
+    when the frontier table next to ``table`` does not exist."""
+    if regclass(conn, TableName(table.schema, FRONTIERS)) is None:
+        return {}
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT topic, partition, next_offset FROM {} WHERE query_name = %s AND sink = %s"
+        ).format(table.sibling(FRONTIERS)),
+        [query_name, sink_name],
+    ).fetchall()
+    return {(str(topic), int(partition)): int(offset) for topic, partition, offset in rows}

@@ -18,7 +18,7 @@ from exactlyonce.connectors.base.config import (
     Unset,
     given,
 )
-from exactlyonce.connectors.base.frontier import RowsPerRecord
+from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
 from exactlyonce.connectors.base.realtime import (
     RealtimeOptions,
@@ -32,7 +32,7 @@ from exactlyonce.connectors.postgres import rewind
 from exactlyonce.connectors.postgres.config import Mode, PostgresSinkConfig
 from exactlyonce.connectors.postgres.drift import required_columns, silent_loss
 from exactlyonce.connectors.postgres.head import PostgresHeadStore
-from exactlyonce.connectors.postgres.realtime import PgFrontierTarget
+from exactlyonce.connectors.postgres.realtime import PgFrontierTarget, read_frontiers
 from exactlyonce.connectors.postgres.schema import (
     CONTROL_DDL_LOCK,
     TableName,
@@ -368,6 +368,12 @@ class PostgresSink(ExactlyOnceSink):
             log.warning("%s: %s", self, warning)
         ids = None if self.ids.content else self.ids.columns
         return RealtimeWriter(target, options, ids)
+
+    def source_frontiers(self) -> dict[SourceKey, int]:
+        """The source frontiers the Real-time Mode writer committed for this query (the next
+        Kafka offset to write per (topic, partition)), read-only; empty when it never ran."""
+        with self.connect() as conn:
+            return read_frontiers(conn, self.table, self.query_name, self.sink_name)
 
     # -- the write ---------------------------------------------------------------------
 

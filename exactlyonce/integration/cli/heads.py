@@ -11,7 +11,9 @@ Prints the sink head (epoch, Spark query id, shard count, when it last moved), t
 commits still held above it, the dedup catalog (live IDs, generations, bytes) and, for a
 pipeline with a ``buffer:``, the drain offsets and the lag. Creates nothing: a query that
 never ran shows "no head yet". ``--json``: one JSON document, shaped as
-:mod:`exactlyonce.integration.heads` describes.
+:mod:`exactlyonce.integration.heads` describes. ``--starting-offsets`` (a pipeline file with a
+Kafka source): only Spark's ``startingOffsets`` JSON from the sink's source frontiers
+(:mod:`exactlyonce.integration.resume`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from exactlyonce.integration.cli.common import EXIT_OK
 from exactlyonce.integration.config import load_config
 from exactlyonce.integration.config.urls import is_sink_url, sink_from_url
 from exactlyonce.integration.heads import query_state
+from exactlyonce.integration.resume import resume_offsets
 from exactlyonce.secrets import redact_dsn
 
 if TYPE_CHECKING:
@@ -46,10 +49,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--catalog", metavar="REDIS-URL", help="with a sink URL: the dedup catalog's Redis"
     )
     heads.add_argument("--json", action="store_true", help="one JSON document")
+    heads.add_argument(
+        "--starting-offsets",
+        action="store_true",
+        help="with a pipeline file whose source is Kafka: print only Spark's startingOffsets "
+        "JSON that resumes a new checkpoint where the sink's source frontiers stand "
+        "(Real-time Mode writers); refused when the sink holds none",
+    )
     heads.set_defaults(func=cmd_heads)
 
 
 def cmd_heads(args: argparse.Namespace) -> int:
+    if args.starting_offsets:
+        return print_starting_offsets(args)
     state = query_state(target_sink(args))
     if args.json:
         print(json.dumps(state, indent=2), flush=True)
@@ -57,6 +69,18 @@ def cmd_heads(args: argparse.Namespace) -> int:
     if is_sink_url(args.config):
         print(f"sink URL: {redact_dsn(args.config)}")
     print("\n".join(describe(state)), flush=True)
+    return EXIT_OK
+
+
+def print_starting_offsets(args: argparse.Namespace) -> int:
+    """``--starting-offsets``: the JSON alone, so ``$(exactlyonce heads ...)`` can use it."""
+    if is_sink_url(args.config):
+        raise ConfigError(
+            "--starting-offsets", "needs a pipeline file: it reads the Kafka source's topics"
+        )
+    config = load_config(args.config)
+    sink = target_sink(args)
+    print(json.dumps(resume_offsets(config, sink), separators=(",", ":")), flush=True)
     return EXIT_OK
 
 
