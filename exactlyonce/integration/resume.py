@@ -12,6 +12,7 @@ a partition the brokers no longer list.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -27,11 +28,33 @@ CLIENT_OPTIONS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.
 
 def resume_offsets(cfg: PipelineConfig, sink: Any) -> dict[str, dict[str, int]]:
     """Spark's ``startingOffsets`` for ``cfg``'s Kafka source from ``sink``'s frontiers."""
-    source = cfg.source
-    if not isinstance(source, KafkaSourceConfig):
-        raise ConfigError(
-            "source.type", "--starting-offsets resumes a Kafka source; this pipeline has none"
+    source = kafka_source(cfg)
+    return starting_offsets(sink_frontiers(cfg, sink), source_partitions(source))
+
+
+def resumed_source(cfg: PipelineConfig, sink: Any) -> tuple[KafkaSourceConfig, str]:
+    """``resume: from_sink``: the Kafka source starting at the sink's frontiers (Spark uses
+    ``startingOffsets`` for a new checkpoint only), and a line saying where it starts. A sink
+    that holds no frontier for the query yet (its first run) starts where the file says."""
+    source = kafka_source(cfg)
+    frontiers = sink_frontiers(cfg, sink)
+    if not frontiers:
+        return source, "resume from_sink: no frontier yet, a new checkpoint starts at " + (
+            source.starting_offsets
         )
+    offsets = json.dumps(starting_offsets(frontiers, source_partitions(source)))
+    resumed = source.model_copy(update={"starting_offsets": offsets})
+    return resumed, f"resume from_sink: a new checkpoint starts at the sink's frontiers {offsets}"
+
+
+def kafka_source(cfg: PipelineConfig) -> KafkaSourceConfig:
+    if not isinstance(cfg.source, KafkaSourceConfig):
+        raise ConfigError("source.type", "resuming from the sink needs a Kafka source")
+    return cfg.source
+
+
+def sink_frontiers(cfg: PipelineConfig, sink: Any) -> dict[tuple[str, int], int]:
+    """The sink's source frontiers for the query; ConfigError for a sink that keeps none."""
     read = getattr(sink, "source_frontiers", None)
     if read is None:
         raise ConfigError(
@@ -39,8 +62,8 @@ def resume_offsets(cfg: PipelineConfig, sink: Any) -> dict[str, dict[str, int]]:
             f"the {cfg.sink.type} sink keeps no source frontiers yet (PostgreSQL's Real-time "
             "Mode writer does)",
         )
-    frontiers = read()
-    return starting_offsets(frontiers, source_partitions(source))
+    found: dict[tuple[str, int], int] = read()
+    return found
 
 
 def source_partitions(source: KafkaSourceConfig) -> dict[str, list[int]]:

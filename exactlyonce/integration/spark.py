@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.types import StructType
 
     from exactlyonce.connectors.base import ExactlyOnceSink
     from exactlyonce.connectors.base.report import BatchReport
@@ -147,9 +149,11 @@ def start_stream(
     *,
     processing_time: str | None = None,
     available_now: bool = False,
+    real_time: str | None = None,
     output_mode: str | None = None,
 ) -> StreamingQuery:
-    """Preflight the sink against the stream's schema, then start ``foreachBatch(sink)``.
+    """Preflight the sink against the stream's schema, then start ``foreachBatch(sink)``
+    (with ``real_time``, Spark Real-time Mode: ``foreach(sink.realtime(schema))``).
 
     Bad configuration (a missing column, a table without a unique index) fails here, before
     the stream starts, rather than at the first batch. ``output_mode`` is Spark's
@@ -157,6 +161,11 @@ def start_stream(
     """
     from exactlyonce.connectors.base.sink import spark_query_name
 
+    if real_time is not None:
+        writer = df.writeStream.foreach(realtime_writer(sink)(df.schema))
+        writer = writer.option("checkpointLocation", checkpoint)
+        writer = writer.queryName(spark_query_name(sink.query_name)).outputMode("update")
+        return _start_real_time(writer, real_time)
     sink.check_trigger(interval_seconds(processing_time) if processing_time else None)
     sink.preflight(df.schema)
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
@@ -168,6 +177,34 @@ def start_stream(
     elif processing_time:
         writer = writer.trigger(processingTime=processing_time)
     return writer.start()
+
+
+def _start_real_time(writer: Any, interval: str) -> StreamingQuery:
+    """Start in Real-time Mode; Spark's refusal of the interval (under its
+    ``spark.sql.streaming.realTimeMode.minBatchDuration``, 5 s by default) as a ConfigError."""
+    from pyspark.errors import IllegalArgumentException
+
+    from exactlyonce.errors import ConfigError
+
+    try:
+        started: StreamingQuery = writer.trigger(realTime=interval).start()
+    except IllegalArgumentException as exc:
+        raise ConfigError("trigger.real_time", str(exc).splitlines()[0]) from None
+    return started
+
+
+def realtime_writer(sink: ExactlyOnceSink) -> Callable[[StructType], Any]:
+    """The sink's Real-time Mode writer factory (``realtime(schema)``); ConfigError on
+    ``trigger.real_time`` for a sink that has none yet."""
+    from exactlyonce.errors import ConfigError
+
+    made: Callable[[StructType], Any] | None = getattr(sink, "realtime", None)
+    if made is None:
+        raise ConfigError(
+            "trigger.real_time",
+            f"the {sink.kind} sink has no Real-time Mode writer yet (PostgreSQL has one)",
+        )
+    return made
 
 
 def last_report(spark: SparkSession, query_name: str, sink_name: str) -> BatchReport | None:

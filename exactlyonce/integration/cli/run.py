@@ -7,7 +7,7 @@ import argparse
 import logging
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from exactlyonce.connectors.base.observers import publish
 from exactlyonce.connectors.base.report import batch_line
@@ -19,6 +19,7 @@ from exactlyonce.integration.cli.common import (
     metrics_port,
 )
 from exactlyonce.integration.config import load_config, sink_field_errors
+from exactlyonce.integration.resume import resumed_source
 from exactlyonce.secrets import scrub
 
 if TYPE_CHECKING:
@@ -65,13 +66,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         from exactlyonce.integration import metrics  # prometheus-client, only when asked
 
         metrics.serve(port)
-    from exactlyonce.integration.spark import session, start_stream
+    from exactlyonce.integration.spark import realtime_writer, session, start_stream
 
+    real_time = cfg.trigger is not None and cfg.trigger.real_time is not None
+    if real_time:
+        realtime_writer(sink)  # a sink without a Real-time Mode writer: refused before Spark
     remote = args.remote or cfg.spark.remote
     spark = session(
         app_name=cfg.spark.app_name or cfg.query_name,
         master=None if remote else cfg.spark.master,
-        extra={"spark.ui.showConsoleProgress": "false", **cfg.spark.conf},
+        extra={**_session_defaults(real_time), **cfg.spark.conf},
         data_source=False,  # a pipeline writes through foreachBatch(sink): a faster start
         connectors=cfg.needs_spark_connectors(),  # only when its source or sink uses them
         remote=remote,
@@ -81,11 +85,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             from exactlyonce.integration import metrics
 
             metrics.watch(spark)
-        df = cfg.source.build(spark)
+        source = cfg.source
+        if cfg.resume == "from_sink":
+            source, where = resumed_source(cfg, sink)
+            print(where, flush=True)
+        df = source.build(spark)
         with sink_field_errors():
             query = start_stream(df, sink, cfg.checkpoint, **cfg.trigger_kwargs())
         print(f"started {cfg.query_name}: {cfg.source.type} -> {sink.sink_name}", flush=True)
-        batches = _ProgressBatches(query, sink, spark) if remote else _SinkBatches(sink)
+        batches: _Batches
+        if real_time:
+            batches = _EpochBatches(query)
+        elif remote:
+            batches = _ProgressBatches(query, sink, spark)
+        else:
+            batches = _SinkBatches(sink)
         try:
             _watch(query, batches, args.until_idle, args.max_batches)
         except KeyboardInterrupt:
@@ -100,6 +114,43 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         spark.stop()
+
+
+def _session_defaults(real_time: bool) -> dict[str, str]:
+    """Spark settings the file may override. In Real-time Mode, rows reach a Python foreach
+    writer through a buffer of ``spark.buffer.size`` bytes (64 KiB by default): 1 passes them
+    on as they come (docs/guides/real-time-mode.md)."""
+    defaults = {"spark.ui.showConsoleProgress": "false"}
+    if real_time:
+        defaults["spark.buffer.size"] = "1"
+    return defaults
+
+
+class _Batches(Protocol):
+    def lines(self, shown: int) -> list[str]: ...
+
+    def count(self) -> int: ...
+
+
+class _EpochBatches:
+    """Real-time Mode: the writer commits by frontier inside each epoch; an epoch's line is
+    the query's progress (its input rows) when Spark checkpoints it."""
+
+    def __init__(self, query: StreamingQuery) -> None:
+        self.query = query
+        self.rows: dict[int, int] = {}
+
+    def lines(self, shown: int) -> list[str]:
+        for progress in self.query.recentProgress:
+            self.rows.setdefault(int(progress.batchId), int(progress.numInputRows))
+        return [
+            f"epoch {epoch}: {self.rows[epoch]} input rows (Real-time Mode: written by frontier)"
+            for epoch in sorted(self.rows)[shown:]
+        ]
+
+    def count(self) -> int:
+        self.lines(0)
+        return len(self.rows)
 
 
 class _SinkBatches:
@@ -154,7 +205,7 @@ class _ProgressBatches:
 
 def _watch(
     query: StreamingQuery,
-    batches: _SinkBatches | _ProgressBatches,
+    batches: _Batches,
     until_idle: float | None,
     max_batches: int | None,
 ) -> None:

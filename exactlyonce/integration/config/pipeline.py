@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, StrictInt, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -40,12 +40,15 @@ def _id_from_error(message: str) -> PydanticCustomError:
 
 
 class TriggerConfig(Settings):
-    """Exactly one of ``processing_time`` (``"1 second"``) or ``available_now: true``."""
+    """Exactly one of ``processing_time`` (``"1 second"``), ``available_now: true`` or
+    ``real_time`` (``"5 seconds"``: Spark Real-time Mode, the interval between checkpoints;
+    records are written by frontier as they arrive: docs/guides/real-time-mode.md)."""
 
     processing_time: str | None = None
     available_now: bool | None = None
+    real_time: str | None = None
 
-    @field_validator("processing_time")
+    @field_validator("processing_time", "real_time")
     @classmethod
     def _interval(cls, value: str | None) -> str | None:
         if value is not None and not _INTERVAL.fullmatch(value):
@@ -56,8 +59,9 @@ class TriggerConfig(Settings):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TriggerConfig:
-        if (self.processing_time is None) == (self.available_now is None):
-            raise ValueError("give exactly one of processing_time or available_now")
+        given = [self.processing_time, self.available_now, self.real_time]
+        if sum(value is not None for value in given) != 1:
+            raise ValueError("give exactly one of processing_time, available_now or real_time")
         if self.available_now is False:
             raise ValueError("available_now must be true when given; omit it otherwise")
         return self
@@ -97,6 +101,9 @@ class PipelineConfig(Settings):
     # Serve Prometheus metrics on this port (``exactlyonce run``/``drain``; the command line's
     # --metrics-port wins). See exactlyonce.integration.metrics.
     metrics_port: StrictInt | None = Field(default=None, ge=1, le=65535)
+    # Where a NEW checkpoint starts: the source's starting_offsets ("checkpoint", Spark's
+    # default), or the sink's source frontiers ("from_sink", Real-time Mode only).
+    resume: Literal["checkpoint", "from_sink"] = "checkpoint"
 
     @field_validator("query_name")
     @classmethod
@@ -121,6 +128,24 @@ class PipelineConfig(Settings):
                 f"{setting}_not_in_schema",
                 message,
                 {"missing": missing, "available": available, "field": f"sink.{setting}"},
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _real_time_mode(self) -> PipelineConfig:
+        real_time = self.trigger is not None and self.trigger.real_time is not None
+        if real_time and self.source.type != "kafka":
+            raise PydanticCustomError(
+                "real_time_source",
+                "Spark Real-time Mode reads a Kafka source; this pipeline's is {source}",
+                {"source": self.source.type, "field": "trigger.real_time"},
+            )
+        if self.resume == "from_sink" and not real_time:
+            raise PydanticCustomError(
+                "resume_from_sink",
+                "from_sink resumes from the source frontiers a Real-time Mode writer keeps: "
+                "set trigger: {{real_time: ...}}",
+                {"field": "resume"},
             )
         return self
 
@@ -220,6 +245,8 @@ class PipelineConfig(Settings):
             return {}
         if self.trigger.available_now:
             return {"available_now": True}
+        if self.trigger.real_time is not None:
+            return {"real_time": self.trigger.real_time}
         return {"processing_time": self.trigger.processing_time}
 
 

@@ -1,0 +1,92 @@
+"""``exactlyonce run`` of a pipeline file with ``trigger: {real_time: ...}`` (Spark Real-time
+Mode, Kafka -> PostgreSQL by source frontiers) and ``resume: from_sink``, through the real
+command, against real Kafka and PostgreSQL: every event once (read with psycopg), and after
+the checkpoint is deleted, the new checkpoint starts at the sink's frontiers, not at the
+earliest offsets (its first epoch reads only the events sent since)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.crash.harness import ROOT
+from tests.support.realtime import (
+    EventProducer,
+    end_offsets,
+    event_counts,
+    frontiers,
+    make_topic,
+)
+
+pytestmark = pytest.mark.integration
+
+PIPELINE = """\
+query_name: {name}
+checkpoint: {work}/checkpoint
+trigger: {{real_time: "5 seconds"}}
+resume: from_sink
+source:
+  type: kafka
+  bootstrap_servers: {bootstrap}
+  topic: {name}
+  schema: "event_id STRING"
+sink:
+  type: postgres
+  dsn: ${{EXACTLYONCE_PG_DSN}}
+  table: {name}
+  id_from: source
+  mode: append
+  redis_url: ${{EXACTLYONCE_REDIS_URL}}
+spark:
+  master: local[4]
+  conf:
+    spark.driver.extraJavaOptions: "-XX:TieredStopAtLevel=1"
+"""
+
+
+def _run(config: Path, epochs: int) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "exactlyonce", "run", str(config), "--max-batches", str(epochs)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _first_epoch_rows(out: str) -> int:
+    found = re.search(r"^epoch \d+: (\d+) input rows", out, re.MULTILINE)
+    assert found, out
+    return int(found.group(1))
+
+
+def test_real_time_run_writes_each_event_once_and_resumes_a_new_checkpoint_from_the_sink(
+    tmp_path: Path, pg: psycopg.Connection[Any], bootstrap: str, unique_name: str
+) -> None:
+    make_topic(bootstrap, unique_name)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(PIPELINE.format(name=unique_name, work=tmp_path, bootstrap=bootstrap))
+    EventProducer(bootstrap, unique_name, 600, rate=10_000).start().join()
+
+    first = _run(config, epochs=1)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "no frontier yet, a new checkpoint starts at earliest" in first.stdout
+    assert _first_epoch_rows(first.stdout) == 600
+    assert frontiers(pg, unique_name) == end_offsets(bootstrap, unique_name)
+
+    shutil.rmtree(tmp_path / "checkpoint")  # lost: the new one starts from the sink
+    later = EventProducer(bootstrap, unique_name, 900, rate=10_000)
+    later.start().join()  # e0..e899 again as new records: 900 more source records
+    second = _run(config, epochs=1)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "a new checkpoint starts at the sink's frontiers" in second.stdout
+    assert _first_epoch_rows(second.stdout) == 900  # not 1,500: it did not start at earliest
+    assert frontiers(pg, unique_name) == end_offsets(bootstrap, unique_name)
+    counts = event_counts(pg, unique_name)
+    # id_from: source: each source record once; events e0..e599 were sent twice (two records)
+    assert sum(counts.values()) == 1_500
+    assert {e: n for e, n in counts.items() if n != (2 if int(e[1:]) < 600 else 1)} == {}
