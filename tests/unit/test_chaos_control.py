@@ -52,7 +52,7 @@ def _cfg(sink: dict[str, Any]) -> PipelineConfig:
         ("pg", "append", "postgres table public.ev", "postgres table public.ev", "postgres"),
         ("redis", "stream", "redis stream s:events", "redis stream s:events", "redis"),
         ("es", "index", "elasticsearch index ev", "elasticsearch index ev", "elasticsearch"),
-        ("os", "index", "elasticsearch index ev", "elasticsearch index ev", "elasticsearch"),
+        ("os", "index", "opensearch index ev", "opensearch index ev", "elasticsearch"),
         ("kafka", "transactions", "kafka topic ev", "kafka topic ev", "kafka"),
         ("buffer", "buffered-append", "kafka topic ev-buffer", "postgres table public.ev",
          "postgres"),

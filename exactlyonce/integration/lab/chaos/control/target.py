@@ -41,10 +41,11 @@ class Target:
     epoch: str
     options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     points: tuple[str, str] = ("", "")  # the sink's mid-write and after-commit crash points
+    server: str = ""  # the sink's name when it is not the protocol's (opensearch)
 
     def describe(self) -> str:
         what = {"postgres": "table", "redis": "stream", "kafka": "topic"}
-        return f"{self.kind} {what.get(self.kind, 'index')} {self.name}"
+        return f"{self.server or self.kind} {what.get(self.kind, 'index')} {self.name}"
 
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)
@@ -131,9 +132,9 @@ def control_name(cfg: PipelineConfig, token: str) -> str:
 
 def _sink_target(cfg: PipelineConfig, name: str | None) -> Target:
     """The sink's target (``name`` None) or the control's, with the sink's crash points."""
-    chaos = registry.kind_of(sink_settings(cfg)).chaos
-    points = (chaos.mid_point or "", chaos.committed_point)
-    return dataclasses.replace(_plain_target(cfg, name), points=points)
+    kind = registry.kind_of(sink_settings(cfg))
+    points = (kind.chaos.mid_point or "", kind.chaos.committed_point)
+    return dataclasses.replace(_plain_target(cfg, name), points=points, server=kind.name)
 
 
 def _plain_target(cfg: PipelineConfig, name: str | None) -> Target:
