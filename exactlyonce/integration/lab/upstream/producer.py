@@ -1,6 +1,7 @@
-"""The demo's upstream: an at-least-once producer (confluent-kafka, no idempotence, acks=all)
-that writes the planned records (:mod:`exactlyonce.integration.lab.events`) into the input
-topic, in order, keyed by ``event_id``. Its duplicates are the plan's: every record is sent
+"""The lab's upstream: an at-least-once producer (confluent-kafka, no idempotence, acks=all)
+that writes the planned records (:mod:`exactlyonce.integration.lab.events`) into a topic (the
+demo's input, a Kafka source's under ``exactlyonce chaos --events``), in order, keyed by
+their key column (``event_id``). Its duplicates are the plan's: every record is sent
 once, and all are acknowledged before :func:`produce` returns."""
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ def producer_config(bootstrap: str) -> dict[str, Any]:
     }
 
 
-def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
-    """Send every record (key: its ``event_id``, value: JSON) and wait for every ack.
+def produce(
+    bootstrap: str, topic: str, records: Sequence[Record], key_column: str = "event_id"
+) -> None:
+    """Send every record (key: its ``key_column``, value: JSON) and wait for every ack.
 
     The acks are counted as they come (:class:`~exactlyonce.progress.Progress`: a bar on a
     terminal, plain lines otherwise). Raises ``SystemExit`` naming the first failure if any
@@ -46,7 +49,7 @@ def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
         progress.update(1)
 
     for record in records:
-        key = record["event_id"]
+        key = record[key_column]
         value = json.dumps(record).encode()
         while True:
             try:
