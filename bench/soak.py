@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.soak_input import write_input
+from bench.soak_input import SoakInput, produced_input, records_per_batch, write_input
 from bench.soak_report import (
     PASSED,
     cell_entry,
@@ -55,8 +55,14 @@ SINKS = {
     "os": "opensearch.yaml",
     "redis": "redis.yaml",
     "buffer": "buffer.yaml",
+    "pg-ks": "postgres-kafka-source.yaml",
 }
+# Cells whose pipeline reads a Kafka source: chaos produces their input (--events) into a
+# fresh topic; the soak sets SOAK_MAX_OFFSETS so they are read in as many batches as a
+# files cell's input has files.
+KAFKA_SOURCE = {"pg-ks"}
 NOTES = {
+    "pg-ks": "Kafka source, input from chaos --events (its own re-sends, not --replay-fraction)",
     "es": "stand-in server, not restarted",
     "os": "genuine OpenSearch node, not restarted; catalog Redis is",
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
@@ -140,17 +146,16 @@ def run_cell(
     # (The redis cell of seed 1 once read all its input in a run whose mid_write point never
     # fired, a task under pipeline_size records never staged; fixed in the Redis task.)
     files = FILES_PER_FAULT * int(faults[1]) + 10
-    made = write_input(Path(".exactlyonce/soak") / run / "input", args.events, seed, files,
-                       args.replay_fraction)  # fmt: skip
+    made, input_args, input_env = _input(sink, run, seed, files, args)
     print(f"SOAK   input: {made.describe()}", flush=True)
     report_path = run_dir / "chaos.json"
     cmd = [sys.executable, "-m", "exactlyonce.integration.cli", "chaos",
-           str(EXAMPLES / SINKS[sink]), *faults, "--seed", str(seed),
+           str(EXAMPLES / SINKS[sink]), *faults, *input_args, "--seed", str(seed),
            "--json", str(report_path), "--log-dir", str(run_dir / "logs")]  # fmt: skip
     if mode == "duration":
         cmd += ["--duration", str(args.duration)]
     began = time.monotonic()
-    _follow(cmd, dict(env, SOAK_RUN=run), run_dir / "chaos.log")
+    _follow(cmd, dict(env, SOAK_RUN=run, **input_env), run_dir / "chaos.log")
     if not report_path.exists():
         raise SystemExit(f"soak: chaos wrote no report; see {run_dir / 'chaos.log'}")
     report = json.loads(report_path.read_text())
@@ -159,6 +164,20 @@ def run_cell(
              "replay_fraction": round(made.replay_fraction, 3), "kills_requested": kills,
              "duration": args.duration if mode == "duration" else None}  # fmt: skip
     return cell_entry(sink, mode, report, extra)
+
+
+def _input(
+    sink: str, run: str, seed: int, files: int, args: argparse.Namespace
+) -> tuple[SoakInput, list[str], dict[str, str]]:
+    """The cell's input, chaos's arguments for it and the environment its pipeline file
+    reads: files written here, or (a Kafka source) chaos's own ``--events``, read in as many
+    batches as the files would be."""
+    if sink in KAFKA_SOURCE:
+        made = produced_input(args.events, seed, files)
+        env = {"SOAK_MAX_OFFSETS": str(records_per_batch(made))}
+        return made, ["--events", str(args.events)], env
+    directory = Path(".exactlyonce/soak") / run / "input"
+    return write_input(directory, args.events, seed, files, args.replay_fraction), [], {}
 
 
 def fault_arguments(

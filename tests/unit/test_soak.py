@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 
-from bench.soak_input import write_input
+from bench.soak import SINKS, _input, build_parser
+from bench.soak_input import produced_input, records_per_batch, write_input
 from bench.soak_report import cell_entry, cell_verdict, markdown, matrix
 from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, key_of
 
@@ -30,6 +32,26 @@ def test_input_replays_at_least_the_fraction_and_holds_every_event(tmp_path: Pat
     assert made.null_keys == 3 == sum(1 for r in rows if r["event_id"] is None)
     again = write_input(tmp_path / "again", 5000, seed=7, files=12, replay_fraction=0.25)
     assert _rows(tmp_path / "again") == rows and again == made  # replayable from the seed
+
+
+def test_a_kafka_source_cell_asks_chaos_for_its_input_read_in_the_files_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pg-ks`` writes no files: chaos produces the plan of the seed (``--events``), which
+    the soak describes from the same seed, read in as many batches as a files cell's."""
+    from exactlyonce.integration.lab.events import Expected, generate
+
+    monkeypatch.chdir(tmp_path)
+    assert SINKS["pg-ks"] == "postgres-kafka-source.yaml"
+    args = build_parser().parse_args(["--events", "5000"])
+    made, chaos_args, env = _input("pg-ks", "pg-ks_s7_1", 7, 40, args)
+    planned = Expected.of(generate(random.Random(7), 5000))
+    assert chaos_args == ["--events", "5000"] and not (tmp_path / ".exactlyonce").exists()
+    assert (made.events, made.records, made.null_keys) == (5000, planned.records, 3)
+    assert made.resent == planned.retries + planned.replayed == planned.duplicates
+    assert env == {"SOAK_MAX_OFFSETS": str(records_per_batch(made))}
+    assert -(-made.records // records_per_batch(made)) <= 40 == made.files
+    assert made == produced_input(5000, 7, 40)
 
 
 def _report(seed: int, duplicates: int, control: int = 5, missed: int = 0) -> dict[str, object]:
