@@ -22,15 +22,18 @@ SINK = {"type": "postgres", "dsn": "postgresql://u:pw@127.0.0.1:1/db", "table": 
         "mode": "append", "redis_url": "redis://127.0.0.1:1/0"}  # fmt: skip
 
 
-def _cfg(source: dict[str, Any], id_columns: list[str] | None = None) -> PipelineConfig:
+def _cfg(
+    source: dict[str, Any], id_columns: list[str] | None = None, id_from: str = "columns"
+) -> PipelineConfig:
     kafka = {"type": "kafka", "bootstrap_servers": "127.0.0.1:1", "topic": "in",
              "schema": "event_id STRING, user_id BIGINT"}  # fmt: skip
+    ids: dict[str, Any] = {"id_columns": id_columns or ["event_id"]}
     return PipelineConfig.model_validate(
         {
             "query_name": "q",
             "checkpoint": "/tmp/ckpt",
             "source": {**kafka, **source},
-            "sink": {**SINK, "id_columns": id_columns or ["event_id"]},
+            "sink": {**SINK, **(ids if id_from == "columns" else {"id_from": id_from})},
         }
     )
 
@@ -43,9 +46,11 @@ def produced(monkeypatch: pytest.MonkeyPatch) -> Produced:
     """What ``--events`` gives the producer (no broker here)."""
     calls: Produced = []
 
-    def fake_produce(source: KafkaSourceConfig, rows: Sequence[Record], key: str) -> str:
+    def fake_produce(
+        source: KafkaSourceConfig, rows: Sequence[Record], key: str
+    ) -> tuple[str, list[tuple[str, int, int]]]:
         calls.append((str(source.topic), list(rows), key))
-        return "topic in (4 partitions)"
+        return "topic in (4 partitions)", [("in", n % 4, n // 4) for n in range(len(rows))]
 
     monkeypatch.setattr(topic_input, "produce_input", fake_produce)
     return calls
@@ -118,3 +123,20 @@ def test_events_for_a_files_source_are_the_same_records_in_files(
     parts = sorted((tmp_path / "in").glob("chaos-part-*.json"))
     assert len(parts) == 5 and len(produced) == 1
     assert (got.ids, got.sent, got.dead_letters) == (kafka.ids, kafka.sent, kafka.dead_letters)
+
+
+def test_with_id_from_source_every_produced_record_is_an_id_from_its_delivery_report(
+    tmp_path: Path, produced: Produced
+) -> None:
+    """``id_from: source``: each record its own ID, (topic, partition, offset) as the
+    producer was told (here: the fake's), never from the package's reader; the null keys are
+    records like the others (no dead letter)."""
+    out = tmp_path / "expected-ids.txt"
+    got = inputs.write_events(_cfg({}, id_from="source"), 300, 7, files=1, out=out)
+    [(_, rows, key)] = produced
+    placed = [("in", n % 4, n // 4) for n in range(len(rows))]
+    assert key == "event_id" and any(r["event_id"] is None for r in rows)
+    assert got.ids == {record_id(list(c)): list(c) for c in placed}
+    assert len(got.ids) == len(rows) and got.dead_letters == 0
+    assert got.sent == Counter((t, str(p), str(o)) for t, p, o in placed)
+    assert out.read_text().splitlines()[0] == '["in", 0, 0]'

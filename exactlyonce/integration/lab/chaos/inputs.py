@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exactlyonce.dedup.ids import record_id
+from exactlyonce.dedup.ids import KAFKA_SOURCE_COLUMNS, record_id
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.audit import Expected, read_expected, spark_text
 from exactlyonce.integration.config import PipelineConfig
@@ -115,29 +115,47 @@ def write_events(
 ) -> ExpectedInput:
     """A fresh seeded input of ``events`` distinct events and its expected-IDs file ``out``:
     into ``files`` files of a files source (replacing the ones an earlier ``--events``
-    wrote), or produced into a Kafka source's topic (created: :mod:`.topic_input`)."""
+    wrote), or produced into a Kafka source's topic (created: :mod:`.topic_input`). The
+    expected IDs are the distinct key values, or with ``id_from: source`` every record's
+    coordinates as the producer's delivery reports give them."""
     from exactlyonce.integration.lab.events import Expected as Planned
     from exactlyonce.integration.lab.events import generate
 
-    key = _string_key(cfg)
+    by_coordinates = _ids_from_coordinates(cfg)
+    key = "event_id" if by_coordinates else _string_key(cfg)
     plan = generate(random.Random(seed), events)
     rows = _source_rows(plan.records, key, cfg.source.columns())
+    placed: list[tuple[str, int, int]] = []
     if isinstance(cfg.source, KafkaSourceConfig):
         from exactlyonce.integration.lab.chaos.topic_input import produce_input
 
-        where = produce_input(cfg.source, rows, key)
+        where, placed = produce_input(cfg.source, rows, key)
     else:
         where = _write_files(cfg, rows, files)
-    expected = Planned.of(plan)
+    print(f"CHAOS input: {Planned.of(plan).describe()}; {where}; expected IDs in {out}")
+    origin = f"--events {events} (seed {seed})"
+    if by_coordinates:
+        return _coordinates_expected(placed, out, origin)
     keys = sorted({r["event_id"] for r in plan.records if r["event_id"] is not None})
     out.write_text("".join(f"{k}\n" for k in keys))
-    print(f"CHAOS input: {expected.describe()}; {where}; expected IDs in {out}", flush=True)
-    return ExpectedInput(
-        read_expected(out),
-        expected.null_keys,
-        f"--events {events} (seed {seed})",
-        sent_keys(rows, [key]),
-    )
+    nulls = sum(1 for r in plan.records if r["event_id"] is None)
+    return ExpectedInput(read_expected(out), nulls, origin, sent_keys(rows, [key]))
+
+
+def _ids_from_coordinates(cfg: PipelineConfig) -> bool:
+    """True for ``id_from: source``: a Kafka source whose IDs are (topic, partition, offset)."""
+    columns = tuple(cfg.sink.id_columns or ())
+    return isinstance(cfg.source, KafkaSourceConfig) and columns == KAFKA_SOURCE_COLUMNS
+
+
+def _coordinates_expected(
+    placed: Sequence[tuple[str, int, int]], out: Path, origin: str
+) -> ExpectedInput:
+    """Every produced record one ID, its coordinates (no dead letter: none is null), written
+    to ``out`` as JSON arrays; each sent once."""
+    out.write_text("".join(json.dumps(list(c)) + "\n" for c in sorted(placed)))
+    sent = Counter(tuple(spark_text(v) for v in c) for c in placed)
+    return ExpectedInput(read_expected(out), 0, f"{origin}, IDs from delivery reports", sent)
 
 
 def _source_rows(

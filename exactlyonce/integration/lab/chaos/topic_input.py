@@ -14,7 +14,7 @@ from exactlyonce.connectors.kafka.clients import client_log
 from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config.sources import KafkaSourceConfig
 from exactlyonce.integration.lab.events import Record
-from exactlyonce.integration.lab.upstream.producer import produce
+from exactlyonce.integration.lab.upstream.producer import Coordinates, produce
 from exactlyonce.integration.lab.upstream.topics import TOPIC_TIMEOUT_S, recreate_topics
 
 SOURCE_PARTITIONS = 4
@@ -30,10 +30,14 @@ def source_topic(source: KafkaSourceConfig) -> str:
     return topic
 
 
-def produce_input(source: KafkaSourceConfig, records: Sequence[Record], key: str) -> str:
+def produce_input(
+    source: KafkaSourceConfig, records: Sequence[Record], key: str
+) -> tuple[str, list[Coordinates]]:
     """Create the source's topic (``SOURCE_PARTITIONS`` partitions) and produce ``records``
-    into it, keyed by ``key``; where they went. A topic that exists already is refused:
-    chaos never writes into, nor deletes, a topic it did not create (name one per run)."""
+    into it, keyed by ``key``; where they went, and each record's coordinates as the
+    producer's delivery reports give them (the IDs of ``id_from: source``). A topic that
+    exists already is refused: chaos never writes into, nor deletes, a topic it did not
+    create (name one per run)."""
     topic = source_topic(source)
     if topic in _topics(source.bootstrap_servers):
         raise ConfigError(
@@ -42,8 +46,8 @@ def produce_input(source: KafkaSourceConfig, records: Sequence[Record], key: str
             "examples/soak/*.yaml do with ${SOAK_RUN})",
         )
     recreate_topics(source.bootstrap_servers, (), {topic: SOURCE_PARTITIONS})
-    produce(source.bootstrap_servers, topic, records, key_column=key)
-    return f"topic {topic} ({SOURCE_PARTITIONS} partitions)"
+    placed = produce(source.bootstrap_servers, topic, records, key_column=key)
+    return f"topic {topic} ({SOURCE_PARTITIONS} partitions)", placed
 
 
 def _topics(bootstrap: str) -> set[str]:
