@@ -140,3 +140,10 @@ def test_with_id_from_source_every_produced_record_is_an_id_from_its_delivery_re
     assert len(got.ids) == len(rows) and got.dead_letters == 0
     assert got.sent == Counter((t, str(p), str(o)) for t, p, o in placed)
     assert out.read_text().splitlines()[0] == '["in", 0, 0]'
+
+
+@pytest.mark.parametrize("identity", ["source", "columns", "content"])
+def test_the_report_names_where_the_ids_come_from(identity: str) -> None:
+    """``source`` (a Kafka source's coordinates, which the file sets as id_columns),
+    ``columns`` or ``content``, as the pipeline file says."""
+    assert inputs.id_from(_cfg({}, id_from=identity)) == identity

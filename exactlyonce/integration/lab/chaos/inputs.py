@@ -121,7 +121,7 @@ def write_events(
     from exactlyonce.integration.lab.events import Expected as Planned
     from exactlyonce.integration.lab.events import generate
 
-    by_coordinates = _ids_from_coordinates(cfg)
+    by_coordinates = id_from(cfg) == "source"
     key = "event_id" if by_coordinates else _string_key(cfg)
     plan = generate(random.Random(seed), events)
     rows = _source_rows(plan.records, key, cfg.source.columns())
@@ -142,10 +142,14 @@ def write_events(
     return ExpectedInput(read_expected(out), nulls, origin, sent_keys(rows, [key]))
 
 
-def _ids_from_coordinates(cfg: PipelineConfig) -> bool:
-    """True for ``id_from: source``: a Kafka source whose IDs are (topic, partition, offset)."""
+def id_from(cfg: PipelineConfig) -> str:
+    """Where the sink's record IDs come from: ``source`` (a Kafka source's (topic, partition,
+    offset), which ``id_from: source`` sets as the id columns), else the sink's ``id_from``
+    (``columns`` or ``content``)."""
     columns = tuple(cfg.sink.id_columns or ())
-    return isinstance(cfg.source, KafkaSourceConfig) and columns == KAFKA_SOURCE_COLUMNS
+    if isinstance(cfg.source, KafkaSourceConfig) and columns == KAFKA_SOURCE_COLUMNS:
+        return "source"
+    return str(getattr(cfg.sink, "id_from", "columns"))
 
 
 def _coordinates_expected(
