@@ -55,14 +55,17 @@ SINKS = {
     "os": "opensearch.yaml",
     "redis": "redis.yaml",
     "buffer": "buffer.yaml",
-    "pg-ks": "postgres-kafka-source.yaml",
+    "pg-ks-source": "postgres-kafka-id-from-source.yaml",
+    "pg-ks-columns": "postgres-kafka-id-columns.yaml",
 }
 # Cells whose pipeline reads a Kafka source: chaos produces their input (--events) into a
 # fresh topic; the soak sets SOAK_MAX_OFFSETS so they are read in as many batches as a
 # files cell's input has files.
-KAFKA_SOURCE = {"pg-ks"}
+KAFKA_SOURCE = {"pg-ks-source", "pg-ks-columns"}
+_PRODUCED = "input from chaos --events (its own re-sends, not --replay-fraction)"
 NOTES = {
-    "pg-ks": "Kafka source, input from chaos --events (its own re-sends, not --replay-fraction)",
+    "pg-ks-source": _PRODUCED,
+    "pg-ks-columns": _PRODUCED,
     "es": "stand-in server, not restarted",
     "os": "genuine OpenSearch node, not restarted; catalog Redis is",
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",

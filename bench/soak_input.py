@@ -9,9 +9,10 @@ producer restarted from an old position) until the re-sent records reach ``repla
 of the distinct events. The files are JSON lines named ``soak-part-*``, which chaos reads as
 the user's own input (its expected IDs, the null keys as dead letters).
 
-A cell whose pipeline reads a Kafka source (``pg-ks``) gets its input from chaos itself
-(``--events N``: the demo's plan, produced into a fresh topic): :func:`produced_input` says
-what that plan holds, without the extra replays (about 9% re-sent at 100,000 events).
+A cell whose pipeline reads a Kafka source (``pg-ks-source``, ``pg-ks-columns``) gets its
+input from chaos itself (``--events N``: the demo's plan, produced into a fresh topic):
+:func:`produced_input` says what that plan holds, without the extra replays (about 9%
+re-sent at 100,000 events).
 """
 
 from __future__ import annotations
