@@ -57,11 +57,13 @@ SINKS = {
     "buffer": "buffer.yaml",
     "pg-ks-source": "postgres-kafka-id-from-source.yaml",
     "pg-ks-columns": "postgres-kafka-id-columns.yaml",
+    "redis-ks-source": "redis-kafka-id-from-source.yaml",
 }
 # Cells whose pipeline reads a Kafka source: chaos produces their input (--events) into a
 # fresh topic; the soak sets SOAK_MAX_OFFSETS so they are read in as many batches as a
 # files cell's input has files.
-KAFKA_SOURCE = {"pg-ks-source", "pg-ks-columns"}
+KAFKA_SOURCE = {"pg-ks-source", "pg-ks-columns", "redis-ks-source"}
+SERVER_OF = {"redis-ks-source": "redis"}  # cells sharing another's sink server (one for both)
 _PRODUCED = "input from chaos --events (its own re-sends, not --replay-fraction)"
 NOTES = {
     "pg-ks-source": _PRODUCED,
@@ -69,6 +71,7 @@ NOTES = {
     "es": "stand-in server, not restarted",
     "os": "genuine OpenSearch node, not restarted; catalog Redis is",
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
+    "redis-ks-source": f"sink's own AOF Redis not restarted; catalog Redis is; {_PRODUCED}",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}
 # A cell's --kills are kills of the pipeline itself: driver kills (random, at named points,
@@ -316,8 +319,8 @@ def _run_cells(
     started = time.monotonic()
     total = len(cells_todo)
     with contextlib.ExitStack() as stack:
-        for sink in sorted({s for s, _, _ in cells_todo} & set(SINK_SERVERS)):
-            env[SINK_SERVER_ENV[sink]] = stack.enter_context(SINK_SERVERS[sink](home / "soak"))
+        for server in sink_servers([s for s, _, _ in cells_todo]):
+            env[SINK_SERVER_ENV[server]] = stack.enter_context(SINK_SERVERS[server](home / "soak"))
         for n, (sink, seed, mode) in enumerate(cells_todo, 1):
             left = estimate_left([m for _, _, m in cells_todo[n - 1 :]], ledger)
             guess = (
@@ -345,6 +348,12 @@ def _run_cells(
             took = f"{cell['wall_seconds']:.0f} s; {_elapsed(started)} in"
             print(f"SOAK [{n}/{total}] cell {cell_verdict(cell)}: {cell['verdict']} ({took})",
                   flush=True)  # fmt: skip
+
+
+def sink_servers(sinks: Sequence[str]) -> list[str]:
+    """The sink servers the soak starts for these cells (:mod:`bench.soak_servers`), each
+    once, whichever cells share it."""
+    return sorted({SERVER_OF.get(s, s) for s in sinks} & set(SINK_SERVERS))
 
 
 def _elapsed(since: float) -> str:

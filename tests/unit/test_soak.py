@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import EXAMPLES, KAFKA_SOURCE, SINKS, _input, build_parser
+from bench.soak import EXAMPLES, KAFKA_SOURCE, SINKS, _input, build_parser, sink_servers
 from bench.soak_input import produced_input, records_per_batch, write_input
 from bench.soak_report import cell_entry, cell_verdict, markdown, matrix
 from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, key_of
+from exactlyonce.integration.lab.chaos.control.target import write_mode
 
 
 def _rows(directory: Path) -> list[dict[str, object]]:
@@ -54,25 +55,34 @@ def test_a_kafka_source_cell_asks_chaos_for_its_input_read_in_the_files_batches(
 
 
 @pytest.mark.parametrize(
-    ("sink", "identity"), [("pg-ks-source", ("topic", "partition", "offset")),
-                           ("pg-ks-columns", ("event_id",))]
+    ("sink", "identity", "mode"),
+    [("pg-ks-source", ("topic", "partition", "offset"), "append"),
+     ("pg-ks-columns", ("event_id",), "append"),
+     ("redis-ks-source", ("topic", "partition", "offset"), "stream")],
 )  # fmt: skip
-def test_the_kafka_source_cells_read_a_topic_of_their_own_into_postgres_append(
-    sink: str, identity: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+def test_the_kafka_source_cells_read_a_topic_of_their_own_in_a_strict_mode(
+    sink: str, identity: tuple[str, ...], mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pipeline users run (Kafka source -> Spark -> sink), with ``id_from: source`` and
-    with ``id_columns``, in the strict mode (append: a second write is a second row)."""
+    with ``id_columns``, in a strict mode (PostgreSQL append, a Redis stream: a second write
+    is a second row or entry)."""
     from exactlyonce.integration.config import load_config
 
     monkeypatch.setenv("SOAK_RUN", "r1")
     monkeypatch.setenv("EXACTLYONCE_PG_DSN", "postgresql://h/d")
     monkeypatch.setenv("EXACTLYONCE_REDIS_URL", "redis://h:1/0")
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "h:9092")
+    monkeypatch.setenv("SOAK_SINK_REDIS_URL", "redis://h:2/0")
     cfg = load_config(Path(__file__).resolve().parents[2] / EXAMPLES / SINKS[sink])
     assert sink in KAFKA_SOURCE and cfg.source.type == "kafka"
     assert getattr(cfg.source, "topic", None) == f"soak-{sink}-r1-in"
-    assert (cfg.sink.type, getattr(cfg.sink, "mode", None)) == ("postgres", "append")
+    assert write_mode(cfg) == mode
     assert tuple(cfg.sink.id_columns or ()) == identity
+
+
+def test_cells_that_share_a_sink_server_start_it_once() -> None:
+    assert sink_servers(["pg", "redis-ks-source", "redis", "es"]) == ["es", "redis"]
+    assert sink_servers(["redis-ks-source"]) == ["redis"] and sink_servers(["pg-ks-source"]) == []
 
 
 def _report(seed: int, duplicates: int, control: int = 5, missed: int = 0) -> dict[str, object]:
