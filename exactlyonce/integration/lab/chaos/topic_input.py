@@ -1,7 +1,14 @@
 """``exactlyonce chaos --events N`` for a Kafka source: the seeded records produced into the
 source's topic, created here, all of them acknowledged before the first run starts. The runs
 then read them a few at a time (the source's ``max_offsets_per_trigger``), so the faults land
-mid-stream as they do between a files source's files."""
+mid-stream as they do between a files source's files.
+
+Why all before the first run, not a producer going on while runs are killed: the expected
+IDs are then complete before any fault (with ``id_from: source`` they are the delivery
+reports' coordinates), the input is the plan of the seed and nothing else (a producer riding
+out the schedule's broker restarts would add re-sends of its own), and it leaves the two
+cores to the runs and faults under test. A capped batch size alone keeps the stream long:
+the soak's input is read in as many batches as a files cell's has files."""
 
 from __future__ import annotations
 
