@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.soak_input import write_input
+from bench.soak_input import SoakInput, produced_input, records_per_batch, write_input
 from bench.soak_report import (
     PASSED,
     cell_entry,
@@ -55,11 +55,23 @@ SINKS = {
     "os": "opensearch.yaml",
     "redis": "redis.yaml",
     "buffer": "buffer.yaml",
+    "pg-ks-source": "postgres-kafka-id-from-source.yaml",
+    "pg-ks-columns": "postgres-kafka-id-columns.yaml",
+    "redis-ks-source": "redis-kafka-id-from-source.yaml",
 }
+# Cells whose pipeline reads a Kafka source: chaos produces their input (--events) into a
+# fresh topic; the soak sets SOAK_MAX_OFFSETS so they are read in as many batches as a
+# files cell's input has files.
+KAFKA_SOURCE = {"pg-ks-source", "pg-ks-columns", "redis-ks-source"}
+SERVER_OF = {"redis-ks-source": "redis"}  # cells sharing another's sink server (one for both)
+_PRODUCED = "input from chaos --events (its own re-sends, not --replay-fraction)"
 NOTES = {
+    "pg-ks-source": _PRODUCED,
+    "pg-ks-columns": _PRODUCED,
     "es": "stand-in server, not restarted",
     "os": "genuine OpenSearch node, not restarted; catalog Redis is",
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
+    "redis-ks-source": f"sink's own AOF Redis not restarted; catalog Redis is; {_PRODUCED}",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}
 # A cell's --kills are kills of the pipeline itself: driver kills (random, at named points,
@@ -140,17 +152,16 @@ def run_cell(
     # (The redis cell of seed 1 once read all its input in a run whose mid_write point never
     # fired, a task under pipeline_size records never staged; fixed in the Redis task.)
     files = FILES_PER_FAULT * int(faults[1]) + 10
-    made = write_input(Path(".exactlyonce/soak") / run / "input", args.events, seed, files,
-                       args.replay_fraction)  # fmt: skip
+    made, input_args, input_env = _input(sink, run, seed, files, args)
     print(f"SOAK   input: {made.describe()}", flush=True)
     report_path = run_dir / "chaos.json"
     cmd = [sys.executable, "-m", "exactlyonce.integration.cli", "chaos",
-           str(EXAMPLES / SINKS[sink]), *faults, "--seed", str(seed),
+           str(EXAMPLES / SINKS[sink]), *faults, *input_args, "--seed", str(seed),
            "--json", str(report_path), "--log-dir", str(run_dir / "logs")]  # fmt: skip
     if mode == "duration":
         cmd += ["--duration", str(args.duration)]
     began = time.monotonic()
-    _follow(cmd, dict(env, SOAK_RUN=run), run_dir / "chaos.log")
+    _follow(cmd, dict(env, SOAK_RUN=run, **input_env), run_dir / "chaos.log")
     if not report_path.exists():
         raise SystemExit(f"soak: chaos wrote no report; see {run_dir / 'chaos.log'}")
     report = json.loads(report_path.read_text())
@@ -159,6 +170,20 @@ def run_cell(
              "replay_fraction": round(made.replay_fraction, 3), "kills_requested": kills,
              "duration": args.duration if mode == "duration" else None}  # fmt: skip
     return cell_entry(sink, mode, report, extra)
+
+
+def _input(
+    sink: str, run: str, seed: int, files: int, args: argparse.Namespace
+) -> tuple[SoakInput, list[str], dict[str, str]]:
+    """The cell's input, chaos's arguments for it and the environment its pipeline file
+    reads: files written here, or (a Kafka source) chaos's own ``--events``, read in as many
+    batches as the files would be."""
+    if sink in KAFKA_SOURCE:
+        made = produced_input(args.events, seed, files)
+        env = {"SOAK_MAX_OFFSETS": str(records_per_batch(made))}
+        return made, ["--events", str(args.events)], env
+    directory = Path(".exactlyonce/soak") / run / "input"
+    return write_input(directory, args.events, seed, files, args.replay_fraction), [], {}
 
 
 def fault_arguments(
@@ -294,8 +319,8 @@ def _run_cells(
     started = time.monotonic()
     total = len(cells_todo)
     with contextlib.ExitStack() as stack:
-        for sink in sorted({s for s, _, _ in cells_todo} & set(SINK_SERVERS)):
-            env[SINK_SERVER_ENV[sink]] = stack.enter_context(SINK_SERVERS[sink](home / "soak"))
+        for server in sink_servers([s for s, _, _ in cells_todo]):
+            env[SINK_SERVER_ENV[server]] = stack.enter_context(SINK_SERVERS[server](home / "soak"))
         for n, (sink, seed, mode) in enumerate(cells_todo, 1):
             left = estimate_left([m for _, _, m in cells_todo[n - 1 :]], ledger)
             guess = (
@@ -323,6 +348,12 @@ def _run_cells(
             took = f"{cell['wall_seconds']:.0f} s; {_elapsed(started)} in"
             print(f"SOAK [{n}/{total}] cell {cell_verdict(cell)}: {cell['verdict']} ({took})",
                   flush=True)  # fmt: skip
+
+
+def sink_servers(sinks: Sequence[str]) -> list[str]:
+    """The sink servers the soak starts for these cells (:mod:`bench.soak_servers`), each
+    once, whichever cells share it."""
+    return sorted({SERVER_OF.get(s, s) for s in sinks} & set(SINK_SERVERS))
 
 
 def _elapsed(since: float) -> str:

@@ -8,6 +8,11 @@ least 20%: it starts from the same plan and re-sends more blocks of earlier reco
 producer restarted from an old position) until the re-sent records reach ``replay_fraction``
 of the distinct events. The files are JSON lines named ``soak-part-*``, which chaos reads as
 the user's own input (its expected IDs, the null keys as dead letters).
+
+A cell whose pipeline reads a Kafka source (``pg-ks-source``, ``pg-ks-columns``) gets its
+input from chaos itself (``--events N``: the demo's plan, produced into a fresh topic):
+:func:`produced_input` says what that plan holds, without the extra replays (about 9%
+re-sent at 100,000 events).
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ EXTRA_BLOCK = (0.005, 0.02)  # records per extra replayed block, as a share of t
 
 @dataclass(frozen=True)
 class SoakInput:
-    """What was written: distinct events, records sent, re-sent records, null keys, files."""
+    """What was written: distinct events, records sent, re-sent records, null keys, files
+    (or, for a Kafka source, the batches its runs read them in)."""
 
     events: int
     records: int
     resent: int
     null_keys: int
     files: int
+    unit: str = "files"
 
     @property
     def replay_fraction(self) -> float:
@@ -42,7 +49,7 @@ class SoakInput:
         return (
             f"{self.events} events, {self.records} records "
             f"({self.resent} re-sent: {self.replay_fraction:.0%}, {self.null_keys} null keys) "
-            f"in {self.files} files"
+            f"in {self.files} {self.unit}"
         )
 
 
@@ -75,3 +82,18 @@ def write_input(
         written += 1
     nulls = sum(1 for r in records if r["event_id"] is None)
     return SoakInput(events, len(records), resent, nulls, written)
+
+
+def produced_input(events: int, seed: int, batches: int) -> SoakInput:
+    """What ``exactlyonce chaos --events`` produces into a Kafka source for ``seed`` (the
+    same plan, from the same seed), read in about ``batches`` batches."""
+    plan = generate(random.Random(seed), events)
+    nulls = sum(1 for r in plan.records if r["event_id"] is None)
+    resent = plan.retries + plan.replayed
+    unit = "batches from a Kafka topic (chaos --events)"
+    return SoakInput(events, len(plan.records), resent, nulls, batches, unit)
+
+
+def records_per_batch(made: SoakInput) -> int:
+    """The source's ``max_offsets_per_trigger`` that reads ``made`` in its batches."""
+    return max(1, -(-made.records // max(1, made.files)))

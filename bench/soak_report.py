@@ -2,14 +2,15 @@
 sink into ``bench/results/chaos.json``, and the matrix as a Markdown table.
 
 A cell holds what its ``exactlyonce chaos --json`` report says: the sink and the mode it
-ran (``write_mode``), its seed and IDs, the kills of the pipeline itself
-(``pipeline_kills``: driver, named-point, commit-window, worker and drainer kills) apart
-from ``server_restarts`` (hard and clean) and ``worker_kills``, the faults missed, the
-duplicates, missing and unexpected records as the INDEPENDENT reader (``reader``: a client
-the sink does not use) counted them, and the negative control's duplicates under the same
-schedule (``control_duplicates``). A cell passes only when chaos's verdict is EXACTLY ONCE
-(a clean audit, no fault missed, a control that shows duplicates) and, for a seeded cell,
-it made at least the pipeline kills asked for.
+ran (``write_mode``), the pipeline's ``source`` type and where its record IDs come from
+(``id_from``: ``columns``, ``content``, or ``source`` for a Kafka source's coordinates), its
+seed and IDs, the kills of the pipeline itself (``pipeline_kills``: driver, named-point,
+commit-window, worker and drainer kills) apart from ``server_restarts`` (hard and clean)
+and ``worker_kills``, the faults missed, the duplicates, missing and unexpected records as
+the INDEPENDENT reader (``reader``: a client the sink does not use) counted them, and the
+negative control's duplicates under the same schedule (``control_duplicates``). A cell
+passes only when chaos's verdict is EXACTLY ONCE (a clean audit, no fault missed, a control
+that shows duplicates) and, for a seeded cell, it made at least the pipeline kills asked for.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def cell_entry(
     return {
         "sink": sink,
         "write_mode": report.get("write_mode"),
+        "source": report.get("source"),  # the pipeline's source type (files, kafka)
+        "id_from": report.get("id_from"),  # where its record IDs come from
         "mode": mode,  # "seed" (a --kills run) or "duration" (a --duration run)
         "seed": report["seed"],
         "ids": report.get("ids", audit.get("expected_ids")),
@@ -122,7 +125,8 @@ def matrix(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for c in cells:
         row = rows.setdefault(
             c["sink"],
-            {"sink": c["sink"], "write_mode": c.get("write_mode"), "reader": c.get("reader"),
+            {"sink": c["sink"], "write_mode": c.get("write_mode"), "source": c.get("source"),
+             "id_from": c.get("id_from"), "reader": c.get("reader"),
              "chaos_runs": 0, "runs": 0, "faults": 0, "faults_missed": 0, "ids": 0,
              "duplicates": 0, "missing": 0, "unexpected": 0, "seconds": 0.0,
              "pipeline_kills": 0, "fewest_pipeline_kills": None, "server_restarts": 0,
@@ -184,7 +188,7 @@ def markdown(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
         missed = f", {r['faults_missed']} missed" if r["faults_missed"] else ""
         note = f" ({notes[r['sink']]})" if r["sink"] in notes else ""
         lines.append(
-            f"| {r['sink']}{note} | {r['write_mode']} | {r['chaos_runs']} | {r['runs']} "
+            f"| {r['sink']}{note} | {_mode(r)} | {r['chaos_runs']} | {r['runs']} "
             f"| {r['pipeline_kills']} ({r['fewest_pipeline_kills']}) "
             f"| {r['commit_window_kills']} | {r['server_restarts']} "
             f"| {r['faults']}: {kinds}{missed} "
@@ -193,6 +197,13 @@ def markdown(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
             f"| {r['seconds']:.0f} s | {r['verdict']} |"
         )
     return "\n".join(lines)
+
+
+def _mode(row: dict[str, Any]) -> str:
+    """The sink's write mode, with a source other than files and where its IDs come from."""
+    if row.get("source") in (None, "files"):
+        return str(row["write_mode"])
+    return f"{row['write_mode']}, {row['source']} source, id_from {row.get('id_from')}"
 
 
 def write_results(path: Path, doc: dict[str, Any]) -> None:

@@ -94,8 +94,9 @@ def _outcomes(all_happen: bool = False) -> list[Outcome]:
 def test_every_fault_done_and_a_control_with_duplicates_say_exactly_once() -> None:
     report = ChaosReport(
         "p.yaml", 42, 6, _outcomes(all_happen=True), _clean(), sink="postgres",
-        write_mode="append", independent=tally(_reading({"e0": 1, "e1": 1, "e2": 1}),
-                                               EXPECTED_KEYS), control=_control(4),
+        write_mode="append", source="kafka", id_from="source",
+        independent=tally(_reading({"e0": 1, "e1": 1, "e2": 1}), EXPECTED_KEYS),
+        control=_control(4),
     )  # fmt: skip
     assert report.result == "EXACTLY ONCE" and report.exactly_once
     assert verdict(report) == (
@@ -105,14 +106,16 @@ def test_every_fault_done_and_a_control_with_duplicates_say_exactly_once() -> No
         "0 duplicates, 0 missing; control: 4 duplicates, 1 kills in the commit window)"
     )
     doc = report_json(report)
-    cell = {k: doc[k] for k in ("sink", "write_mode", "seed", "ids", "pipeline_kills",
-                                "server_restarts", "worker_kills", "faults_missed",
-                                "duplicates", "missing", "unexpected", "reader",
+    cell = {k: doc[k] for k in ("sink", "write_mode", "source", "id_from", "seed", "ids",
+                                "pipeline_kills", "server_restarts", "worker_kills",
+                                "faults_missed", "duplicates", "missing", "unexpected", "reader",
                                 "control_duplicates", "commit_window_kills",
                                 "control_commit_window_kills", "result")}  # fmt: skip
     assert cell == {
         "sink": "postgres",
         "write_mode": "append",
+        "source": "kafka",
+        "id_from": "source",
         "seed": 42,
         "ids": 3,
         "pipeline_kills": 4,

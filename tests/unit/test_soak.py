@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 
-from bench.soak_input import write_input
+from bench.soak import EXAMPLES, KAFKA_SOURCE, SINKS, _input, build_parser, sink_servers
+from bench.soak_input import produced_input, records_per_batch, write_input
 from bench.soak_report import cell_entry, cell_verdict, markdown, matrix
 from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, key_of
+from exactlyonce.integration.lab.chaos.control.target import write_mode
 
 
 def _rows(directory: Path) -> list[dict[str, object]]:
@@ -32,6 +35,56 @@ def test_input_replays_at_least_the_fraction_and_holds_every_event(tmp_path: Pat
     assert _rows(tmp_path / "again") == rows and again == made  # replayable from the seed
 
 
+def test_a_kafka_source_cell_asks_chaos_for_its_input_read_in_the_files_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pg-ks-columns`` writes no files: chaos produces the plan of the seed (``--events``), which
+    the soak describes from the same seed, read in as many batches as a files cell's."""
+    from exactlyonce.integration.lab.events import Expected, generate
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["--events", "5000"])
+    made, chaos_args, env = _input("pg-ks-columns", "pg-ks-columns_s7_1", 7, 40, args)
+    planned = Expected.of(generate(random.Random(7), 5000))
+    assert chaos_args == ["--events", "5000"] and not (tmp_path / ".exactlyonce").exists()
+    assert (made.events, made.records, made.null_keys) == (5000, planned.records, 3)
+    assert made.resent == planned.retries + planned.replayed == planned.duplicates
+    assert env == {"SOAK_MAX_OFFSETS": str(records_per_batch(made))}
+    assert -(-made.records // records_per_batch(made)) <= 40 == made.files
+    assert made == produced_input(5000, 7, 40)
+
+
+@pytest.mark.parametrize(
+    ("sink", "identity", "mode"),
+    [("pg-ks-source", ("topic", "partition", "offset"), "append"),
+     ("pg-ks-columns", ("event_id",), "append"),
+     ("redis-ks-source", ("topic", "partition", "offset"), "stream")],
+)  # fmt: skip
+def test_the_kafka_source_cells_read_a_topic_of_their_own_in_a_strict_mode(
+    sink: str, identity: tuple[str, ...], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline users run (Kafka source -> Spark -> sink), with ``id_from: source`` and
+    with ``id_columns``, in a strict mode (PostgreSQL append, a Redis stream: a second write
+    is a second row or entry)."""
+    from exactlyonce.integration.config import load_config
+
+    monkeypatch.setenv("SOAK_RUN", "r1")
+    monkeypatch.setenv("EXACTLYONCE_PG_DSN", "postgresql://h/d")
+    monkeypatch.setenv("EXACTLYONCE_REDIS_URL", "redis://h:1/0")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "h:9092")
+    monkeypatch.setenv("SOAK_SINK_REDIS_URL", "redis://h:2/0")
+    cfg = load_config(Path(__file__).resolve().parents[2] / EXAMPLES / SINKS[sink])
+    assert sink in KAFKA_SOURCE and cfg.source.type == "kafka"
+    assert getattr(cfg.source, "topic", None) == f"soak-{sink}-r1-in"
+    assert write_mode(cfg) == mode
+    assert tuple(cfg.sink.id_columns or ()) == identity
+
+
+def test_cells_that_share_a_sink_server_start_it_once() -> None:
+    assert sink_servers(["pg", "redis-ks-source", "redis", "es"]) == ["es", "redis"]
+    assert sink_servers(["redis-ks-source"]) == ["redis"] and sink_servers(["pg-ks-source"]) == []
+
+
 def _report(seed: int, duplicates: int, control: int = 5, missed: int = 0) -> dict[str, object]:
     """A chaos report of 2 driver kills, 1 at a named point, 1 commit kill and a hard and a
     clean server restart, its reading with ``duplicates`` and its control's with ``control``."""
@@ -41,6 +94,8 @@ def _report(seed: int, duplicates: int, control: int = 5, missed: int = 0) -> di
         "seed": seed,
         "sink": "postgres",
         "write_mode": "append",
+        "source": "files",
+        "id_from": "columns",
         "ids": 100,
         "counts": {
             "driver_kills": 2,
@@ -74,11 +129,13 @@ def _report(seed: int, duplicates: int, control: int = 5, missed: int = 0) -> di
 def test_a_cell_holds_the_figures_of_its_report() -> None:
     cell = cell_entry("pg", "seed", _report(1, 0), {"kills_requested": 4})
     assert {k: cell[k] for k in (
-        "sink", "write_mode", "seed", "ids", "pipeline_kills", "server_restarts",
+        "sink", "write_mode", "source", "id_from", "seed", "ids", "pipeline_kills",
+        "server_restarts",
         "worker_kills", "faults_missed", "duplicates", "missing", "unexpected", "reader",
         "control_duplicates", "commit_window_kills", "control_commit_window_kills",
     )} == {
-        "sink": "pg", "write_mode": "append", "seed": 1, "ids": 100, "pipeline_kills": 4,
+        "sink": "pg", "write_mode": "append", "source": "files", "id_from": "columns",
+        "seed": 1, "ids": 100, "pipeline_kills": 4,
         "server_restarts": 2, "worker_kills": 0, "faults_missed": 0, "duplicates": 0,
         "missing": 0, "unexpected": 0, "reader": "psycopg SQL", "control_duplicates": 5,
         "commit_window_kills": 2, "control_commit_window_kills": 2,
@@ -100,6 +157,16 @@ def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
         f"| pg (note) | append | 2 | 10 | 8 (4) | 4 | 4 | 12: {kinds} | 200 | 3 | 0 | 10 (5) "
         "| 20 s | FAILED |"
     ) in table
+
+
+def test_a_kafka_source_row_names_its_source_and_where_its_ids_come_from() -> None:
+    """A Kafka-source cell is counted as the others, its mode saying what it ran."""
+    report = {**_report(1, 0), "source": "kafka", "id_from": "source"}
+    (row,) = matrix([cell_entry("pg-ks-source", "seed", report, {"kills_requested": 4})])
+    assert (row["source"], row["id_from"], row["verdict"]) == ("kafka", "source", "EXACTLY ONCE")
+    assert "| pg-ks-source | append, kafka source, id_from source | 1 | 5 | 4 (4) |" in (
+        markdown([row], {})
+    )
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,15 @@
 - :mod:`.runs`, :mod:`.echo`, :mod:`.events`: runs of ``exactlyonce run`` as process groups
   (started, watched, SIGKILLed), their output echoed, and the seeded at-least-once input:
   shared by the two below;
+- :mod:`.upstream`: an at-least-once producer of that input and the topics it goes to (the
+  demo's input topic, a Kafka source's topic under ``exactlyonce chaos --events``);
 - :mod:`.demo`: the kill -9 demo (``python -m exactlyonce.integration.lab.demo``, ``make demo``);
 - :mod:`.chaos`: ``exactlyonce chaos``, any pipeline under a seeded schedule of faults.
 
 Imports point down: the product (the rest of :mod:`exactlyonce.integration`) never imports the
 lab; the CLI reaches the lab's commands by name, on use
 (:mod:`exactlyonce.integration.cli.lab`). Inside the lab, ``demo`` and ``chaos`` are
-independent of each other, above ``runs``/``echo``/``events``, above ``services``,
-``fault_proxy`` and ``cluster``. import-linter's contracts in ``pyproject.toml`` hold it.
+independent of each other, above ``runs``/``upstream``, above ``echo``/``events``, above
+``services``, ``fault_proxy`` and ``cluster``. import-linter's contracts in ``pyproject.toml``
+hold it.
 """

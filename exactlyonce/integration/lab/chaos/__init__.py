@@ -32,6 +32,7 @@ from exactlyonce.integration.lab.chaos.inputs import (
     fresh_query,
     from_file,
     from_source,
+    id_from,
     needs_fresh_input,
     write_events,
 )
@@ -58,6 +59,7 @@ from exactlyonce.integration.lab.chaos.servers import Server, Skipped, restart, 
 from exactlyonce.integration.lab.runs import kill_all
 
 __all__ = [
+    "id_from",
     "PROXY_KINDS",
     "Chaos",
     "ChaosReport",

@@ -44,6 +44,7 @@ from exactlyonce.integration.lab.chaos import (
     fresh_query,
     from_file,
     from_source,
+    id_from,
     kill_all,
     needs_fresh_input,
     plan,
@@ -113,7 +114,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         pipeline=args.config, seed=seed, kills=args.kills, outcomes=chaos.outcomes, audit=audit,
         failure=failure, servers=servers, skipped=skipped, runs=chaos.runs,
         runs_died=chaos.runs_died, seconds=time.monotonic() - began, sink=cfg.sink.type,
-        write_mode=targets.write_mode(cfg), independent=independent, independent_skipped=unread,
+        write_mode=targets.write_mode(cfg), source=cfg.source.type, id_from=id_from(cfg),
+        independent=independent, independent_skipped=unread,
         control=control, control_skipped=control_why, not_started=len(faults) - len(started),
     )  # fmt: skip
     if args.json:

@@ -85,6 +85,8 @@ class ChaosReport:
     seconds: float = 0.0
     sink: str = ""  # the sink's type
     write_mode: str = ""
+    source: str = ""  # the source's type (files, kafka, ...)
+    id_from: str = ""  # where record IDs come from: columns, content, source
     independent: Tally | None = None  # our sink read by a client we did not write
     independent_skipped: str = ""  # why there is no independent reading
     control: ControlReport | None = None
@@ -256,6 +258,8 @@ def report_json(report: ChaosReport) -> dict[str, Any]:
         "pipeline": report.pipeline,
         "sink": report.sink,
         "write_mode": report.write_mode,
+        "source": report.source,
+        "id_from": report.id_from,
         "seed": report.seed,
         "ids": len(a.expected) if a is not None else (t.expected if t is not None else None),
         "kills_requested": report.kills,

@@ -42,7 +42,6 @@ from exactlyonce.integration.lab.demo.audit import (
     read_expected_ids,
 )
 from exactlyonce.integration.lab.demo.command import main
-from exactlyonce.integration.lab.demo.producer import produce, producer_config
 from exactlyonce.integration.lab.demo.reset import reset_state
 from exactlyonce.integration.lab.demo.runs import (
     IDLE_SECONDS,
@@ -60,7 +59,6 @@ from exactlyonce.integration.lab.demo.topic_audit import (
     read_headers,
     read_topic_audit,
 )
-from exactlyonce.integration.lab.demo.topics import recreate_topics
 from exactlyonce.integration.lab.echo import DEDUP_FIELDS, DEDUP_TOTALS, print_dedup_totals
 from exactlyonce.integration.lab.events import (
     ACTIONS,
@@ -73,6 +71,8 @@ from exactlyonce.integration.lab.events import (
     Record,
     generate,
 )
+from exactlyonce.integration.lab.upstream.producer import produce, producer_config
+from exactlyonce.integration.lab.upstream.topics import recreate_topics
 
 __all__ = [
     "ACTIONS",

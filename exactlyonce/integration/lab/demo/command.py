@@ -25,12 +25,12 @@ from exactlyonce.integration.envfile import service_env
 from exactlyonce.integration.lab.demo.audit import print_audit, read_audit
 from exactlyonce.integration.lab.demo.logs import DEMO_LOG, logs_to
 from exactlyonce.integration.lab.demo.pipeline import demo_pipelines
-from exactlyonce.integration.lab.demo.producer import produce
 from exactlyonce.integration.lab.demo.reset import reset_state
 from exactlyonce.integration.lab.demo.runs import head_epoch, kill_all, run_with_kills
 from exactlyonce.integration.lab.demo.topic_audit import print_topic_audit, read_topic_audit
 from exactlyonce.integration.lab.echo import print_dedup_totals
 from exactlyonce.integration.lab.events import Expected, generate
+from exactlyonce.integration.lab.upstream.producer import produce
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from exactlyonce.connectors.postgres.schema import (
 )
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.lab.demo.pipeline import demo_source, kafka_sink, pg_sink
-from exactlyonce.integration.lab.demo.topics import recreate_topics
+from exactlyonce.integration.lab.upstream.topics import recreate_topics
 from exactlyonce.integration.maintenance import drop_catalog
 
 INPUT_PARTITIONS = 3

@@ -1,5 +1,6 @@
-"""The demo's Kafka topics, deleted and created afresh: once :func:`recreate_topics` returns,
-the topics to delete are gone (or recreated empty) and the topics to create exist."""
+"""The lab's Kafka topics, deleted and created afresh (the demo's, and a chaos input's): once
+:func:`recreate_topics` returns, the topics to delete are gone (or recreated empty) and the
+topics to create exist."""
 
 from __future__ import annotations
 
