@@ -71,11 +71,25 @@ SERVER_RESTARTS = 4
 PROXY_FAULTS = 3
 DRAINER_KILLS = 3
 COMMIT_SHARE = 4  # one driver kill in 4 aimed at the commit window
+# Seeds 1, 1+N, 1+2N ... (N: --cluster-every) run on a local Spark standalone cluster (a
+# master, 2 workers of 1 core), where one pipeline kill in WORKER_SHARE is a worker kill
+# (worker, executor, Python workers SIGKILLed, the worker started again); the other seeds run
+# on local[2]. Not every seed: see docs/operations/chaos.md ("The soak") for the measure.
+CLUSTER_EVERY = 2
+WORKER_SHARE = 5
 NO_PROXY = {"kafka"}
 FILES_PER_FAULT = 5
 FULL_SEEDS = int(FULL["seeds"])
 EXAMPLES = Path("examples/soak")
-PARAMETERS = ("events", "kills", "seeds", "duration", "server_restarts", "proxy_faults")
+PARAMETERS = (
+    "events",
+    "kills",
+    "seeds",
+    "duration",
+    "server_restarts",
+    "proxy_faults",
+    "cluster_every",
+)
 RESULTS = Path("bench/results/chaos.json")
 
 
@@ -101,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--proxy-faults", type=int, default=PROXY_FAULTS,
         help="lost replies, refusals and stalls per run, on top (none for Kafka)",
+    )  # fmt: skip
+    p.add_argument(
+        "--cluster-every", type=int, default=CLUSTER_EVERY, metavar="N",
+        help="seeds 1, 1+N, 1+2N ... run on a Spark standalone cluster, with worker kills "
+        "among the pipeline kills (1: every seeded run; 0: none)",
     )  # fmt: skip
     p.add_argument("--only", default=",".join(SINKS), help=f"sinks, of {','.join(SINKS)}")
     p.add_argument("--replay-fraction", type=float, default=0.25, help="re-sent records/events")
@@ -134,7 +153,8 @@ def run_cell(
     run = f"{sink}_{mode[0]}{seed}_{int(time.time())}"
     run_dir = root / run
     kills = args.kills
-    faults = fault_arguments(sink, kills, args.server_restarts, args.proxy_faults)
+    cluster = on_cluster(seed, mode, args.cluster_every)
+    faults = fault_arguments(sink, kills, args.server_restarts, args.proxy_faults, cluster=cluster)
     # A run that rides out a fault (a clean restart, a proxy fault) goes on reading while
     # the next fault waits for its epochs, so each fault gets room: 5 files, 135 for pg.
     # (The redis cell of seed 1 once read all its input in a run whose mid_write point never
@@ -157,26 +177,42 @@ def run_cell(
     extra = {"run": run, "logs": str(run_dir), "wall_seconds": round(time.monotonic() - began, 1),
              "events": args.events, "records": made.records,
              "replay_fraction": round(made.replay_fraction, 3), "kills_requested": kills,
-             "duration": args.duration if mode == "duration" else None}  # fmt: skip
+             "duration": args.duration if mode == "duration" else None,
+             "cluster": cluster}  # fmt: skip
     return cell_entry(sink, mode, report, extra)
 
 
+def on_cluster(seed: int, mode: str, every: int) -> bool:
+    """A seeded cell runs on the standalone cluster when its seed is 1, 1+N, 1+2N ... (N:
+    ``every``; 0: never); a duration cell never does."""
+    return mode == "seed" and every > 0 and (seed - 1) % every == 0
+
+
 def fault_arguments(
-    sink: str, kills: int, restarts: int = SERVER_RESTARTS, proxy_faults: int = PROXY_FAULTS
+    sink: str,
+    kills: int,
+    restarts: int = SERVER_RESTARTS,
+    proxy_faults: int = PROXY_FAULTS,
+    *,
+    cluster: bool = False,
 ) -> list[str]:
-    """chaos's fault counts for a cell of ``kills`` kills of the pipeline: driver kills (a
-    quarter of them, at least one, aimed at the commit window; a third at named points, as
-    chaos mixes them) make up what the drainer kills leave; the server restarts and proxy
+    """chaos's fault counts for a cell of ``kills`` kills of the pipeline: on the
+    ``cluster``, one in WORKER_SHARE (at least one) worker kills; driver kills (a quarter of
+    them, at least one, aimed at the commit window; a third at named points, as chaos mixes
+    them) make up what the worker and drainer kills leave; the server restarts and proxy
     faults come on top."""
     restarts = min(restarts, kills)
     drainer = min(DRAINER_KILLS, kills - 1) if sink == "buffer" else 0
+    workers = min(max(1, kills // WORKER_SHARE), kills - drainer) if cluster else 0
     proxy = 0 if sink in NO_PROXY else proxy_faults
-    drivers = kills - drainer
+    drivers = kills - drainer - workers
     commits = max(1, drivers // COMMIT_SHARE) if drivers else 0
-    args = ["--kills", str(drivers + restarts + proxy + drainer), "--server-faults", str(restarts)]
+    total = drivers + restarts + proxy + drainer + workers
+    args = ["--kills", str(total), "--server-faults", str(restarts)]
     args += ["--commit-kills", str(commits)]
     args += ["--proxy-faults", str(proxy)] if sink not in NO_PROXY else []
-    return args + (["--drainer-kills", str(drainer)] if sink == "buffer" else [])
+    args += ["--drainer-kills", str(drainer)] if sink == "buffer" else []
+    return args + (["--cluster", "--worker-kills", str(workers)] if cluster else [])
 
 
 def _follow(cmd: list[str], env: dict[str, str], log: Path) -> None:
@@ -258,6 +294,7 @@ def wanted_parameters(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             duration,
             restarts=args.server_restarts,
             proxy_faults=args.proxy_faults,
+            cluster_every=args.cluster_every,
         )  # fmt: skip
         for mode in ("seed", "duration")
     }

@@ -66,8 +66,10 @@ def cell_parameters(
     *,
     restarts: int = 4,
     proxy_faults: int = 3,
+    cluster_every: int = 2,
 ) -> dict[str, Any]:
-    """What must match for an earlier cell to stand for this one (beside sink, seed, mode)."""
+    """What must match for an earlier cell to stand for this one (beside sink, seed, mode);
+    ``cluster_every`` decides which seeded cells run on the standalone cluster."""
     return {
         "events": events,
         "kills": kills,
@@ -75,6 +77,7 @@ def cell_parameters(
         "duration": duration if mode == "duration" else None,
         "server_restarts": restarts,
         "proxy_faults": proxy_faults,
+        "cluster_every": cluster_every if mode == "seed" else None,
     }
 
 

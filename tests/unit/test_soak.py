@@ -154,6 +154,62 @@ def test_a_cell_asks_chaos_for_its_pipeline_kills_and_puts_the_other_faults_on_t
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("sink", "total", "extra"),
+    [
+        # 16 driver kills (4 in the commit window) + 4 worker kills; 4 restarts, 3 proxy faults
+        ("pg", 27, ["--commit-kills", "4", "--proxy-faults", "3"]),
+        ("kafka", 24, ["--commit-kills", "4"]),
+        # 13 driver kills + 3 drainer kills + 4 worker kills
+        ("buffer", 27, ["--commit-kills", "3", "--proxy-faults", "3", "--drainer-kills", "3"]),
+    ],
+)
+def test_a_cluster_cell_counts_its_worker_kills_among_its_pipeline_kills(
+    sink: str, total: int, extra: list[str]
+) -> None:
+    from bench.soak import SERVER_RESTARTS, fault_arguments
+    from exactlyonce.integration.lab.chaos.schedule import (
+        PROXY_KINDS,
+        Extras,
+        fault_mix,
+    )
+
+    args = fault_arguments(sink, 20, cluster=True)
+    assert args == [
+        "--kills", str(total), "--server-faults", "4", *extra, "--cluster", "--worker-kills", "4"
+    ]  # fmt: skip
+    given = dict(zip(args[::2], args[1::2], strict=False))
+    proxy = int(given.get("--proxy-faults", 0))
+    extras = Extras(
+        proxy_kinds=PROXY_KINDS if proxy else (), proxy_faults=proxy,
+        workers=("worker1", "worker2"), worker_kills=4,
+        drainer=sink == "buffer", drainer_kills=int(given.get("--drainer-kills", 0)),
+    )  # fmt: skip
+    mix = fault_mix(total, 2, 1, server_faults=SERVER_RESTARTS, extras=extras,
+                    commit_kills=int(given["--commit-kills"]))  # fmt: skip
+    assert total - mix.servers - mix.proxy == 20  # what chaos schedules: the cell's kills
+    assert (mix.workers, mix.proxy) == (4, proxy)
+    assert fault_arguments("pg", 5, cluster=True)[-2:] == ["--worker-kills", "1"]
+
+
+def test_seeds_one_and_every_nth_after_it_run_on_the_cluster_never_a_duration_cell() -> None:
+    from bench.soak import on_cluster
+
+    assert [s for s in range(1, 6) if on_cluster(s, "seed", 2)] == [1, 3, 5]
+    assert [s for s in range(1, 6) if on_cluster(s, "seed", 1)] == [1, 2, 3, 4, 5]
+    assert not any(on_cluster(s, "seed", 0) for s in range(1, 6))
+    assert not on_cluster(1, "duration", 1)
+
+
+def test_which_seeds_run_on_the_cluster_is_part_of_a_cells_parameters() -> None:
+    from bench import soak
+
+    every = soak.build_parser().parse_args(["--cluster-every", "1"])
+    default = soak.build_parser().parse_args([])
+    assert soak.wanted_parameters(every)["seed"] != soak.wanted_parameters(default)["seed"]
+    assert soak.wanted_parameters(every)["duration"] == soak.wanted_parameters(default)["duration"]
+
+
 def _tree(root: Path) -> Path:
     for rel, text in {
         "exactlyonce/__init__.py": "",

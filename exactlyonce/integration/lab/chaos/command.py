@@ -161,7 +161,12 @@ def _extras(args: argparse.Namespace, cfg: PipelineConfig, proxy: SinkProxy | No
 def _points(args: argparse.Namespace, cfg: PipelineConfig) -> tuple[str, ...]:
     if args.points is not None:
         return check_points([p.strip() for p in args.points.split(",") if p.strip()])
-    return sink_points(cfg.sink, buffered=getattr(cfg.sink, "buffer", None) is not None)
+    buffered = getattr(cfg.sink, "buffer", None) is not None
+    points = sink_points(cfg.sink, buffered, cluster=args.cluster)
+    if args.cluster:
+        print(f"CHAOS point kills at the driver's points only ({', '.join(points)}): the "
+              "cluster's executors do not inherit a run's environment", flush=True)  # fmt: skip
+    return points
 
 
 def _expected(

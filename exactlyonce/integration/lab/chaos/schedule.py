@@ -68,7 +68,11 @@ PIPELINE_KILL_KINDS = (DRIVER_KILL, POINT_KILL, COMMIT_KILL, WORKER_KILL, DRAINE
 RUN_KILL_KINDS = (DRIVER_KILL, POINT_KILL, COMMIT_KILL)  # the run ends: its window is judged
 LIVE_KINDS = (*SERVER_KINDS, *PROXY_KINDS, WORKER_KILL, DRAINER_KILL)  # the run goes on
 
-BUFFERED_POINTS = ("before_write", "after_head")  # a buffered run writes the buffer topic
+# The points a run reaches in its driver (before the tasks, after the head). A standalone
+# cluster's executors are started by its workers and do not inherit a run's environment, so
+# the points inside a task never fire there.
+DRIVER_POINTS = ("before_write", "after_head")
+BUFFERED_POINTS = DRIVER_POINTS  # a buffered run writes the buffer topic
 SERVER_SHARE = 0.2  # of the faults, by default, when local servers can be restarted
 POINT_SHARE = 0.3  # of the driver kills, by default, at named points
 COMMIT_SHARE = 0.3  # of the driver kills, by default, aimed at the commit window
@@ -149,10 +153,12 @@ class Mix:
         return self.total - others - self.commits
 
 
-def sink_points(sink: Any, buffered: bool) -> tuple[str, ...]:
+def sink_points(sink: Any, buffered: bool, cluster: bool = False) -> tuple[str, ...]:
     """The write path's named points a run of ``sink`` (its config) reaches under
-    ``exactlyonce run``, in order (the registry's :class:`ChaosTraits`)."""
-    return BUFFERED_POINTS if buffered else registry.kind_of(sink).chaos.write_points()
+    ``exactlyonce run``, in order (the registry's :class:`ChaosTraits`); on a standalone
+    ``cluster``, the driver's only."""
+    points = BUFFERED_POINTS if buffered else registry.kind_of(sink).chaos.write_points()
+    return tuple(p for p in points if p in DRIVER_POINTS) if cluster else points
 
 
 def run_points() -> frozenset[str]:
