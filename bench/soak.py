@@ -51,6 +51,7 @@ from bench.soak_servers import SINK_SERVER_ENV, SINK_SERVERS
 SINKS = {
     "pg": "postgres.yaml",
     "kafka": "kafka.yaml",
+    "kafka3": "kafka3.yaml",
     "es": "elasticsearch.yaml",
     "os": "opensearch.yaml",
     "redis": "redis.yaml",
@@ -60,6 +61,7 @@ NOTES = {
     "es": "stand-in server, not restarted",
     "os": "genuine OpenSearch node, not restarted; catalog Redis is",
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
+    "kafka3": "3-node KRaft cluster; its server restarts are broker failovers",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}
 # A cell's --kills are kills of the pipeline itself: driver kills (random, at named points,
@@ -77,7 +79,7 @@ COMMIT_SHARE = 4  # one driver kill in 4 aimed at the commit window
 # on local[2]. Not every seed: see docs/operations/chaos.md ("The soak") for the measure.
 CLUSTER_EVERY = 2
 WORKER_SHARE = 5
-NO_PROXY = {"kafka"}
+NO_PROXY = {"kafka", "kafka3"}
 FILES_PER_FAULT = 5
 FULL_SEEDS = int(FULL["seeds"])
 EXAMPLES = Path("examples/soak")

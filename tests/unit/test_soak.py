@@ -87,8 +87,13 @@ def test_a_cell_holds_the_figures_of_its_report() -> None:
 
 
 def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
-    cells = [cell_entry("pg", "seed", _report(s, d), {}) for s, d in ((1, 0), (2, 3))]
+    cells = [
+        cell_entry("pg", "seed", _report(1, 0), {"cluster": False}),
+        # on the standalone cluster; both its server restarts broker failovers
+        cell_entry("pg", "seed", {**_report(2, 3), "broker_failovers": 2}, {"cluster": True}),
+    ]
     (row,) = matrix(cells)
+    assert (row["cluster_runs"], row["broker_failovers"]) == (1, 2)
     assert (row["chaos_runs"], row["runs"], row["faults"], row["ids"]) == (2, 10, 12, 200)
     assert (row["duplicates"], row["failed_seeds"], row["verdict"]) == (3, [2], "FAILED")
     assert (row["pipeline_kills"], row["fewest_pipeline_kills"]) == (8, 4)
@@ -97,7 +102,8 @@ def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
     table = markdown([row], {"pg": "note"})
     kinds = "4 / 2 / 2 / 2 / 2 / 0 / 0 / 0 / 0 / 0"  # driver, point, commit, hard, clean, ...
     assert (
-        f"| pg (note) | append | 2 | 10 | 8 (4) | 4 | 4 | 12: {kinds} | 200 | 3 | 0 | 10 (5) "
+        f"| pg (note) | append | 2 (1) | 10 | 8 (4) | 4 | 4 (2) | 12: {kinds} | 200 | 3 | 0 "
+        "| 10 (5) "
         "| 20 s | FAILED |"
     ) in table
 

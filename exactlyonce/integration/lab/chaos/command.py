@@ -60,6 +60,7 @@ from exactlyonce.integration.lab.chaos.control.clients import client
 from exactlyonce.integration.lab.chaos.control.reading import Tally, expected_keys, tally
 from exactlyonce.integration.lab.chaos.harness import SparkCommits
 from exactlyonce.integration.lab.chaos.report import INCONCLUSIVE, ControlReport
+from exactlyonce.integration.lab.chaos.servers import FAILOVER_ROLES
 from exactlyonce.integration.lab.cluster import Cluster
 from exactlyonce.integration.lab.runs import IDLE_SECONDS
 from exactlyonce.secrets import scrub
@@ -92,6 +93,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             server_faults=args.server_faults,
             extras=_extras(args, cfg, proxy),
             commit_kills=args.commit_kills,
+            server_roles=FAILOVER_ROLES,
         )
         expected = _expected(args, cfg, seed, log_dir)
         control_why = _control_refusal(args, expected)

@@ -150,11 +150,13 @@ class Watch:
 
 
 def prepare(t: Target, partitions: int = 2) -> None:
-    """The control's topic (``partitions`` partitions, one replica)."""
+    """The control's topic (``partitions`` partitions, as many replicas as the brokers'
+    default, like the sink's topics: one replica under a cluster's ``min.insync.replicas=2``
+    would refuse every ``acks=all`` write)."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": t.address, **dict(t.options)})
-    done = admin.create_topics([NewTopic(t.name, partitions, 1)])
+    done = admin.create_topics([NewTopic(t.name, partitions, replication_factor=-1)])
     for future in done.values():
         future.result(timeout=30)
 
