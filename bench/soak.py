@@ -80,6 +80,9 @@ COMMIT_SHARE = 4  # one driver kill in 4 aimed at the commit window
 CLUSTER_EVERY = 2
 WORKER_SHARE = 5
 NO_PROXY = {"kafka", "kafka3"}
+# The servers a cell restarts, when not every local service of its pipeline: the kafka3
+# cell's restarts are all broker failovers (its catalog's Redis is restarted in the others).
+SERVERS = {"kafka3": "kafka3"}
 FILES_PER_FAULT = 5
 FULL_SEEDS = int(FULL["seeds"])
 EXAMPLES = Path("examples/soak")
@@ -214,6 +217,7 @@ def fault_arguments(
     args += ["--commit-kills", str(commits)]
     args += ["--proxy-faults", str(proxy)] if sink not in NO_PROXY else []
     args += ["--drainer-kills", str(drainer)] if sink == "buffer" else []
+    args += ["--servers", SERVERS[sink]] if sink in SERVERS else []
     return args + (["--cluster", "--worker-kills", str(workers)] if cluster else [])
 
 

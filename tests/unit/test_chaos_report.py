@@ -435,3 +435,19 @@ def test_a_running_3_node_cluster_is_one_server_whose_faults_are_failovers(
     servers, skipped = restartable(cfg, tmp_path)
     assert [(s.service, s.roles) for s in servers] == [("kafka3", ("sink",))]  # one server
     assert not [s for s in skipped if s.role == "sink"]
+
+
+def test_servers_restricts_the_restarts_to_the_services_it_names() -> None:
+    import argparse
+
+    from exactlyonce.errors import ConfigError
+    from exactlyonce.integration.lab.chaos.command import _chosen_servers
+    from exactlyonce.integration.lab.chaos.servers import Server
+
+    found = [Server("kafka3", "127.0.0.1:19300", ("sink",)), Server("redis", "r:1", ("catalog",))]
+    servers, skipped = _chosen_servers(argparse.Namespace(servers="kafka3"), found, [])
+    assert servers == found[:1]
+    assert [(k.role, k.address, k.why) for k in skipped] == [("catalog", "r:1", "not in --servers")]
+    assert _chosen_servers(argparse.Namespace(servers=None), found, []) == (found, [])
+    with pytest.raises(ConfigError, match="--servers.*pg: not a local service.*kafka3, redis"):
+        _chosen_servers(argparse.Namespace(servers="pg"), found, [])

@@ -146,6 +146,7 @@ def test_a_seeded_run_with_fewer_pipeline_kills_than_asked_fails_its_row() -> No
     [
         ("pg", 27, ["--proxy-faults", "3"]),  # 20 driver kills, 4 restarts, 3 proxy faults
         ("kafka", 24, []),  # no proxy in front of a broker
+        ("kafka3", 24, ["--servers", "kafka3"]),  # every server restart a broker failover
         ("buffer", 27, ["--proxy-faults", "3", "--drainer-kills", "3"]),  # 17 + 3 drainer
     ],
 )

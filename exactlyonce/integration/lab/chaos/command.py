@@ -81,7 +81,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     log_dir = Path(args.log_dir or Path(cfg.checkpoint).parent / "chaos-logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    servers, skipped = restartable(cfg)
+    servers, skipped = _chosen_servers(args, *restartable(cfg))
     services = [s.service for s in servers]
     proxy = _proxy(args, cfg)
     try:
@@ -125,6 +125,25 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     if report.exactly_once:
         return EXIT_OK
     return EXIT_INCONCLUSIVE if report.result == INCONCLUSIVE else EXIT_FAILED
+
+
+def _chosen_servers(
+    args: argparse.Namespace, servers: list[Server], skipped: list[Skipped]
+) -> tuple[list[Server], list[Skipped]]:
+    """The servers ``--servers`` names (all by default); the others skipped, saying so."""
+    if args.servers is None:
+        return servers, skipped
+    names = [n.strip() for n in args.servers.split(",") if n.strip()]
+    found = {s.service for s in servers}
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        local = ", ".join(sorted(found)) or "none"
+        raise ConfigError(
+            "--servers", f"{', '.join(unknown)}: not a local service of this pipeline ({local})"
+        )
+    chosen = [s for s in servers if s.service in names]
+    left = [Skipped("/".join(s.roles), s.address, "not in --servers") for s in servers]
+    return chosen, skipped + [k for k, s in zip(left, servers, strict=True) if s not in chosen]
 
 
 def _proxy(args: argparse.Namespace, cfg: PipelineConfig) -> SinkProxy | None:
