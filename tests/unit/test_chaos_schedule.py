@@ -262,3 +262,14 @@ def test_a_failover_without_a_leader_or_with_an_unknown_role_refuses() -> None:
         pick_broker("leader", {0: -1}, 1)
     with pytest.raises(ValueError, match="no broker role 'follower'"):
         pick_broker("follower", {0: 1}, 1)
+
+
+def test_a_failover_names_the_node_and_the_role_it_held() -> None:
+    from exactlyonce.integration.lab.chaos.brokers import Failover
+
+    assert Failover(2, "leader", "t", 41, 52, 9.0).describe() == (
+        "node 2 (leader of topic t, pid 41)"
+    )
+    assert Failover(3, "controller", "t", 43, 54, 9.0).describe() == (
+        "node 3 (the active controller, pid 43)"
+    )

@@ -35,9 +35,15 @@ class Failover:
 
     node: int
     role: str
+    topic: str
     old_pid: int
     new_pid: int
     down_s: float
+
+    def describe(self) -> str:
+        """``node 2 (leader of topic t, pid 41)`` or ``node 3 (the active controller, ...)``."""
+        held = f"leader of topic {self.topic}" if self.role == LEADER else "the active controller"
+        return f"node {self.node} ({held}, pid {self.old_pid})"
 
 
 def pick_broker(role: str, leaders: Mapping[int, int], controller: int) -> int:
@@ -73,7 +79,7 @@ def fail_over(
         cluster.stop_node(node)
     time.sleep(down_s)
     new = cluster.restart(node)
-    return Failover(node, role, old, new, time.monotonic() - began)
+    return Failover(node, role, topic, old, new, time.monotonic() - began)
 
 
 def cluster_addresses(home: Path | None = None) -> dict[str, str]:

@@ -247,12 +247,10 @@ class Chaos:
         hard = fault.kind == SERVER_HARD
         how = "SIGKILLed" if hard else "stopped"
         if fault.target is not None:
-            topic = self._topic()
-            failover = fail_over(fault.target, topic, hard=hard, down_s=fault.down_s)
+            failover = fail_over(fault.target, self._topic(), hard=hard, down_s=fault.down_s)
             note = (
-                f"{how} {fault.server} node {failover.node} ({fault.target} of {topic}, pid "
-                f"{failover.old_pid}) under run {self.runs}, back in sync as pid "
-                f"{failover.new_pid} after {failover.down_s:.1f} s"
+                f"{how} {fault.server} {failover.describe()} under run {self.runs}, back in "
+                f"sync as pid {failover.new_pid} after {failover.down_s:.1f} s"
             )
         else:
             done = restart(fault.server, hard=hard, down_s=fault.down_s)
