@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -45,7 +46,15 @@ from bench.soak_report import (
     stale_summary,
     write_results,
 )
-from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, hours
+from bench.soak_resume import (
+    CellKey,
+    Ledger,
+    Wanted,
+    cell_parameters,
+    code_fingerprint,
+    estimate_left,
+    hours,
+)
 from bench.soak_servers import SINK_SERVER_ENV, SINK_SERVERS
 
 SINKS = {
@@ -207,8 +216,8 @@ def fault_arguments(
     them) make up what the worker and drainer kills leave; the server restarts and proxy
     faults come on top."""
     restarts = min(restarts, kills)
-    drainer = min(DRAINER_KILLS, kills - 1) if sink == "buffer" else 0
-    workers = min(max(1, kills // WORKER_SHARE), kills - drainer) if cluster else 0
+    drainer = drainer_kills(sink, kills)
+    workers = worker_kills(sink, kills, cluster)
     proxy = 0 if sink in NO_PROXY else proxy_faults
     drivers = kills - drainer - workers
     commits = max(1, drivers // COMMIT_SHARE) if drivers else 0
@@ -219,6 +228,17 @@ def fault_arguments(
     args += ["--drainer-kills", str(drainer)] if sink == "buffer" else []
     args += ["--servers", SERVERS[sink]] if sink in SERVERS else []
     return args + (["--cluster", "--worker-kills", str(workers)] if cluster else [])
+
+
+def drainer_kills(sink: str, kills: int) -> int:
+    """The drainer kills among a cell's ``kills`` (a buffered sink's only)."""
+    return min(DRAINER_KILLS, kills - 1) if sink == "buffer" else 0
+
+
+def worker_kills(sink: str, kills: int, cluster: bool) -> int:
+    """The worker kills among a cell's ``kills`` on the ``cluster``: one in WORKER_SHARE, at
+    least one, within what the drainer kills leave."""
+    return min(max(1, kills // WORKER_SHARE), kills - drainer_kills(sink, kills)) if cluster else 0
 
 
 def _follow(cmd: list[str], env: dict[str, str], log: Path) -> None:
@@ -288,22 +308,27 @@ def is_reduced(args: argparse.Namespace) -> bool:
     return bool(smaller or 0 < args.duration < FULL["duration"] or args.replay_fraction < 0.2)
 
 
-def wanted_parameters(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Per mode, the parameters a cell of this code must have been run with to count."""
+def wanted_parameters(args: argparse.Namespace) -> Wanted:
+    """The parameters a cell (sink, seed, mode) of this code must have been run with to
+    count, whether it ran on the standalone cluster and its worker kills among them."""
+    return functools.partial(_wanted, args)
+
+
+def _wanted(args: argparse.Namespace, key: CellKey) -> dict[str, Any]:
+    sink, seed, mode = key
     duration = args.duration or FULL["duration"]  # --duration 0 runs none; earlier ones count
-    return {
-        mode: cell_parameters(
-            mode,
-            args.events,
-            args.kills,
-            args.replay_fraction,
-            duration,
-            restarts=args.server_restarts,
-            proxy_faults=args.proxy_faults,
-            cluster_every=args.cluster_every,
-        )  # fmt: skip
-        for mode in ("seed", "duration")
-    }
+    cluster = on_cluster(seed, mode, args.cluster_every)
+    return cell_parameters(
+        mode,
+        args.events,
+        args.kills,
+        args.replay_fraction,
+        duration,
+        restarts=args.server_restarts,
+        proxy_faults=args.proxy_faults,
+        cluster=cluster,
+        worker_kills=worker_kills(sink, args.kills, cluster),
+    )
 
 
 def _to_run(
@@ -350,7 +375,7 @@ def _run_cells(
                   flush=True)  # fmt: skip
             cell = run_cell(sink, seed, mode, args, env, root)
             date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            cell.update(reduced=reduced, parameters=params, params=wanted[mode],
+            cell.update(reduced=reduced, parameters=params, params=wanted((sink, seed, mode)),
                         fingerprint=ledger.fingerprint, date=date)  # fmt: skip
             changed = code_fingerprint(Path.cwd()) != ledger.fingerprint
             if changed:  # the run may have mixed two versions of the code

@@ -208,13 +208,20 @@ def test_seeds_one_and_every_nth_after_it_run_on_the_cluster_never_a_duration_ce
     assert not on_cluster(1, "duration", 1)
 
 
-def test_which_seeds_run_on_the_cluster_is_part_of_a_cells_parameters() -> None:
+def test_a_cells_cluster_and_worker_kills_are_part_of_its_parameters() -> None:
     from bench import soak
 
-    every = soak.build_parser().parse_args(["--cluster-every", "1"])
-    default = soak.build_parser().parse_args([])
-    assert soak.wanted_parameters(every)["seed"] != soak.wanted_parameters(default)["seed"]
-    assert soak.wanted_parameters(every)["duration"] == soak.wanted_parameters(default)["duration"]
+    every = soak.wanted_parameters(soak.build_parser().parse_args(["--cluster-every", "1"]))
+    default = soak.wanted_parameters(soak.build_parser().parse_args([]))
+    on, off = every(("pg", 2, "seed")), default(("pg", 2, "seed"))
+    assert (on["cluster"], on["worker_kills"]) == (True, 4)
+    assert (off["cluster"], off["worker_kills"]) == (False, 0)
+    # seed 1 runs on the cluster either way: a cell of one soak counts for the other
+    assert every(("pg", 1, "seed")) == default(("pg", 1, "seed"))
+    assert every(("pg", 6, "duration")) == default(("pg", 6, "duration"))
+    assert not default(("pg", 6, "duration"))["cluster"]
+    few = soak.wanted_parameters(soak.build_parser().parse_args(["--kills", "2"]))
+    assert few(("buffer", 1, "seed"))["worker_kills"] == 1  # at least one, beside a drainer kill
 
 
 def _tree(root: Path) -> Path:
@@ -251,7 +258,9 @@ def _cell(sink: str, seed: int, mode: str = "seed", **extra: object) -> dict[str
 
 
 def test_ledger_keeps_only_this_codes_cells_of_these_parameters_in_the_matrix() -> None:
-    wanted = {m: cell_parameters(m, 100_000, 20, 0.25, 300.0) for m in ("seed", "duration")}
+    def wanted(key: tuple[str, int, str]) -> dict[str, object]:
+        return cell_parameters(key[2], 100_000, 20, 0.25, 300.0)
+
     ledger = Ledger("abc")
     other_params = {**_cell("pg", 3), "params": cell_parameters("seed", 20_000, 4, 0.25, 0)}
     earlier = [
@@ -285,12 +294,16 @@ def test_plan_goes_seed_by_seed_and_skips_cells_this_code_ran(tmp_path: Path) ->
         ("pg", 6, "duration"), ("kafka", 6, "duration"),
     ]  # fmt: skip
     ledger = Ledger("abc")
-    ledger.sort_in([_cell("kafka", 1), _cell("pg", 6, "duration")], soak.wanted_parameters(args))
+    wanted = soak.wanted_parameters(args)
+    done = [_cell("kafka", 1, params=wanted(("kafka", 1, "seed"))), _cell("pg", 6, "duration")]
+    ledger.sort_in([*done, _cell("pg", 1)], wanted)  # pg 1 ran on local[2]: not this cell
+    assert ledger.stale[0]["stale"].startswith("other parameters")
     todo = soak._to_run(soak.plan(args), ledger, redo=False)
     assert ("kafka", 1, "seed") not in todo and ("pg", 6, "duration") not in todo
     assert len(todo) == 4 and len(soak._to_run(soak.plan(args), ledger, redo=True)) == 6
     one_seed = soak.build_parser().parse_args(["--seeds", "1", "--duration", "0"])
-    assert soak.wanted_parameters(one_seed) == soak.wanted_parameters(args)  # same cells count
+    for key in soak.plan(args):  # the same cells count
+        assert soak.wanted_parameters(one_seed)(key) == soak.wanted_parameters(args)(key)
 
 
 def test_each_cell_is_written_with_its_code_and_a_change_mid_cell_makes_it_stale(
@@ -317,7 +330,8 @@ def test_each_cell_is_written_with_its_code_and_a_change_mid_cell_makes_it_stale
     doc = json.loads(out.read_text())
     (done,) = doc["cells"]
     assert (done["seed"], done["fingerprint"]) == (1, "abc") and done["date"]
-    assert done["params"] == soak.wanted_parameters(args)["seed"]
+    assert done["params"] == soak.wanted_parameters(args)(("pg", 1, "seed"))
+    assert (done["params"]["cluster"], done["params"]["worker_kills"]) == (True, 4)
     (stale,) = doc["stale_cells"]
     assert (stale["seed"], stale["stale"]) == (2, "the code changed while it ran")
     assert [r["chaos_runs"] for r in doc["matrix"]] == [1]
