@@ -85,7 +85,8 @@ COMMIT_SHARE = 4  # one driver kill in 4 aimed at the commit window
 # Seeds 1, 1+N, 1+2N ... (N: --cluster-every) run on a local Spark standalone cluster (a
 # master, 2 workers of 1 core), where one pipeline kill in WORKER_SHARE is a worker kill
 # (worker, executor, Python workers SIGKILLed, the worker started again); the other seeds run
-# on local[2]. Not every seed: see docs/operations/chaos.md ("The soak") for the measure.
+# on local[2]. Not every seed: see docs/operations/chaos.md (#soak, "Why some seeds") for the
+# measure.
 CLUSTER_EVERY = 2
 WORKER_SHARE = 5
 NO_PROXY = {"kafka", "kafka3"}
