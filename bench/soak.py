@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -45,12 +46,21 @@ from bench.soak_report import (
     stale_summary,
     write_results,
 )
-from bench.soak_resume import Ledger, cell_parameters, code_fingerprint, estimate_left, hours
+from bench.soak_resume import (
+    CellKey,
+    Ledger,
+    Wanted,
+    cell_parameters,
+    code_fingerprint,
+    estimate_left,
+    hours,
+)
 from bench.soak_servers import SINK_SERVER_ENV, SINK_SERVERS
 
 SINKS = {
     "pg": "postgres.yaml",
     "kafka": "kafka.yaml",
+    "kafka3": "kafka3.yaml",
     "es": "elasticsearch.yaml",
     "os": "opensearch.yaml",
     "redis": "redis.yaml",
@@ -72,6 +82,7 @@ NOTES = {
     "os": "genuine OpenSearch node, not restarted; catalog Redis is",
     "redis": "sink's own AOF Redis not restarted; catalog Redis is",
     "redis-ks-source": f"sink's own AOF Redis not restarted; catalog Redis is; {_PRODUCED}",
+    "kafka3": "3-node KRaft cluster; its server restarts are broker failovers",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}
 # A cell's --kills are kills of the pipeline itself: driver kills (random, at named points,
@@ -83,11 +94,29 @@ SERVER_RESTARTS = 4
 PROXY_FAULTS = 3
 DRAINER_KILLS = 3
 COMMIT_SHARE = 4  # one driver kill in 4 aimed at the commit window
-NO_PROXY = {"kafka"}
+# Seeds 1, 1+N, 1+2N ... (N: --cluster-every) run on a local Spark standalone cluster (a
+# master, 2 workers of 1 core), where one pipeline kill in WORKER_SHARE is a worker kill
+# (worker, executor, Python workers SIGKILLed, the worker started again); the other seeds run
+# on local[2]. Not every seed: see docs/operations/chaos.md (#soak, "Why some seeds") for the
+# measure.
+CLUSTER_EVERY = 2
+WORKER_SHARE = 5
+NO_PROXY = {"kafka", "kafka3"}
+# The servers a cell restarts, when not every local service of its pipeline: the kafka3
+# cell's restarts are all broker failovers (its catalog's Redis is restarted in the others).
+SERVERS = {"kafka3": "kafka3"}
 FILES_PER_FAULT = 5
 FULL_SEEDS = int(FULL["seeds"])
 EXAMPLES = Path("examples/soak")
-PARAMETERS = ("events", "kills", "seeds", "duration", "server_restarts", "proxy_faults")
+PARAMETERS = (
+    "events",
+    "kills",
+    "seeds",
+    "duration",
+    "server_restarts",
+    "proxy_faults",
+    "cluster_every",
+)
 RESULTS = Path("bench/results/chaos.json")
 
 
@@ -113,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--proxy-faults", type=int, default=PROXY_FAULTS,
         help="lost replies, refusals and stalls per run, on top (none for Kafka)",
+    )  # fmt: skip
+    p.add_argument(
+        "--cluster-every", type=int, default=CLUSTER_EVERY, metavar="N",
+        help="seeds 1, 1+N, 1+2N ... run on a Spark standalone cluster, with worker kills "
+        "among the pipeline kills (1: every seeded run; 0: none)",
     )  # fmt: skip
     p.add_argument("--only", default=",".join(SINKS), help=f"sinks, of {','.join(SINKS)}")
     p.add_argument("--replay-fraction", type=float, default=0.25, help="re-sent records/events")
@@ -146,7 +180,8 @@ def run_cell(
     run = f"{sink}_{mode[0]}{seed}_{int(time.time())}"
     run_dir = root / run
     kills = args.kills
-    faults = fault_arguments(sink, kills, args.server_restarts, args.proxy_faults)
+    cluster = on_cluster(seed, mode, args.cluster_every)
+    faults = fault_arguments(sink, kills, args.server_restarts, args.proxy_faults, cluster=cluster)
     # A run that rides out a fault (a clean restart, a proxy fault) goes on reading while
     # the next fault waits for its epochs, so each fault gets room: 5 files, 135 for pg.
     # (The redis cell of seed 1 once read all its input in a run whose mid_write point never
@@ -168,7 +203,8 @@ def run_cell(
     extra = {"run": run, "logs": str(run_dir), "wall_seconds": round(time.monotonic() - began, 1),
              "events": args.events, "records": made.records,
              "replay_fraction": round(made.replay_fraction, 3), "kills_requested": kills,
-             "duration": args.duration if mode == "duration" else None}  # fmt: skip
+             "duration": args.duration if mode == "duration" else None,
+             "cluster": cluster}  # fmt: skip
     return cell_entry(sink, mode, report, extra)
 
 
@@ -186,22 +222,49 @@ def _input(
     return write_input(directory, args.events, seed, files, args.replay_fraction), [], {}
 
 
+def on_cluster(seed: int, mode: str, every: int) -> bool:
+    """A seeded cell runs on the standalone cluster when its seed is 1, 1+N, 1+2N ... (N:
+    ``every``; 0: never); a duration cell never does."""
+    return mode == "seed" and every > 0 and (seed - 1) % every == 0
+
+
 def fault_arguments(
-    sink: str, kills: int, restarts: int = SERVER_RESTARTS, proxy_faults: int = PROXY_FAULTS
+    sink: str,
+    kills: int,
+    restarts: int = SERVER_RESTARTS,
+    proxy_faults: int = PROXY_FAULTS,
+    *,
+    cluster: bool = False,
 ) -> list[str]:
-    """chaos's fault counts for a cell of ``kills`` kills of the pipeline: driver kills (a
-    quarter of them, at least one, aimed at the commit window; a third at named points, as
-    chaos mixes them) make up what the drainer kills leave; the server restarts and proxy
+    """chaos's fault counts for a cell of ``kills`` kills of the pipeline: on the
+    ``cluster``, one in WORKER_SHARE (at least one) worker kills; driver kills (a quarter of
+    them, at least one, aimed at the commit window; a third at named points, as chaos mixes
+    them) make up what the worker and drainer kills leave; the server restarts and proxy
     faults come on top."""
     restarts = min(restarts, kills)
-    drainer = min(DRAINER_KILLS, kills - 1) if sink == "buffer" else 0
+    drainer = drainer_kills(sink, kills)
+    workers = worker_kills(sink, kills, cluster)
     proxy = 0 if sink in NO_PROXY else proxy_faults
-    drivers = kills - drainer
+    drivers = kills - drainer - workers
     commits = max(1, drivers // COMMIT_SHARE) if drivers else 0
-    args = ["--kills", str(drivers + restarts + proxy + drainer), "--server-faults", str(restarts)]
+    total = drivers + restarts + proxy + drainer + workers
+    args = ["--kills", str(total), "--server-faults", str(restarts)]
     args += ["--commit-kills", str(commits)]
     args += ["--proxy-faults", str(proxy)] if sink not in NO_PROXY else []
-    return args + (["--drainer-kills", str(drainer)] if sink == "buffer" else [])
+    args += ["--drainer-kills", str(drainer)] if sink == "buffer" else []
+    args += ["--servers", SERVERS[sink]] if sink in SERVERS else []
+    return args + (["--cluster", "--worker-kills", str(workers)] if cluster else [])
+
+
+def drainer_kills(sink: str, kills: int) -> int:
+    """The drainer kills among a cell's ``kills`` (a buffered sink's only)."""
+    return min(DRAINER_KILLS, kills - 1) if sink == "buffer" else 0
+
+
+def worker_kills(sink: str, kills: int, cluster: bool) -> int:
+    """The worker kills among a cell's ``kills`` on the ``cluster``: one in WORKER_SHARE, at
+    least one, within what the drainer kills leave."""
+    return min(max(1, kills // WORKER_SHARE), kills - drainer_kills(sink, kills)) if cluster else 0
 
 
 def _follow(cmd: list[str], env: dict[str, str], log: Path) -> None:
@@ -271,21 +334,27 @@ def is_reduced(args: argparse.Namespace) -> bool:
     return bool(smaller or 0 < args.duration < FULL["duration"] or args.replay_fraction < 0.2)
 
 
-def wanted_parameters(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Per mode, the parameters a cell of this code must have been run with to count."""
+def wanted_parameters(args: argparse.Namespace) -> Wanted:
+    """The parameters a cell (sink, seed, mode) of this code must have been run with to
+    count, whether it ran on the standalone cluster and its worker kills among them."""
+    return functools.partial(_wanted, args)
+
+
+def _wanted(args: argparse.Namespace, key: CellKey) -> dict[str, Any]:
+    sink, seed, mode = key
     duration = args.duration or FULL["duration"]  # --duration 0 runs none; earlier ones count
-    return {
-        mode: cell_parameters(
-            mode,
-            args.events,
-            args.kills,
-            args.replay_fraction,
-            duration,
-            restarts=args.server_restarts,
-            proxy_faults=args.proxy_faults,
-        )  # fmt: skip
-        for mode in ("seed", "duration")
-    }
+    cluster = on_cluster(seed, mode, args.cluster_every)
+    return cell_parameters(
+        mode,
+        args.events,
+        args.kills,
+        args.replay_fraction,
+        duration,
+        restarts=args.server_restarts,
+        proxy_faults=args.proxy_faults,
+        cluster=cluster,
+        worker_kills=worker_kills(sink, args.kills, cluster),
+    )
 
 
 def _to_run(
@@ -332,7 +401,7 @@ def _run_cells(
                   flush=True)  # fmt: skip
             cell = run_cell(sink, seed, mode, args, env, root)
             date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            cell.update(reduced=reduced, parameters=params, params=wanted[mode],
+            cell.update(reduced=reduced, parameters=params, params=wanted((sink, seed, mode)),
                         fingerprint=ledger.fingerprint, date=date)  # fmt: skip
             changed = code_fingerprint(Path.cwd()) != ledger.fingerprint
             if changed:  # the run may have mixed two versions of the code

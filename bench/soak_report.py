@@ -5,12 +5,14 @@ A cell holds what its ``exactlyonce chaos --json`` report says: the sink and the
 ran (``write_mode``), the pipeline's ``source`` type and where its record IDs come from
 (``id_from``: ``columns``, ``content``, or ``source`` for a Kafka source's coordinates), its
 seed and IDs, the kills of the pipeline itself (``pipeline_kills``: driver, named-point,
-commit-window, worker and drainer kills) apart from ``server_restarts`` (hard and clean)
-and ``worker_kills``, the faults missed, the duplicates, missing and unexpected records as
-the INDEPENDENT reader (``reader``: a client the sink does not use) counted them, and the
-negative control's duplicates under the same schedule (``control_duplicates``). A cell
-passes only when chaos's verdict is EXACTLY ONCE (a clean audit, no fault missed, a control
-that shows duplicates) and, for a seeded cell, it made at least the pipeline kills asked for.
+commit-window, worker and drainer kills) apart from ``server_restarts`` (hard and clean;
+``broker_failovers``: those of them that struck the node holding a role on the 3-node Kafka
+cluster), ``worker_kills`` and whether the cell ran on the standalone cluster (``cluster``),
+the faults missed, the duplicates, missing and unexpected records as the INDEPENDENT reader
+(``reader``: a client the sink does not use) counted them, and the negative control's
+duplicates under the same schedule (``control_duplicates``). A cell passes only when chaos's
+verdict is EXACTLY ONCE (a clean audit, no fault missed, a control that shows duplicates)
+and, for a seeded cell, it made at least the pipeline kills asked for.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def cell_entry(
         "server_restarts": report.get(
             "server_restarts", kinds["server_hard"] + kinds["server_clean"]
         ),
+        "broker_failovers": report.get("broker_failovers", 0),
         "worker_kills": kinds["worker_kills"],
         "commit_window_kills": report.get("commit_window_kills"),
         "faults": report["faults_happened"],
@@ -130,6 +133,7 @@ def matrix(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "chaos_runs": 0, "runs": 0, "faults": 0, "faults_missed": 0, "ids": 0,
              "duplicates": 0, "missing": 0, "unexpected": 0, "seconds": 0.0,
              "pipeline_kills": 0, "fewest_pipeline_kills": None, "server_restarts": 0,
+             "broker_failovers": 0, "cluster_runs": 0,
              "commit_window_kills": 0, "control_duplicates": 0,
              "fewest_control_duplicates": None, "control_commit_window_kills": 0,
              "failed_seeds": [], "inconclusive_seeds": [], "short_seeds": [],
@@ -141,8 +145,10 @@ def matrix(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for k in COUNT_KEYS:
             row[k] += c["fault_kinds"].get(k, 0)
         for k in ("ids", "duplicates", "missing", "unexpected", "server_restarts",
-                  "commit_window_kills", "control_commit_window_kills"):  # fmt: skip
+                  "broker_failovers", "commit_window_kills",
+                  "control_commit_window_kills"):  # fmt: skip
             row[k] += c.get(k) or 0
+        row["cluster_runs"] += 1 if c.get("cluster") else 0
         _count_kills(row, c)
         verdict = cell_verdict(c)
         if verdict != PASSED:
@@ -176,8 +182,9 @@ def _count_kills(row: dict[str, Any], cell: dict[str, Any]) -> None:
 def markdown(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
     """The matrix as a Markdown table (paste into the README)."""
     lines = [
-        "| sink | mode | chaos runs | runs | pipeline kills (fewest in a seeded run) "
-        "| in the commit window | server restarts "
+        "| sink | mode | chaos runs (on the cluster) | runs "
+        "| pipeline kills (fewest in a seeded run) "
+        "| in the commit window | server restarts (broker failovers) "
         "| faults (driver / point / commit / server hard / clean / lost reply "
         "/ refusal / stall / worker / drainer) | IDs "
         "| duplicates | missing | control duplicates (fewest) | time | verdict |",
@@ -188,9 +195,11 @@ def markdown(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
         missed = f", {r['faults_missed']} missed" if r["faults_missed"] else ""
         note = f" ({notes[r['sink']]})" if r["sink"] in notes else ""
         lines.append(
-            f"| {r['sink']}{note} | {_mode(r)} | {r['chaos_runs']} | {r['runs']} "
+            f"| {r['sink']}{note} | {_mode(r)} "
+            f"| {r['chaos_runs']} ({r.get('cluster_runs', 0)}) | {r['runs']} "
             f"| {r['pipeline_kills']} ({r['fewest_pipeline_kills']}) "
-            f"| {r['commit_window_kills']} | {r['server_restarts']} "
+            f"| {r['commit_window_kills']} "
+            f"| {r['server_restarts']} ({r.get('broker_failovers', 0)}) "
             f"| {r['faults']}: {kinds}{missed} "
             f"| {r['ids']:,} | {r['duplicates']} | {r['missing']} "
             f"| {r['control_duplicates']} ({r['fewest_control_duplicates']}) "

@@ -14,7 +14,7 @@ runs selected cells again, keeping the replaced entries as superseded.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ SOAK_GLOBS = ("examples/soak/*.yaml",)
 FINGERPRINT_CHARS = 16
 
 CellKey = tuple[str, int, str]  # (sink, seed, mode)
+Wanted = Callable[[CellKey], dict[str, Any]]  # the parameters a cell must have run with
 
 
 def fingerprint_files(root: Path) -> list[Path]:
@@ -66,8 +67,11 @@ def cell_parameters(
     *,
     restarts: int = 4,
     proxy_faults: int = 3,
+    cluster: bool = False,
+    worker_kills: int = 0,
 ) -> dict[str, Any]:
-    """What must match for an earlier cell to stand for this one (beside sink, seed, mode)."""
+    """What must match for an earlier cell to stand for this one (beside sink, seed, mode):
+    among them whether it ran on the standalone ``cluster`` and its ``worker_kills``."""
     return {
         "events": events,
         "kills": kills,
@@ -75,6 +79,8 @@ def cell_parameters(
         "duration": duration if mode == "duration" else None,
         "server_restarts": restarts,
         "proxy_faults": proxy_faults,
+        "cluster": cluster,
+        "worker_kills": worker_kills,
     }
 
 
@@ -91,9 +97,9 @@ class Ledger:
     current: list[dict[str, Any]] = field(default_factory=list)
     stale: list[dict[str, Any]] = field(default_factory=list)
 
-    def sort_in(self, cells: Iterable[dict[str, Any]], wanted: dict[str, dict[str, Any]]) -> None:
-        """File each earlier cell; ``wanted`` maps a mode ("seed", "duration") to the
-        parameters this soak runs it with."""
+    def sort_in(self, cells: Iterable[dict[str, Any]], wanted: Wanted) -> None:
+        """File each earlier cell; ``wanted`` gives the parameters this soak runs a cell
+        (its key) with."""
         for cell in cells:
             why = self._why_stale(cell, wanted)
             if why:
@@ -101,7 +107,7 @@ class Ledger:
             else:
                 self.current.append(cell)
 
-    def _why_stale(self, cell: dict[str, Any], wanted: dict[str, dict[str, Any]]) -> str:
+    def _why_stale(self, cell: dict[str, Any], wanted: Wanted) -> str:
         if cell.get("stale"):
             return str(cell["stale"])
         theirs = cell.get("fingerprint")
@@ -109,7 +115,7 @@ class Ledger:
             return "run before cells recorded their code fingerprint"
         if theirs != self.fingerprint:
             return f"code fingerprint {theirs}, not {self.fingerprint}"
-        if cell.get("params") != wanted.get(str(cell.get("mode"))):
+        if cell.get("params") != wanted(key_of(cell)):
             return f"other parameters {cell.get('params')}"
         return ""
 

@@ -6,6 +6,9 @@ chaos restarts:
 - a genuine OpenSearch node (``tests/support/opensearch_node.py``: its jars from Maven
   Central) for the OpenSearch cell; not a local service either, so chaos does not restart it
   (the catalog's Redis is restarted, as in every other cell);
+- the 3-node Kafka cluster of the ``kafka3`` cell, a local service of the home
+  (``services up --only kafka3``; started here if it is not up, and left running like the
+  other local services): chaos fails its brokers over (``chaos/brokers.py``);
 - the Redis SINK's redis-server, with AOF (``appendfsync always``) as a sink's Redis must
   have: the local Redis service has no persistence, so a hard restart of a Redis holding the
   sink's data would lose it (not a sink bug). Chaos does not restart it either; it restarts
@@ -127,9 +130,40 @@ def sink_redis(root: Path) -> Iterator[str]:
         yield f"redis://{HOST}:{port}/0"
 
 
+_KAFKA3_UP = (
+    "from exactlyonce.integration.lab.services import kafka_cluster, up; "
+    "up(['kafka3']); print(kafka_cluster.bootstrap())"
+)
+KAFKA3_TIMEOUT_S = 300.0
+
+
+@contextlib.contextmanager
+def kafka3_cluster(root: Path) -> Iterator[str]:
+    """The 3-node Kafka cluster of the home ``root.parent`` (``root`` is its ``soak/``),
+    started if it is not up (its ports: ``EXACTLYONCE_KAFKA3_PORT``, else the home's
+    ``ports.json``, else 19100); yields its bootstrap servers. Left running: chaos restarts
+    its nodes as local services of that home."""
+    env = dict(os.environ, EXACTLYONCE_HOME=str(root.parent))
+    done = subprocess.run(
+        [sys.executable, "-c", _KAFKA3_UP], env=env, capture_output=True, text=True,
+        timeout=KAFKA3_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"soak: the 3-node Kafka cluster did not start:\n{done.stderr[-2000:]}")
+    bootstrap = done.stdout.strip().splitlines()[-1]
+    print(f"SOAK the 3-node Kafka cluster (kafka3) of {root.parent} is up at {bootstrap}")
+    yield bootstrap
+
+
 SINK_SERVERS: dict[str, Callable[[Path], contextlib.AbstractContextManager[str]]] = {
     "es": es_stand_in,
     "os": opensearch_node,
     "redis": sink_redis,
+    "kafka3": kafka3_cluster,
 }
-SINK_SERVER_ENV = {"es": "SOAK_ES_URL", "os": "SOAK_OPENSEARCH_URL", "redis": "SOAK_SINK_REDIS_URL"}
+SINK_SERVER_ENV = {
+    "es": "SOAK_ES_URL",
+    "os": "SOAK_OPENSEARCH_URL",
+    "redis": "SOAK_SINK_REDIS_URL",
+    "kafka3": "SOAK_KAFKA3_BOOTSTRAP",
+}

@@ -277,7 +277,7 @@ def _controlled_table(matrix: list[dict[str, Any]], notes: dict[str, Any]) -> li
             number(row.get("runs")),
             f"{number(row.get('pipeline_kills'))} ({number(row.get('fewest_pipeline_kills'))})",
             number(row.get("commit_window_kills")),
-            number(row.get("server_restarts")),
+            f"{number(row.get('server_restarts'))} ({number(row.get('broker_failovers', 0))})",
             _soak_faults(row, kinds),
             number(row.get("ids")),
             number(row.get("duplicates")),
@@ -296,7 +296,7 @@ def _controlled_table(matrix: list[dict[str, Any]], notes: dict[str, Any]) -> li
             "runs",
             "pipeline kills (fewest in a seeded run)",
             "in the commit window",
-            "server restarts",
+            "server restarts (broker failovers)",
             "faults: driver / point / commit / server hard / clean / lost reply / refusal / "
             "stall / worker / drainer",
             "IDs",

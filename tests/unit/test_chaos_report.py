@@ -396,3 +396,61 @@ def test_the_command_exits_0_only_for_a_clean_audit_every_fault_and_a_failing_co
     assert f"CHAOS: {word} (seed 5, " in out
     doc = json.loads(report.read_text())
     assert doc["exactly_once"] is (code == 0) and doc["result"] == word
+
+
+def test_a_running_3_node_cluster_is_one_server_whose_faults_are_failovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactlyonce.integration.envfile import write_env_file
+    from exactlyonce.integration.lab.chaos.servers import FAILOVER_ROLES
+    from exactlyonce.integration.lab.services.kafka_cluster import KafkaCluster
+
+    assert FAILOVER_ROLES == {"kafka3": ("leader", "controller")}
+    monkeypatch.setenv("EXACTLYONCE_KAFKA3_PORT", "19300")
+    write_env_file(
+        {
+            "EXACTLYONCE_PG_DSN": "postgresql://u:pw@127.0.0.1:1/db",
+            "EXACTLYONCE_REDIS_URL": "redis://127.0.0.1:2/0",
+            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:3",
+        },
+        tmp_path,
+    )
+    nodes = "127.0.0.1:19300,localhost:19301,127.0.0.1:19302"
+    cfg = PipelineConfig.model_validate(
+        {
+            "query_name": "q",
+            "checkpoint": "/tmp/ckpt",
+            "source": {"type": "files", "path": "/tmp/in", "schema": "e STRING"},
+            "sink": {
+                "type": "kafka",
+                "bootstrap_servers": nodes,
+                "topic": "t",
+                "id_columns": ["e"],
+            },
+        }
+    )
+    monkeypatch.setattr(KafkaCluster, "alive", lambda self: [1, 3])
+    servers, skipped = restartable(cfg, tmp_path)  # a node down: no failover on it
+    assert [s.role for s in skipped if s.address.endswith(("19300", "19301", "19302"))] == [
+        "sink"
+    ] * 3
+    monkeypatch.setattr(KafkaCluster, "alive", lambda self: [1, 2, 3])
+    servers, skipped = restartable(cfg, tmp_path)
+    assert [(s.service, s.roles) for s in servers] == [("kafka3", ("sink",))]  # one server
+    assert not [s for s in skipped if s.role == "sink"]
+
+
+def test_servers_restricts_the_restarts_to_the_services_it_names() -> None:
+    import argparse
+
+    from exactlyonce.errors import ConfigError
+    from exactlyonce.integration.lab.chaos.command import _chosen_servers
+    from exactlyonce.integration.lab.chaos.servers import Server
+
+    found = [Server("kafka3", "127.0.0.1:19300", ("sink",)), Server("redis", "r:1", ("catalog",))]
+    servers, skipped = _chosen_servers(argparse.Namespace(servers="kafka3"), found, [])
+    assert servers == found[:1]
+    assert [(k.role, k.address, k.why) for k in skipped] == [("catalog", "r:1", "not in --servers")]
+    assert _chosen_servers(argparse.Namespace(servers=None), found, []) == (found, [])
+    with pytest.raises(ConfigError, match="--servers.*pg: not a local service.*kafka3, redis"):
+        _chosen_servers(argparse.Namespace(servers="pg"), found, [])

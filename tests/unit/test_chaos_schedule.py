@@ -4,6 +4,7 @@ pipeline's addresses match, and the verdict line and JSON report."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,57 @@ def test_the_runs_pipeline_file_names_the_proxied_address_by_variable(tmp_path: 
     assert data["sink"]["dsn"] == "${" + ADDRESS_ENV + "}" and data["sink"]["table"] == "t"
     assert data["spark"] == {"conf": {"a": "b"}, "master": "spark://127.0.0.1:1"}
     assert rewrite_pipeline(str(original), tmp_path / "none.yaml") == (str(original), {})
+
+
+def test_a_clusters_server_faults_take_its_roles_in_turn_and_others_none() -> None:
+    roles = {"kafka3": ("leader", "controller")}
+    for seed in range(30):
+        faults = plan(seed, 12, PG_POINTS, ("kafka3", "redis"), server_faults=6, server_roles=roles)
+        cluster = [f.target for f in faults if f.kind in SERVER_KINDS and f.server == "kafka3"]
+        assert len(cluster) == 3 and None not in cluster
+        assert all(a != b for a, b in zip(cluster, cluster[1:], strict=False))  # in turn
+        assert all(f.target is None for f in faults if f.server == "redis")
+    fault = next(f for f in plan(3, 6, (), ("kafka3",), server_roles=roles) if f.target)
+    assert f"of kafka3's {fault.target} " in fault.describe()
+    # the roles take their turns after the rest is drawn: the schedule is otherwise the same
+    bare = plan(5, 12, PG_POINTS, ("kafka3",), server_faults=4)
+    given = plan(5, 12, PG_POINTS, ("kafka3",), server_faults=4, server_roles=roles)
+    assert [replace(f, target=None) for f in given] == bare
+
+
+@pytest.mark.parametrize(
+    ("role", "leaders", "controller", "node"),
+    [
+        ("controller", {0: 1, 1: 2}, 3, 3),
+        ("leader", {0: 1, 1: 2}, 3, 1),  # neither leader is the controller: the lowest id
+        ("leader", {0: 2, 1: 3, 2: 3}, 1, 3),  # the node leading the most partitions
+        ("leader", {0: 3, 1: 3, 2: 2}, 3, 2),  # a leader that is not the controller first
+        ("leader", {0: 3, 1: -1}, 3, 3),  # the controller when it alone leads
+    ],
+)
+def test_a_failover_strikes_the_broker_that_holds_its_role(
+    role: str, leaders: dict[int, int], controller: int, node: int
+) -> None:
+    from exactlyonce.integration.lab.chaos.brokers import pick_broker
+
+    assert pick_broker(role, leaders, controller) == node
+
+
+def test_a_failover_without_a_leader_or_with_an_unknown_role_refuses() -> None:
+    from exactlyonce.integration.lab.chaos.brokers import pick_broker
+
+    with pytest.raises(RuntimeError, match="no partition of the topic has a leader"):
+        pick_broker("leader", {0: -1}, 1)
+    with pytest.raises(ValueError, match="no broker role 'follower'"):
+        pick_broker("follower", {0: 1}, 1)
+
+
+def test_a_failover_names_the_node_and_the_role_it_held() -> None:
+    from exactlyonce.integration.lab.chaos.brokers import Failover
+
+    assert Failover(2, "leader", "t", 41, 52, 9.0).describe() == (
+        "node 2 (leader of topic t, pid 41)"
+    )
+    assert Failover(3, "controller", "t", 43, 54, 9.0).describe() == (
+        "node 3 (the active controller, pid 43)"
+    )

@@ -144,8 +144,13 @@ def test_a_cell_holds_the_figures_of_its_report() -> None:
 
 
 def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
-    cells = [cell_entry("pg", "seed", _report(s, d), {}) for s, d in ((1, 0), (2, 3))]
+    cells = [
+        cell_entry("pg", "seed", _report(1, 0), {"cluster": False}),
+        # on the standalone cluster; both its server restarts broker failovers
+        cell_entry("pg", "seed", {**_report(2, 3), "broker_failovers": 2}, {"cluster": True}),
+    ]
     (row,) = matrix(cells)
+    assert (row["cluster_runs"], row["broker_failovers"]) == (1, 2)
     assert (row["chaos_runs"], row["runs"], row["faults"], row["ids"]) == (2, 10, 12, 200)
     assert (row["duplicates"], row["failed_seeds"], row["verdict"]) == (3, [2], "FAILED")
     assert (row["pipeline_kills"], row["fewest_pipeline_kills"]) == (8, 4)
@@ -154,7 +159,8 @@ def test_matrix_sums_a_sinks_runs_and_names_failed_seeds() -> None:
     table = markdown([row], {"pg": "note"})
     kinds = "4 / 2 / 2 / 2 / 2 / 0 / 0 / 0 / 0 / 0"  # driver, point, commit, hard, clean, ...
     assert (
-        f"| pg (note) | append | 2 | 10 | 8 (4) | 4 | 4 | 12: {kinds} | 200 | 3 | 0 | 10 (5) "
+        f"| pg (note) | append | 2 (1) | 10 | 8 (4) | 4 | 4 (2) | 12: {kinds} | 200 | 3 | 0 "
+        "| 10 (5) "
         "| 20 s | FAILED |"
     ) in table
 
@@ -207,6 +213,7 @@ def test_a_seeded_run_with_fewer_pipeline_kills_than_asked_fails_its_row() -> No
     [
         ("pg", 27, ["--proxy-faults", "3"]),  # 20 driver kills, 4 restarts, 3 proxy faults
         ("kafka", 24, []),  # no proxy in front of a broker
+        ("kafka3", 24, ["--servers", "kafka3"]),  # every server restart a broker failover
         ("buffer", 27, ["--proxy-faults", "3", "--drainer-kills", "3"]),  # 17 + 3 drainer
     ],
 )
@@ -219,6 +226,69 @@ def test_a_cell_asks_chaos_for_its_pipeline_kills_and_puts_the_other_faults_on_t
     assert fault_arguments(sink, 20) == [
         "--kills", str(total), "--server-faults", "4", "--commit-kills", commits, *extra
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sink", "total", "extra"),
+    [
+        # 16 driver kills (4 in the commit window) + 4 worker kills; 4 restarts, 3 proxy faults
+        ("pg", 27, ["--commit-kills", "4", "--proxy-faults", "3"]),
+        ("kafka", 24, ["--commit-kills", "4"]),
+        # 13 driver kills + 3 drainer kills + 4 worker kills
+        ("buffer", 27, ["--commit-kills", "3", "--proxy-faults", "3", "--drainer-kills", "3"]),
+    ],
+)
+def test_a_cluster_cell_counts_its_worker_kills_among_its_pipeline_kills(
+    sink: str, total: int, extra: list[str]
+) -> None:
+    from bench.soak import SERVER_RESTARTS, fault_arguments
+    from exactlyonce.integration.lab.chaos.schedule import (
+        PROXY_KINDS,
+        Extras,
+        fault_mix,
+    )
+
+    args = fault_arguments(sink, 20, cluster=True)
+    assert args == [
+        "--kills", str(total), "--server-faults", "4", *extra, "--cluster", "--worker-kills", "4"
+    ]  # fmt: skip
+    given = dict(zip(args[::2], args[1::2], strict=False))
+    proxy = int(given.get("--proxy-faults", 0))
+    extras = Extras(
+        proxy_kinds=PROXY_KINDS if proxy else (), proxy_faults=proxy,
+        workers=("worker1", "worker2"), worker_kills=4,
+        drainer=sink == "buffer", drainer_kills=int(given.get("--drainer-kills", 0)),
+    )  # fmt: skip
+    mix = fault_mix(total, 2, 1, server_faults=SERVER_RESTARTS, extras=extras,
+                    commit_kills=int(given["--commit-kills"]))  # fmt: skip
+    assert total - mix.servers - mix.proxy == 20  # what chaos schedules: the cell's kills
+    assert (mix.workers, mix.proxy) == (4, proxy)
+    assert fault_arguments("pg", 5, cluster=True)[-2:] == ["--worker-kills", "1"]
+
+
+def test_seeds_one_and_every_nth_after_it_run_on_the_cluster_never_a_duration_cell() -> None:
+    from bench.soak import on_cluster
+
+    assert [s for s in range(1, 6) if on_cluster(s, "seed", 2)] == [1, 3, 5]
+    assert [s for s in range(1, 6) if on_cluster(s, "seed", 1)] == [1, 2, 3, 4, 5]
+    assert not any(on_cluster(s, "seed", 0) for s in range(1, 6))
+    assert not on_cluster(1, "duration", 1)
+
+
+def test_a_cells_cluster_and_worker_kills_are_part_of_its_parameters() -> None:
+    from bench import soak
+
+    every = soak.wanted_parameters(soak.build_parser().parse_args(["--cluster-every", "1"]))
+    default = soak.wanted_parameters(soak.build_parser().parse_args([]))
+    on, off = every(("pg", 2, "seed")), default(("pg", 2, "seed"))
+    assert (on["cluster"], on["worker_kills"]) == (True, 4)
+    assert (off["cluster"], off["worker_kills"]) == (False, 0)
+    # seed 1 runs on the cluster either way: a cell of one soak counts for the other
+    assert every(("pg", 1, "seed")) == default(("pg", 1, "seed"))
+    assert every(("pg", 6, "duration")) == default(("pg", 6, "duration"))
+    assert not default(("pg", 6, "duration"))["cluster"]
+    few = soak.wanted_parameters(soak.build_parser().parse_args(["--kills", "2"]))
+    assert few(("buffer", 1, "seed"))["worker_kills"] == 1  # at least one, beside a drainer kill
 
 
 def _tree(root: Path) -> Path:
@@ -255,7 +325,9 @@ def _cell(sink: str, seed: int, mode: str = "seed", **extra: object) -> dict[str
 
 
 def test_ledger_keeps_only_this_codes_cells_of_these_parameters_in_the_matrix() -> None:
-    wanted = {m: cell_parameters(m, 100_000, 20, 0.25, 300.0) for m in ("seed", "duration")}
+    def wanted(key: tuple[str, int, str]) -> dict[str, object]:
+        return cell_parameters(key[2], 100_000, 20, 0.25, 300.0)
+
     ledger = Ledger("abc")
     other_params = {**_cell("pg", 3), "params": cell_parameters("seed", 20_000, 4, 0.25, 0)}
     earlier = [
@@ -289,12 +361,16 @@ def test_plan_goes_seed_by_seed_and_skips_cells_this_code_ran(tmp_path: Path) ->
         ("pg", 6, "duration"), ("kafka", 6, "duration"),
     ]  # fmt: skip
     ledger = Ledger("abc")
-    ledger.sort_in([_cell("kafka", 1), _cell("pg", 6, "duration")], soak.wanted_parameters(args))
+    wanted = soak.wanted_parameters(args)
+    done = [_cell("kafka", 1, params=wanted(("kafka", 1, "seed"))), _cell("pg", 6, "duration")]
+    ledger.sort_in([*done, _cell("pg", 1)], wanted)  # pg 1 ran on local[2]: not this cell
+    assert ledger.stale[0]["stale"].startswith("other parameters")
     todo = soak._to_run(soak.plan(args), ledger, redo=False)
     assert ("kafka", 1, "seed") not in todo and ("pg", 6, "duration") not in todo
     assert len(todo) == 4 and len(soak._to_run(soak.plan(args), ledger, redo=True)) == 6
     one_seed = soak.build_parser().parse_args(["--seeds", "1", "--duration", "0"])
-    assert soak.wanted_parameters(one_seed) == soak.wanted_parameters(args)  # same cells count
+    for key in soak.plan(args):  # the same cells count
+        assert soak.wanted_parameters(one_seed)(key) == soak.wanted_parameters(args)(key)
 
 
 def test_each_cell_is_written_with_its_code_and_a_change_mid_cell_makes_it_stale(
@@ -321,7 +397,8 @@ def test_each_cell_is_written_with_its_code_and_a_change_mid_cell_makes_it_stale
     doc = json.loads(out.read_text())
     (done,) = doc["cells"]
     assert (done["seed"], done["fingerprint"]) == (1, "abc") and done["date"]
-    assert done["params"] == soak.wanted_parameters(args)["seed"]
+    assert done["params"] == soak.wanted_parameters(args)(("pg", 1, "seed"))
+    assert (done["params"]["cluster"], done["params"]["worker_kills"]) == (True, 4)
     (stale,) = doc["stale_cells"]
     assert (stale["seed"], stale["stale"]) == (2, "the code changed while it ran")
     assert [r["chaos_runs"] for r in doc["matrix"]] == [1]

@@ -72,6 +72,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="server restarts among the faults (default: a fifth, when local servers "
         "can be restarted)",
     )
+    chaos.add_argument(
+        "--servers",
+        metavar="S,T",
+        help="restart only these of the pipeline's local services (pg, redis, kafka, "
+        "kafka3); the others are named as skipped (default: every one)",
+    )
     _add_extra_arguments(chaos)
     chaos.add_argument(
         "--log-dir", metavar="DIR", help="runs' logs (default: next to the checkpoint)"

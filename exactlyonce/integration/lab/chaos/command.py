@@ -61,6 +61,7 @@ from exactlyonce.integration.lab.chaos.control.clients import client
 from exactlyonce.integration.lab.chaos.control.reading import Tally, expected_keys, tally
 from exactlyonce.integration.lab.chaos.harness import SparkCommits
 from exactlyonce.integration.lab.chaos.report import INCONCLUSIVE, ControlReport
+from exactlyonce.integration.lab.chaos.servers import FAILOVER_ROLES
 from exactlyonce.integration.lab.cluster import Cluster
 from exactlyonce.integration.lab.runs import IDLE_SECONDS
 from exactlyonce.secrets import scrub
@@ -81,7 +82,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     log_dir = Path(args.log_dir or Path(cfg.checkpoint).parent / "chaos-logs")
     log_dir.mkdir(parents=True, exist_ok=True)
-    servers, skipped = restartable(cfg)
+    servers, skipped = _chosen_servers(args, *restartable(cfg))
     services = [s.service for s in servers]
     proxy = _proxy(args, cfg)
     try:
@@ -93,6 +94,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             server_faults=args.server_faults,
             extras=_extras(args, cfg, proxy),
             commit_kills=args.commit_kills,
+            server_roles=FAILOVER_ROLES,
         )
         expected = _expected(args, cfg, seed, log_dir)
         control_why = _control_refusal(args, expected)
@@ -125,6 +127,25 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     if report.exactly_once:
         return EXIT_OK
     return EXIT_INCONCLUSIVE if report.result == INCONCLUSIVE else EXIT_FAILED
+
+
+def _chosen_servers(
+    args: argparse.Namespace, servers: list[Server], skipped: list[Skipped]
+) -> tuple[list[Server], list[Skipped]]:
+    """The servers ``--servers`` names (all by default); the others skipped, saying so."""
+    if args.servers is None:
+        return servers, skipped
+    names = [n.strip() for n in args.servers.split(",") if n.strip()]
+    found = {s.service for s in servers}
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        local = ", ".join(sorted(found)) or "none"
+        raise ConfigError(
+            "--servers", f"{', '.join(unknown)}: not a local service of this pipeline ({local})"
+        )
+    chosen = [s for s in servers if s.service in names]
+    left = [Skipped("/".join(s.roles), s.address, "not in --servers") for s in servers]
+    return chosen, skipped + [k for k, s in zip(left, servers, strict=True) if s not in chosen]
 
 
 def _proxy(args: argparse.Namespace, cfg: PipelineConfig) -> SinkProxy | None:
@@ -163,7 +184,12 @@ def _extras(args: argparse.Namespace, cfg: PipelineConfig, proxy: SinkProxy | No
 def _points(args: argparse.Namespace, cfg: PipelineConfig) -> tuple[str, ...]:
     if args.points is not None:
         return check_points([p.strip() for p in args.points.split(",") if p.strip()])
-    return sink_points(cfg.sink, buffered=getattr(cfg.sink, "buffer", None) is not None)
+    buffered = getattr(cfg.sink, "buffer", None) is not None
+    points = sink_points(cfg.sink, buffered, cluster=args.cluster)
+    if args.cluster:
+        print(f"CHAOS point kills at the driver's points only ({', '.join(points)}): the "
+              "cluster's executors do not inherit a run's environment", flush=True)  # fmt: skip
+    return points
 
 
 def _expected(

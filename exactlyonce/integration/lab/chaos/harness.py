@@ -13,8 +13,10 @@ a live run:
   directory of its own; small COPY chunks for ``mid_copy``, so data is sent before and after
   the point), waits for the point's marker file and SIGKILLs the group there; a run that
   ends without reaching it is a miss;
-- a server fault waits like a random kill, then restarts the server (:mod:`.servers`). A
-  run that died while it was down is restarted;
+- a server fault waits like a random kill, then restarts the server (:mod:`.servers`); on
+  the 3-node Kafka cluster it fails over the node holding the fault's role, a partition
+  leader of the topic the runs write or the active controller (:mod:`.brokers`). A run that
+  died while it was down is restarted;
 - a proxy fault (``lost_reply``, ``refuse``, ``stall``) waits the same way, then has the
   sink's fault proxy (:mod:`.proxy`) carry it out; it happened only if the proxy saw it fire
   (a reply dropped, a connection refused, a reply held);
@@ -45,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exactlyonce.integration.lab.chaos.brokers import fail_over
 from exactlyonce.integration.lab.chaos.control.clients import last_epoch, watch
 from exactlyonce.integration.lab.chaos.control.target import Target, spark_committed
 from exactlyonce.integration.lab.chaos.drainer import DrainerProcess
@@ -73,6 +76,7 @@ from exactlyonce.integration.lab.runs import (
     start_run,
     wait_for_new_epoch,
 )
+from exactlyonce.integration.lab.services.kafka_cluster import TRANSACTION_STATE_TOPIC
 from exactlyonce.integration.lab.services.processes import START_POLL, poll_until
 
 FINAL_ATTEMPTS = 3  # runs the last phase may take (a run can die of a fault's aftermath)
@@ -241,12 +245,27 @@ class Chaos:
         if ended:
             return self._outcome(fault, False, ended)
         hard = fault.kind == SERVER_HARD
-        done = restart(fault.server, hard=hard, down_s=fault.down_s)
-        note = (
-            f"{'SIGKILLed' if hard else 'stopped'} {fault.server} (pid {done.old_pid}) under "
-            f"run {self.runs}, back as pid {done.new_pid} after {done.down_s:.1f} s"
-        )
+        how = "SIGKILLed" if hard else "stopped"
+        if fault.target is not None:
+            failover = fail_over(fault.target, self._topic(), hard=hard, down_s=fault.down_s)
+            note = (
+                f"{how} {fault.server} {failover.describe()} under run {self.runs}, back in "
+                f"sync as pid {failover.new_pid} after {failover.down_s:.1f} s"
+            )
+        else:
+            done = restart(fault.server, hard=hard, down_s=fault.down_s)
+            note = (
+                f"{how} {fault.server} (pid {done.old_pid}) under run {self.runs}, back as "
+                f"pid {done.new_pid} after {done.down_s:.1f} s"
+            )
         return self._outcome(fault, True, f"{note}; {self._after_outage(proc)}")
+
+    def _topic(self) -> str:
+        """The topic whose leader a failover strikes: the one the runs write (else the
+        transaction coordinators')."""
+        if self.written is not None and self.written.kind == "kafka":
+            return self.written.name
+        return TRANSACTION_STATE_TOPIC
 
     def _proxy_fault(self, fault: Fault) -> Outcome:
         assert self.proxy is not None

@@ -168,6 +168,15 @@ def server_restarts(outcomes: list[Outcome]) -> int:
     return sum(1 for o in outcomes if o.happened and o.fault.kind in SERVER_KINDS)
 
 
+def broker_failovers(outcomes: list[Outcome]) -> int:
+    """Server restarts that happened as failovers: of the node holding a role on a cluster."""
+    return sum(
+        1
+        for o in outcomes
+        if o.happened and o.fault.kind in SERVER_KINDS and o.fault.target is not None
+    )
+
+
 def window_kills(outcomes: list[Outcome]) -> int:
     """Kills that landed between a sink commit and Spark's commit log."""
     return sum(1 for o in outcomes if o.in_window)
@@ -269,6 +278,7 @@ def report_json(report: ChaosReport) -> dict[str, Any]:
         "not_evidence": report.not_evidence(),
         "pipeline_kills": pipeline_kills(report.outcomes),
         "server_restarts": server_restarts(report.outcomes),
+        "broker_failovers": broker_failovers(report.outcomes),
         "worker_kills": fault_counts(report.outcomes)[WORKER_KILL],
         "commit_window_kills": window_kills(report.outcomes),
         "faults_happened": len(report.outcomes) - len(report.missed),
@@ -328,6 +338,7 @@ def _control_json(c: ControlReport) -> dict[str, Any]:
         "duplicates": c.duplicates,
         "pipeline_kills": pipeline_kills(c.outcomes),
         "server_restarts": server_restarts(c.outcomes),
+        "broker_failovers": broker_failovers(c.outcomes),
         "commit_window_kills": window_kills(c.outcomes),
         "faults_happened": len(c.outcomes) - len(c.missed),
         "faults_missed": len(c.missed),

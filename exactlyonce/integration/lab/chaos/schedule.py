@@ -15,7 +15,9 @@ Kinds:
   next write commit becomes visible;
 - ``server_hard`` / ``server_clean``: the local service ``server`` (``pg``, ``redis``,
   ``kafka``) SIGKILLed or stopped cleanly once the run shows ``epochs`` new epochs and
-  ``delay_s`` passed, kept down ``down_s``, and started again on its data;
+  ``delay_s`` passed, kept down ``down_s``, and started again on its data; on a cluster
+  (``kafka3``) the node that holds the role ``target`` then (``leader``, ``controller``:
+  the roles in turn, from a seeded start), a failover;
 - ``lost_reply`` / ``refuse`` / ``stall``: through the TCP proxy chaos puts in front of the
   sink's server (:mod:`exactlyonce.integration.lab.fault_proxy`), after the same wait: the reply
   to the sink's next commit-like request is lost after the server applied it; new
@@ -34,8 +36,8 @@ before it is always one that a kill ended.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from exactlyonce.connectors import registry
@@ -68,7 +70,11 @@ PIPELINE_KILL_KINDS = (DRIVER_KILL, POINT_KILL, COMMIT_KILL, WORKER_KILL, DRAINE
 RUN_KILL_KINDS = (DRIVER_KILL, POINT_KILL, COMMIT_KILL)  # the run ends: its window is judged
 LIVE_KINDS = (*SERVER_KINDS, *PROXY_KINDS, WORKER_KILL, DRAINER_KILL)  # the run goes on
 
-BUFFERED_POINTS = ("before_write", "after_head")  # a buffered run writes the buffer topic
+# The points a run reaches in its driver (before the tasks, after the head). A standalone
+# cluster's executors are started by its workers and do not inherit a run's environment, so
+# the points inside a task never fire there.
+DRIVER_POINTS = ("before_write", "after_head")
+BUFFERED_POINTS = DRIVER_POINTS  # a buffered run writes the buffer topic
 SERVER_SHARE = 0.2  # of the faults, by default, when local servers can be restarted
 POINT_SHARE = 0.3  # of the driver kills, by default, at named points
 COMMIT_SHARE = 0.3  # of the driver kills, by default, aimed at the commit window
@@ -90,7 +96,7 @@ class Fault:
     epochs: int = 1
     delay_s: float = 0.0
     down_s: float = 0.0
-    target: str | None = None  # the worker of a worker kill
+    target: str | None = None  # the worker of a worker kill; the role a failover strikes
 
     def describe(self) -> str:
         """``fault 3/20: point_kill at mid_copy`` (without the ``fault 3/20: ``)."""
@@ -103,7 +109,8 @@ class Fault:
             return f"SIGKILL driver as its next commit becomes visible, {when}"
         if self.kind in SERVER_KINDS:
             how = "SIGKILL" if self.kind == SERVER_HARD else "clean stop"
-            return f"{how} of {self.server} {when}, down {self.down_s:.1f} s, restarted"
+            what = f"{self.server}'s {self.target}" if self.target else self.server
+            return f"{how} of {what} {when}, down {self.down_s:.1f} s, restarted"
         return _EXTRA_TEXT[self.kind].format(f=self, when=when)
 
 
@@ -149,10 +156,12 @@ class Mix:
         return self.total - others - self.commits
 
 
-def sink_points(sink: Any, buffered: bool) -> tuple[str, ...]:
+def sink_points(sink: Any, buffered: bool, cluster: bool = False) -> tuple[str, ...]:
     """The write path's named points a run of ``sink`` (its config) reaches under
-    ``exactlyonce run``, in order (the registry's :class:`ChaosTraits`)."""
-    return BUFFERED_POINTS if buffered else registry.kind_of(sink).chaos.write_points()
+    ``exactlyonce run``, in order (the registry's :class:`ChaosTraits`); on a standalone
+    ``cluster``, the driver's only."""
+    points = BUFFERED_POINTS if buffered else registry.kind_of(sink).chaos.write_points()
+    return tuple(p for p in points if p in DRIVER_POINTS) if cluster else points
 
 
 def run_points() -> frozenset[str]:
@@ -249,11 +258,14 @@ def plan(
     server_faults: int | None = None,
     extras: Extras = Extras(),  # noqa: B008 (frozen)
     commit_kills: int | None = None,
+    server_roles: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Fault]:
     """``kills`` faults from ``seed``: driver kills (random, aimed at the commit window, and
     at ``points``, the points used evenly) shuffled, with server faults on ``servers`` (hard
-    and clean in turn, from a seeded start), then the ``extras``' faults (proxy kinds in
-    turn, workers in turn, from seeded starts), each placed where no point kill follows it."""
+    and clean in turn, from a seeded start; a server of ``server_roles`` gets its roles in
+    turn as the ``target`` of its faults, from a seeded start), then the ``extras``' faults
+    (proxy kinds in turn, workers in turn, from seeded starts), each placed where no point
+    kill follows it."""
     rng = random.Random(seed)
     mix = fault_mix(
         kills,
@@ -273,7 +285,21 @@ def plan(
     rng.shuffle(kinds)
     _place_servers(rng, kinds, list(servers), mix.servers)
     _place_extras(rng, kinds, extras, mix)
-    return [_fault(rng, n, kind, target) for n, (kind, target) in enumerate(kinds, 1)]
+    faults = [_fault(rng, n, kind, target) for n, (kind, target) in enumerate(kinds, 1)]
+    return _with_roles(rng, faults, server_roles or {})
+
+
+def _with_roles(
+    rng: random.Random, faults: list[Fault], server_roles: Mapping[str, Sequence[str]]
+) -> list[Fault]:
+    """Each server fault on a server of ``server_roles`` with that server's roles in turn
+    (from a seeded start) as its ``target``."""
+    for server, roles in server_roles.items():
+        at = [i for i, f in enumerate(faults) if f.kind in SERVER_KINDS and f.server == server]
+        start = rng.randrange(len(roles)) if at and roles else 0
+        for turn, i in enumerate(at):
+            faults[i] = replace(faults[i], target=roles[(start + turn) % len(roles)])
+    return faults
 
 
 def _place_extras(

@@ -6,6 +6,9 @@ services``) under this checkout's services home (``EXACTLYONCE_HOME``, else
 Kafka source's or buffer's brokers) matches the address in that home's ``services.env``, its
 process runs, and the port it would be started on again is the one it listens on. Every other
 address is named in the output as skipped, with the reason: nothing is skipped silently.
+The 3-node Kafka cluster (``services up --only kafka3``) is one server, ``kafka3``, when its
+three nodes run and the pipeline's brokers are theirs; its faults are broker failovers
+(:mod:`.brokers`), each striking the node that holds a role (:data:`FAILOVER_ROLES`).
 
 A hard restart SIGKILLs the service's process group (PostgreSQL's postmaster and its
 backends, as a power cut would), a clean one stops it the way ``services down`` does; both
@@ -28,6 +31,7 @@ from exactlyonce.errors import ConfigError
 from exactlyonce.integration.config import PipelineConfig
 from exactlyonce.integration.config.sources import KafkaSourceConfig
 from exactlyonce.integration.envfile import home_dir, service_env
+from exactlyonce.integration.lab.chaos.brokers import ROLES, SERVICE, cluster_addresses
 from exactlyonce.integration.lab.services import (
     SERVICES,
     port,
@@ -51,6 +55,8 @@ _ENV_OF = {
     "kafka": "KAFKA_BOOTSTRAP_SERVERS",
 }
 GONE_TIMEOUT_S = 60.0
+# The servers whose faults strike the node holding a role, the roles taken in turn.
+FAILOVER_ROLES: dict[str, tuple[str, ...]] = {SERVICE: ROLES}
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,7 @@ def _local_services(home: Path | None) -> tuple[dict[str, str], str]:
         if name == "kafka" and not _kafka_ports_kept(root):
             continue
         found[address] = name
-    return found, ""
+    return {**found, **cluster_addresses(root)}, ""
 
 
 def _kafka_ports_kept(root: Path) -> bool:

@@ -150,11 +150,14 @@ class Watch:
 
 
 def prepare(t: Target, partitions: int = 2) -> None:
-    """The control's topic (``partitions`` partitions, one replica)."""
+    """The control's topic (``partitions`` partitions, as many replicas as the brokers'
+    default, like the sink's topics): with one replica, a broker failover on a cluster would
+    be an outage for the control (its partition offline while its only node is down) where
+    the sink's topic fails over, and the two sides would not meet the same faults."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": t.address, **dict(t.options)})
-    done = admin.create_topics([NewTopic(t.name, partitions, 1)])
+    done = admin.create_topics([NewTopic(t.name, partitions, replication_factor=-1)])
     for future in done.values():
         future.result(timeout=30)
 
