@@ -170,7 +170,7 @@ def test_a_kafka_source_row_names_its_source_and_where_its_ids_come_from() -> No
     report = {**_report(1, 0), "source": "kafka", "id_from": "source"}
     (row,) = matrix([cell_entry("pg-ks-source", "seed", report, {"kills_requested": 4})])
     assert (row["source"], row["id_from"], row["verdict"]) == ("kafka", "source", "EXACTLY ONCE")
-    assert "| pg-ks-source | append, kafka source, id_from source | 1 | 5 | 4 (4) |" in (
+    assert "| pg-ks-source | append, kafka source, id_from source | 1 (0) | 5 | 4 (4) |" in (
         markdown([row], {})
     )
 
