@@ -1,8 +1,10 @@
-"""A Spark Real-time Mode job: a Kafka topic -> ``foreach(writer)`` into a PostgreSQL table.
+"""A Spark Real-time Mode job: a Kafka topic -> ``foreach(writer)`` into a PostgreSQL table
+(``--sink postgres``) or another Kafka topic (``--sink kafka``; ``--table`` names it).
 
-``--writer frontier``: ``PostgresSink.realtime()`` (exactly once by source frontiers);
+``--writer frontier``: the sink's ``realtime()`` writer (exactly once by source frontiers);
 ``--writer plain``: the negative control, a foreach writer that INSERTs each row in its own
-transaction with no frontier (at-least-once, as users write it by hand).
+transaction, or produces it with an idempotent, non-transactional producer, with no frontier
+(at-least-once, as users write it by hand).
 
 Runs until the file ``<checkpoint>.stop`` appears, then stops the query and exits 0. Each
 row holds the source coordinates and the event's ``event_id``.
@@ -11,6 +13,7 @@ row holds the source coordinates and the event's ``event_id``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -20,7 +23,7 @@ import psycopg
 from psycopg import sql
 from pyspark.sql import functions as F
 
-from exactlyonce.connectors import PostgresSink
+from exactlyonce.connectors import KafkaSink, PostgresSink
 from tests.crash import job_common
 
 
@@ -56,6 +59,51 @@ class PlainInsertWriter:
         self.conn.close()
 
 
+class PlainProduceWriter:
+    """The negative control for Kafka: every row produced at once (idempotent producer, no
+    transaction), flushed at the epoch's end; a re-run epoch produces its rows again."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        # Imported here: cloudpickle ships this class by value, and a C type among its
+        # globals failed to unpickle in the worker ("type object 'Producer' has no
+        # attribute '__bool__'").
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        )
+        return True
+
+    def process(self, row: Any) -> None:
+        value = {"topic": row.topic, "partition": row.partition, "offset": row.offset}
+        self.producer.produce(self.topic, json.dumps({**value, "event_id": row.event_id}))
+        self.producer.poll(0)
+
+    def close(self, error: BaseException | None) -> None:
+        self.producer.flush(30)
+
+
+def frontier_writer(args: argparse.Namespace, schema: Any) -> Any:
+    """The sink's Real-time Mode writer for this job's stream."""
+    per_record = "many" if args.explode else "one"
+    if args.sink == "kafka":
+        bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+        kafka = KafkaSink(bootstrap, args.table, None, args.query_name, id_from="content")
+        return kafka.realtime(schema, rows_per_source_record=per_record)
+    dsn = os.environ["EXACTLYONCE_PG_DSN"]
+    sink = PostgresSink(dsn, args.table, None, args.query_name, id_from="content", mode="append")
+    return sink.realtime(schema, rows_per_source_record=per_record)
+
+
+def plain_writer(args: argparse.Namespace) -> Any:
+    if args.sink == "kafka":
+        return PlainProduceWriter(os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.table)
+    return PlainInsertWriter(os.environ["EXACTLYONCE_PG_DSN"], args.table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--input", help="unused (the harness passes it)")
@@ -65,6 +113,7 @@ def main() -> None:
     parser.add_argument("--table", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--writer", default="frontier", choices=["frontier", "plain"])
+    parser.add_argument("--sink", default="postgres", choices=["postgres", "kafka"])
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--drop", default="", help="a source column to leave out")
     parser.add_argument("--explode", type=int, default=0, help="rows per source record")
@@ -74,7 +123,6 @@ def main() -> None:
     spark = job_common.crash_session(
         "rtm-job", args.master, {"spark.buffer.size": "1"}, connectors=True
     )
-    dsn = os.environ["EXACTLYONCE_PG_DSN"]
     source = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", os.environ["KAFKA_BOOTSTRAP_SERVERS"])
@@ -93,13 +141,9 @@ def main() -> None:
     if args.explode:
         stream = stream.withColumn("n", F.explode(F.sequence(F.lit(1), F.lit(args.explode))))
     if args.writer == "frontier":
-        sink = PostgresSink(
-            dsn, args.table, None, args.query_name, id_from="content", mode="append"
-        )
-        per_record = "many" if args.explode else "one"
-        writer: Any = sink.realtime(stream.schema, rows_per_source_record=per_record)
+        writer = frontier_writer(args, stream.schema)
     else:
-        writer = PlainInsertWriter(dsn, args.table)
+        writer = plain_writer(args)
     query = (
         stream.writeStream.foreach(writer)
         .trigger(realTime="5 seconds")

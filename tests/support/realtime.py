@@ -120,11 +120,15 @@ class RealtimeJob(Job):
 
     topic: str = ""
     writer: str = "frontier"
+    sink: str = "postgres"  # or "kafka": ``table`` then names the output topic
     master: str = "local[4]"
     script: ClassVar[Path] = REALTIME_JOB
 
     def sink_args(self) -> list[str]:
-        return ["--table", self.table, "--topic", self.topic, "--writer", self.writer]
+        return [
+            *("--table", self.table, "--topic", self.topic),
+            *("--writer", self.writer, "--sink", self.sink),
+        ]
 
     spark_leftovers: list[str] = field(default_factory=list)
 

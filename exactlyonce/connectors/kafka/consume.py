@@ -320,3 +320,29 @@ def exact_end_offsets(
                     raise SinkUnavailableError(f"reading the end of {topic!r}: {err.str()}")
         client.unassign()
     return ends
+
+
+SCAN_WINDOW = 2_000  # records read back from the end first; quadrupled while not found
+
+
+def latest_of_key(
+    client: Consumer, topic: str, partition: int, key: bytes, timeout_s: float
+) -> tuple[int, bytes | None] | None:
+    """The last record under ``key`` in the partition, as ``(offset, value)`` (value None: a
+    tombstone), or None when no record has that key: read back from the partition's exact
+    end in windows of :data:`SCAN_WINDOW` records, quadrupled while the key is not found (the
+    client's isolation decides whether aborted records count)."""
+    # Not the low watermark: some brokers put it above the first record (START).
+    low = log_start_offset(client, topic, partition, timeout_s)
+    end = exact_end_offsets(client, topic, [partition], timeout_s)[partition]
+    window = SCAN_WINDOW
+    while end > low:
+        start = max(low, end - window)
+        latest: tuple[int, bytes | None] | None = None
+        for msg in drain(client, {(topic, partition): (start, end)}, timeout_s * 6, topic):
+            if msg.key() == key:
+                latest = (offset_of(msg), msg.value())
+        if latest is not None:
+            return latest
+        end, window = start, window * 4
+    return None

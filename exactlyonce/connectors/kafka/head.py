@@ -29,7 +29,7 @@ from exactlyonce.connectors.kafka.clients import KafkaClients, init_transactions
 from exactlyonce.connectors.kafka.consume import (
     drain,
     exact_end_offsets,
-    log_start_offset,
+    latest_of_key,
     offset_of,
     partitions_of,
 )
@@ -45,8 +45,6 @@ from exactlyonce.connectors.kafka.protocol import (
 from exactlyonce.errors import SinkUnavailableError
 
 log = logging.getLogger("exactlyonce.kafka")
-
-SCAN_WINDOW = 2_000  # records read back from the end first; quadrupled while not found
 
 
 class ControlTopicHeads:
@@ -118,26 +116,13 @@ class ControlTopicHeads:
     def _scan_back(
         self, client: Consumer, partition: int, key: bytes
     ) -> tuple[bool, HeadRecord | None]:
-        # Not the low watermark: some brokers put it above the first record (consume.START).
-        low = log_start_offset(client, self.control_topic, partition, self.connect_timeout)
-        end = exact_end_offsets(client, self.control_topic, [partition], self.connect_timeout)[
-            partition
-        ]
-        window = SCAN_WINDOW
-        while end > low:
-            start = max(low, end - window)
-            latest: tuple[int, bytes | None] | None = None
-            ranges = {(self.control_topic, partition): (start, end)}
-            for msg in drain(client, ranges, self.connect_timeout * 6, "the control topic"):
-                if msg.key() == key:
-                    latest = (offset_of(msg), msg.value())
-            if latest is not None:
-                offset, value = latest
-                if not value:
-                    return True, None  # deleted by reset_head
-                return True, HeadRecord.parse(value, partition, offset)
-            end, window = start, window * 4
-        return False, None
+        latest = latest_of_key(client, self.control_topic, partition, key, self.connect_timeout)
+        if latest is None:
+            return False, None
+        offset, value = latest
+        if not value:
+            return True, None  # deleted by reset_head
+        return True, HeadRecord.parse(value, partition, offset)
 
     def read_head(self) -> Head | None:
         """The head (None before the first epoch); remembers it. Fences nothing: the start

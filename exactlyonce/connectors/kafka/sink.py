@@ -16,12 +16,20 @@ from exactlyonce.connectors.base.config import (
     Unset,
     given,
 )
+from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
+from exactlyonce.connectors.base.realtime import (
+    RealtimeOptions,
+    RealtimeWriter,
+    row_buffer_warning,
+)
 from exactlyonce.connectors.base.rewind import Refused, Rewind
 from exactlyonce.connectors.kafka import check as _check
 from exactlyonce.connectors.kafka import preflight as _preflight
+from exactlyonce.connectors.kafka.avro import AVRO
 from exactlyonce.connectors.kafka.clients import KafkaClients
 from exactlyonce.connectors.kafka.config import KafkaSinkConfig
+from exactlyonce.connectors.kafka.connect_json import JSON_WITH_SCHEMA
 from exactlyonce.connectors.kafka.head import ControlTopicHeads
 from exactlyonce.connectors.kafka.projection import (
     check_key_and_value,
@@ -33,6 +41,7 @@ from exactlyonce.connectors.kafka.protocol import (
     ID_COLUMN,
 )
 from exactlyonce.connectors.kafka.reader import Commits, confirmed_ids, load_commits
+from exactlyonce.connectors.kafka.realtime import KafkaFrontierTarget, read_frontiers
 from exactlyonce.connectors.kafka.target import KafkaTarget
 from exactlyonce.connectors.kafka.writer import KafkaShardWriter
 from exactlyonce.dedup.config import DedupConfig
@@ -84,6 +93,19 @@ class KafkaSink(ExactlyOnceSink):
 
     Which of the two kinds of broker it talks to, the sink measures once at preflight: it aborts
     a transaction and checks whether a ``read_committed`` consumer still sees its record.
+
+    Spark Real-time Mode (``df.writeStream.foreach(sink.realtime(schema=df.schema))
+    .trigger(realTime="5 seconds")``, Apache Kafka only, a Kafka source whose topic, partition
+    and offset columns reach the writer, ``value="json"`` or a column): every source record is
+    in the topic exactly once for a plain ``read_committed`` consumer, visible within the
+    commit interval (0.1 s by default), through task re-runs, driver crashes and a deleted
+    checkpoint. Mechanism (:mod:`exactlyonce.connectors.kafka.realtime`): per source partition
+    one transactional producer, whose stable ``transactional.id`` fences the older writers of
+    that partition before it reads the partition's frontier (the next source offset to write)
+    from the control topic; each chunk of a source partition's rows goes in ONE transaction
+    with its new frontier; a re-run skips rows below the frontier. Duplicates that an
+    at-least-once upstream sent as distinct source records are written as such (the catalog is
+    not used in this mode).
 
     Through Spark's format API (``df.writeStream.format("exactlyonce").option("sink", "kafka")``)
     tasks are Spark partitions, not shards: there the transactions are per partition, their
@@ -304,6 +326,78 @@ class KafkaSink(ExactlyOnceSink):
             timeout_s=max(60.0, self.connect_timeout),
             trust_markers=trust_markers,
             since_offset=since_offset,
+        )
+
+    # -- Spark Real-time Mode (see .realtime) -------------------------------------------
+
+    def realtime(
+        self,
+        schema: StructType | None = None,
+        *,
+        commit_interval: float = 0.1,
+        max_pending_rows: int = 10_000,
+        rows_per_source_record: RowsPerRecord = "one",
+        source_columns: Sequence[str] = ("topic", "partition", "offset"),
+    ) -> RealtimeWriter:
+        """A ``foreach`` writer for Spark Real-time Mode, exactly once by source frontiers
+        (the class docstring; options: :class:`~exactlyonce.connectors.base.realtime.
+        RealtimeOptions`). Preflights the broker and the topics now, in the driver; with
+        ``schema`` (the stream's), checks the source, key and value columns too."""
+        columns = tuple(source_columns)
+        if len(columns) != 3:
+            raise ConfigError("source_columns", f"three columns, got {list(columns)}")
+        if self.value in (AVRO, JSON_WITH_SCHEMA):
+            raise ConfigError(
+                "value", f"{self.value!r} is not available in Real-time Mode yet: use 'json' or "
+                "a string or binary column",
+            )  # fmt: skip
+        options = RealtimeOptions(
+            commit_interval, max_pending_rows, rows_per_source_record, columns
+        )
+        if schema is not None:
+            options.refuse_missing(schema.names)
+            check_key_and_value(schema, self.key_column, self.value)
+        self.preflight()
+        if not self.hides_aborted:
+            raise ConfigError(
+                "bootstrap_servers",
+                f"{self.bootstrap_servers} delivers aborted records to read_committed "
+                "consumers: Real-time Mode needs a broker that hides them (Apache Kafka), "
+                "since its readers are plain read_committed consumers",
+            )
+        target = KafkaFrontierTarget(
+            bootstrap_servers=self.bootstrap_servers,
+            config=self._config,
+            topic=self.topic,
+            control_topic=self.control_topic,
+            control_partition=self._control_partition,
+            query_name=self.query_name,
+            sink_name=self.sink_name,
+            key_column=self.key_column,
+            value=self.value,
+            source_columns=(columns[0], columns[1], columns[2]),
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            timeout_s=max(60.0, self.connect_timeout),
+        )
+        warning = row_buffer_warning()
+        if warning is not None:
+            log.warning("%s: %s", self, warning)
+        ids = None if self.ids.content else self.ids.columns
+        return RealtimeWriter(target, options, ids)
+
+    def source_frontiers(self) -> dict[SourceKey, int]:
+        """The source frontiers the Real-time Mode writer committed for this query (the next
+        Kafka offset to write per (topic, partition)), read from the control topic; empty
+        when it never ran."""
+        self.preflight()
+        return read_frontiers(
+            self.bootstrap_servers,
+            self._user_config(),
+            self.control_topic,
+            self._control_partition,
+            self.query_name,
+            self.sink_name,
+            max(60.0, self.connect_timeout),
         )
 
     # -- the write ---------------------------------------------------------------------

@@ -1,0 +1,205 @@
+"""KafkaSink.realtime(): Spark Real-time Mode into a Kafka topic, exactly once by source
+frontiers (one transaction per source partition's chunk, with its frontier).
+
+The first test runs the real pipeline (Kafka, 2 partitions -> ``trigger(realTime=...)`` ->
+the writer -> another topic) in a subprocess (tests/crash/realtime_job.py, ``local[4]``). The
+others drive the writer as Spark's task does (``open``/``process``/``close``) against the
+real broker. Audits read the output with kafka-python, a plain ``read_committed`` consumer
+(a client the sink does not use).
+"""
+
+from __future__ import annotations
+
+import pickle
+import statistics
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import Row
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from exactlyonce.connectors import KafkaSink
+from exactlyonce.connectors.base.realtime import RealtimeWriter
+from exactlyonce.errors import ConfigError, FrontierMovedError
+from tests.support.kafka_audit import field_counts
+from tests.support.realtime import EventProducer, RealtimeJob, end_offsets, make_topic
+
+SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("event_id", StringType()),
+    ]
+)
+EVENTS = 2_000
+
+
+def sink_of(bootstrap: str, topic: str, **options: Any) -> KafkaSink:
+    options = {"id_from": "content", "create_topic": True, "partitions": 2, **options}
+    return KafkaSink(bootstrap, topic, None, topic, **options)
+
+
+def writer_of(bootstrap: str, topic: str, **options: Any) -> RealtimeWriter:
+    return sink_of(bootstrap, topic).realtime(SCHEMA, commit_interval=60, **options)
+
+
+def rows(offsets: range, partition: int = 0, topic: str = "t") -> list[Row]:
+    return [Row(topic=topic, partition=partition, offset=o, event_id=f"e{o}") for o in offsets]
+
+
+def run_epoch(writer: RealtimeWriter, epoch: int, rows: list[Row], partition_id: int = 0) -> None:
+    writer.open(partition_id, epoch)
+    error: BaseException | None = None
+    try:
+        for row in rows:
+            writer.process(row)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        writer.close(error)
+
+
+def counts(bootstrap: str, topic: str) -> Counter[str]:
+    return field_counts(bootstrap, topic, "event_id")
+
+
+class Watcher:
+    """A kafka-python read_committed consumer of the output: when each event first showed."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.seen: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(bootstrap, topic), daemon=True)
+        self.thread.start()
+
+    def _run(self, bootstrap: str, topic: str) -> None:
+        import json
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from kafka import KafkaConsumer
+
+            consumer = KafkaConsumer(
+                topic,
+                bootstrap_servers=bootstrap,
+                isolation_level="read_committed",
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                group_id=None,
+            )
+            try:
+                while not self.stop.is_set():
+                    for records in consumer.poll(timeout_ms=20).values():
+                        now = time.time()
+                        for record in records:
+                            self.seen.setdefault(json.loads(record.value)["event_id"], now)
+            finally:
+                consumer.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def test_realtime_mode_writes_each_event_once(
+    bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    out = f"{unique_name}-out"
+    make_topic(bootstrap, unique_name)
+    sink_of(bootstrap, out).realtime(SCHEMA)  # the topics, now
+    watcher = Watcher(bootstrap, out)
+    job = RealtimeJob(tmp_path, out, "", topic=unique_name, sink="kafka")
+    try:
+        job.start()
+        job.wait_started()
+        producer = EventProducer(bootstrap, unique_name, EVENTS, rate=200).start()
+        producer.join()
+        job._wait(lambda: len(watcher.seen) >= EVENTS, 90, f"{EVENTS} events in {out}")
+        job.stop()
+    finally:
+        job.stop_if_running()
+        watcher.close()
+
+    found = counts(bootstrap, out)
+    assert set(found) == producer.expected, "missing or unexpected events"
+    assert {e: n for e, n in found.items() if n != 1} == {}, "events written more than once"
+    assert sink_of(bootstrap, out).source_frontiers() == {
+        (unique_name, p): n for p, n in end_offsets(bootstrap, unique_name).items()
+    }
+    latencies = sorted(watcher.seen[e] - producer.sent[e] for e in producer.expected)
+    p50, p99 = statistics.median(latencies), latencies[int(len(latencies) * 0.99)]
+    # Printed, not asserted: on two shared cores Spark hands a Python foreach writer its
+    # rows in bursts under load (measured: the PostgreSQL writer's p50 went from under 2.5 s
+    # to 4.3 s while a test suite ran beside it). Latency is measured by a benchmark.
+    print(f"visibility latency: p50 {p50:.3f}s p99 {p99:.3f}s max {latencies[-1]:.3f}s")
+
+
+def test_a_rerun_skips_what_the_frontier_covers(bootstrap: str, unique_name: str) -> None:
+    run_epoch(writer_of(bootstrap, unique_name), 3, [*rows(range(10)), *rows(range(4), 1)])
+    sink = sink_of(bootstrap, unique_name)
+    assert sink.source_frontiers() == {("t", 0): 10, ("t", 1): 4}
+    again = writer_of(bootstrap, unique_name)
+    run_epoch(again, 3, [*rows(range(15)), *rows(range(6), 1)])  # the epoch, re-run, longer
+    assert again.tracker.skipped == 14
+    # each offset once per partition; both partitions' events are named e0, e1, ...
+    expected = {f"e{o}": 2 for o in range(6)} | {f"e{o}": 1 for o in range(6, 15)}
+    assert counts(bootstrap, unique_name) == expected
+    assert sink.source_frontiers() == {("t", 0): 15, ("t", 1): 6}
+
+
+def test_a_fenced_writer_writes_nothing(bootstrap: str, unique_name: str) -> None:
+    slow, fast = writer_of(bootstrap, unique_name), writer_of(bootstrap, unique_name)
+    slow.open(0, 1)
+    slow.process(rows(range(1))[0])  # its producer started, the frontier read: none yet
+    run_epoch(fast, 1, rows(range(5)))  # another attempt of the task fences it, commits first
+    with pytest.raises(FrontierMovedError, match="fenced"):
+        slow.close(None)
+    assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(5)}
+    assert sink_of(bootstrap, unique_name).source_frontiers() == {("t", 0): 5}
+
+
+def test_a_failed_epoch_leaves_nothing_visible(bootstrap: str, unique_name: str) -> None:
+    writer = writer_of(bootstrap, unique_name, max_pending_rows=3)
+    with pytest.raises(ConfigError, match="shuffle"):
+        run_epoch(writer, 0, [*rows(range(2)), *rows(range(0, 1))])
+    assert counts(bootstrap, unique_name) == {}  # 2 rows pending, never committed
+    assert sink_of(bootstrap, unique_name).source_frontiers() == {}
+
+
+def test_a_key_column_and_a_value_column(bootstrap: str, unique_name: str) -> None:
+    sink = sink_of(bootstrap, unique_name, key_column="event_id", value="event_id")
+    writer = sink.realtime(SCHEMA, commit_interval=60)
+    run_epoch(writer, 0, rows(range(3)))
+    from tests.support.kafka_audit import read_topic
+
+    records = sorted((r.key, r.value) for r in read_topic(bootstrap, unique_name))
+    assert records == [(f"e{o}".encode(), f"e{o}".encode()) for o in range(3)]
+
+
+def test_formats_it_cannot_write_and_missing_columns_are_refused_before_the_stream(
+    bootstrap: str, unique_name: str
+) -> None:
+    with pytest.raises(ConfigError, match="value.*Real-time Mode"):
+        sink_of(bootstrap, unique_name, value="avro").realtime(SCHEMA)
+    without_offset = StructType([f for f in SCHEMA.fields if f.name != "offset"])
+    with pytest.raises(ConfigError, match=r"source_columns.*\['offset'\]"):
+        sink_of(bootstrap, unique_name).realtime(without_offset)
+    with pytest.raises(ConfigError, match="key_column"):
+        sink_of(bootstrap, unique_name, key_column="nope").realtime(SCHEMA)
+
+
+def test_the_writer_pickles_without_a_producer(bootstrap: str, unique_name: str) -> None:
+    writer = writer_of(bootstrap, unique_name)
+    writer.open(0, 0)
+    writer.process(rows(range(1))[0])
+    copy = pickle.loads(pickle.dumps(writer))
+    writer.close(RuntimeError("stop"))
+    assert copy.store is None and copy.lock is None and copy.options == writer.options
+    assert counts(bootstrap, unique_name) == {}  # closed with an error: nothing committed
