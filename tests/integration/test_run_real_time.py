@@ -90,3 +90,50 @@ def test_real_time_run_writes_each_event_once_and_resumes_a_new_checkpoint_from_
     # id_from: source: each source record once; events e0..e599 were sent twice (two records)
     assert sum(counts.values()) == 1_500
     assert {e: n for e, n in counts.items() if n != (2 if int(e[1:]) < 600 else 1)} == {}
+
+
+KAFKA_SINK = """\
+sink:
+  type: kafka
+  bootstrap_servers: {bootstrap}
+  topic: {name}-out
+  create_topic: true
+  partitions: 2
+  id_from: source
+  redis_url: ${{EXACTLYONCE_REDIS_URL}}
+"""
+
+
+def test_a_kafka_sink_in_real_time_resumes_a_new_checkpoint_from_its_frontiers(
+    tmp_path: Path, bootstrap: str, unique_name: str
+) -> None:
+    from exactlyonce.connectors import KafkaSink
+    from tests.support.kafka_audit import field_counts
+
+    make_topic(bootstrap, unique_name)
+    config = tmp_path / "pipeline.yaml"
+    head, _, _ = PIPELINE.partition("sink:\n")
+    spark = "spark:" + PIPELINE.partition("\nspark:")[2]
+    text = head + KAFKA_SINK + spark
+    config.write_text(text.format(name=unique_name, work=tmp_path, bootstrap=bootstrap))
+    out = f"{unique_name}-out"
+    sink = KafkaSink(bootstrap, out, None, unique_name, id_from="content", create_topic=True)
+    EventProducer(bootstrap, unique_name, 600, rate=10_000).start().join()
+
+    first = _run(config, epochs=1)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert _first_epoch_rows(first.stdout) == 600
+    ends = end_offsets(bootstrap, unique_name)
+    assert sink.source_frontiers() == {(unique_name, p): n for p, n in ends.items()}
+
+    shutil.rmtree(tmp_path / "checkpoint")  # lost: the new one starts from the sink
+    EventProducer(bootstrap, unique_name, 900, rate=10_000).start().join()
+    second = _run(config, epochs=1)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "a new checkpoint starts at the sink's frontiers" in second.stdout
+    assert _first_epoch_rows(second.stdout) == 900  # not 1,500: it did not start at earliest
+    ends = end_offsets(bootstrap, unique_name)
+    assert sink.source_frontiers() == {(unique_name, p): n for p, n in ends.items()}
+    counts = field_counts(bootstrap, f"{unique_name}-out")  # a plain read_committed consumer
+    assert sum(counts.values()) == 1_500
+    assert {e: n for e, n in counts.items() if n != (2 if int(e[1:]) < 600 else 1)} == {}
