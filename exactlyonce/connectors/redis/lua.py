@@ -34,3 +34,6 @@ CREATE_HEAD = _load("create_head")
 REWIND = _load("rewind")
 """The head moves back to an epoch; shard markers and staging above it go (exactlyonce
 rewind)."""
+FRONTIER = with_records(_load("frontier"))
+"""Spark Real-time Mode: one chunk of rows and its source frontiers, atomically (executor
+side)."""

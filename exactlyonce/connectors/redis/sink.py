@@ -21,7 +21,13 @@ from exactlyonce.connectors.base.config import (
     Unset,
     given,
 )
+from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
+from exactlyonce.connectors.base.realtime import (
+    RealtimeOptions,
+    RealtimeWriter,
+    row_buffer_warning,
+)
 from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import check as _check
@@ -36,6 +42,7 @@ from exactlyonce.connectors.redis.connection import (
 )
 from exactlyonce.connectors.redis.head import RedisHeadStore, head_key
 from exactlyonce.connectors.redis.projection import project
+from exactlyonce.connectors.redis.realtime import RedisFrontierTarget, read_frontiers
 from exactlyonce.connectors.redis.streams import stream_ids
 from exactlyonce.connectors.redis.task import (
     VALUE_COLUMN,
@@ -79,6 +86,15 @@ class RedisSink(ExactlyOnceSink):
     ``<prefix>:epoch:<key>``) and skips it, counted ``stale``, when the stored one is newer;
     a write replaces the whole value. Deletes (``tombstone_column``) leave their epoch behind
     (``<prefix>:tomb:<key>`` for hashes, the companion key for strings), with the sink's TTL.
+
+    Spark Real-time Mode (``df.writeStream.foreach(sink.realtime(schema=df.schema))
+    .trigger(realTime="5 seconds")``, ``mode="insert"``, a Kafka source whose topic, partition
+    and offset columns reach the writer): every source record is applied exactly once, visible
+    within the commit interval (0.1 s by default), through task re-runs, driver crashes and a
+    deleted checkpoint. Mechanism (:mod:`exactlyonce.connectors.redis.realtime`): each chunk of
+    a task's rows is applied by ONE Lua script together with its source partitions' frontiers
+    (the next offset to write, in ``<prefix>:rtm:frontiers``), which the script first checks
+    are still what the writer read; a re-run skips rows below the frontier.
 
     Example::
 
@@ -259,6 +275,60 @@ class RedisSink(ExactlyOnceSink):
         return RewindOf(
             self, rewind.refusal, rewind.shard_commits, rewind.removals_above, rewind.rewind_to
         )
+
+    # -- Spark Real-time Mode (see .realtime) -------------------------------------------
+
+    def realtime(
+        self,
+        schema: StructType | None = None,
+        *,
+        commit_interval: float = 0.1,
+        max_pending_rows: int = 10_000,
+        rows_per_source_record: RowsPerRecord = "one",
+        source_columns: Sequence[str] = ("topic", "partition", "offset"),
+    ) -> RealtimeWriter:
+        """A ``foreach`` writer for Spark Real-time Mode, exactly once by source frontiers
+        (the class docstring; options: :class:`~exactlyonce.connectors.base.realtime.
+        RealtimeOptions`). Preflights the sink's Redis now, in the driver; with ``schema``
+        (the stream's), checks the source and key-template columns too."""
+        if self.config.mode == "upsert":
+            raise ConfigError("mode", "'upsert' is not available in Real-time Mode yet")
+        columns = tuple(source_columns)
+        if len(columns) != 3:
+            raise ConfigError("source_columns", f"three columns, got {list(columns)}")
+        options = RealtimeOptions(
+            commit_interval, max_pending_rows, rows_per_source_record, columns
+        )
+        if schema is not None:
+            options.refuse_missing(schema.names)
+        self.preflight(schema)
+        target = RedisFrontierTarget(
+            url=self.url,
+            write=self.write,
+            template=self.template,
+            id_field=self.id_field,
+            epoch_field=self.epoch_field,
+            ttl_ms=self.ttl_ms,
+            prefix=self.prefix,
+            query_name=self.query_name,
+            sink_name=self.sink_name,
+            socket_timeout=self.socket_timeout,
+            connect_timeout=self.connect_timeout,
+            retries=self.retries,
+            guarded=self.config.guarded_namespaces,
+            busy=self.busy,
+        )
+        warning = row_buffer_warning()
+        if warning is not None:
+            log.warning("%s: %s", self, warning)
+        ids = None if self.ids.content else self.ids.columns
+        return RealtimeWriter(target, options, ids)
+
+    def source_frontiers(self) -> dict[SourceKey, int]:
+        """The source frontiers the Real-time Mode writer committed for this query (the next
+        Kafka offset to write per (topic, partition)), read-only; empty when it never ran."""
+        with self.reaching():
+            return self.patient(lambda: read_frontiers(self.client, self.prefix))
 
     # -- the write ---------------------------------------------------------------------
 
