@@ -1,10 +1,11 @@
 """A Spark Real-time Mode job: a Kafka topic -> ``foreach(writer)`` into a PostgreSQL table
-(``--sink postgres``) or another Kafka topic (``--sink kafka``; ``--table`` names it).
+(``--sink postgres``), another Kafka topic (``--sink kafka``; ``--table`` names it) or a Redis
+stream (``--sink redis``: the key ``<table>:events`` in the Redis ``SINK_REDIS_URL`` names).
 
 ``--writer frontier``: the sink's ``realtime()`` writer (exactly once by source frontiers);
 ``--writer plain``: the negative control, a foreach writer that INSERTs each row in its own
-transaction, or produces it with an idempotent, non-transactional producer, with no frontier
-(at-least-once, as users write it by hand).
+transaction, produces it with an idempotent, non-transactional producer, or XADDs it, with no
+frontier (at-least-once, as users write it by hand).
 
 Runs until the file ``<checkpoint>.stop`` appears, then stops the query and exits 0. Each
 row holds the source coordinates and the event's ``event_id``.
@@ -23,7 +24,7 @@ import psycopg
 from psycopg import sql
 from pyspark.sql import functions as F
 
-from exactlyonce.connectors import KafkaSink, PostgresSink
+from exactlyonce.connectors import KafkaSink, PostgresSink, RedisSink
 from tests.crash import job_common
 
 
@@ -86,6 +87,26 @@ class PlainProduceWriter:
         self.producer.flush(30)
 
 
+class PlainXaddWriter:
+    """The negative control for Redis: every row XADDed at once; a re-run epoch adds its rows
+    again."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.url, self.key = url, key
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        import redis
+
+        self.r = redis.Redis.from_url(self.url)
+        return True
+
+    def process(self, row: Any) -> None:
+        self.r.xadd(self.key, {"event_id": row.event_id, "offset": row.offset})
+
+    def close(self, error: BaseException | None) -> None:
+        self.r.close()
+
+
 def frontier_writer(args: argparse.Namespace, schema: Any) -> Any:
     """The sink's Real-time Mode writer for this job's stream."""
     per_record = "many" if args.explode else "one"
@@ -93,6 +114,11 @@ def frontier_writer(args: argparse.Namespace, schema: Any) -> Any:
         bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
         kafka = KafkaSink(bootstrap, args.table, None, args.query_name, id_from="content")
         return kafka.realtime(schema, rows_per_source_record=per_record)
+    if args.sink == "redis":
+        url = os.environ["SINK_REDIS_URL"]
+        redis_sink = RedisSink(url, f"{args.table}:events", None, args.query_name, write="stream",
+                               id_from="content")  # fmt: skip
+        return redis_sink.realtime(schema, rows_per_source_record=per_record)
     dsn = os.environ["EXACTLYONCE_PG_DSN"]
     sink = PostgresSink(dsn, args.table, None, args.query_name, id_from="content", mode="append")
     return sink.realtime(schema, rows_per_source_record=per_record)
@@ -101,6 +127,8 @@ def frontier_writer(args: argparse.Namespace, schema: Any) -> Any:
 def plain_writer(args: argparse.Namespace) -> Any:
     if args.sink == "kafka":
         return PlainProduceWriter(os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.table)
+    if args.sink == "redis":
+        return PlainXaddWriter(os.environ["SINK_REDIS_URL"], f"{args.table}:events")
     return PlainInsertWriter(os.environ["EXACTLYONCE_PG_DSN"], args.table)
 
 
@@ -113,7 +141,7 @@ def main() -> None:
     parser.add_argument("--table", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--writer", default="frontier", choices=["frontier", "plain"])
-    parser.add_argument("--sink", default="postgres", choices=["postgres", "kafka"])
+    parser.add_argument("--sink", default="postgres", choices=["postgres", "kafka", "redis"])
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--drop", default="", help="a source column to leave out")
     parser.add_argument("--explode", type=int, default=0, help="rows per source record")
