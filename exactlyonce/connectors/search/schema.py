@@ -15,6 +15,14 @@ log = logging.getLogger("exactlyonce.search")
 
 ID_COLUMN = "_id"  # the record ID travels as the document's _id, never inside _source
 CONTROL_INDEX = "exactlyonce-control"
+# The Real-time Mode frontier documents' own fields (:mod:`.realtime`); put into a control
+# index made before them, too.
+RTM_FRONTIER_PROPERTIES: dict[str, Any] = {
+    "topic": {"type": "keyword"},
+    "partition": {"type": "integer"},
+    "next_offset": {"type": "long"},
+    "spark_partition": {"type": "integer"},
+}
 CONTROL_MAPPING: dict[str, Any] = {
     "dynamic": "strict",
     "properties": {
@@ -27,6 +35,7 @@ CONTROL_MAPPING: dict[str, Any] = {
         "spark_query_id": {"type": "keyword"},
         "writer": {"type": "keyword"},
         "updated_at": {"type": "date"},
+        **RTM_FRONTIER_PROPERTIES,
     },
 }
 DEAD_LETTER_MAPPING: dict[str, Any] = {

@@ -19,7 +19,13 @@ from exactlyonce.connectors.base.config import (
     Unset,
     given,
 )
+from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
+from exactlyonce.connectors.base.realtime import (
+    RealtimeOptions,
+    RealtimeWriter,
+    row_buffer_warning,
+)
 from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.search import check as _check
@@ -29,10 +35,12 @@ from exactlyonce.connectors.search.connection import SearchConnection, call
 from exactlyonce.connectors.search.engine import Client, Engine
 from exactlyonce.connectors.search.head import SearchHeadStore
 from exactlyonce.connectors.search.policy import default_policy
+from exactlyonce.connectors.search.realtime import SearchFrontierTarget, read_frontiers
 from exactlyonce.connectors.search.schema import (
     CONTROL_MAPPING,
     DEAD_LETTER_MAPPING,
     ID_COLUMN,
+    RTM_FRONTIER_PROPERTIES,
     ensure_index,
     target_mapping,
 )
@@ -61,6 +69,17 @@ class SearchSink(ExactlyOnceSink):
     (``index``); a task writes its shard-commit document only after every item is
     acknowledged; the driver then advances the head document with optimistic concurrency.
     ``mode="upsert"`` writes with the epoch as external version (``external_gte``).
+
+    Spark Real-time Mode (``df.writeStream.foreach(sink.realtime(schema=df.schema))
+    .trigger(realTime="5 seconds")``, ``mode="insert"``, a Kafka source whose topic, partition
+    and offset columns reach the writer): every source record is one document (its record ID
+    as ``_id``), visible within the commit interval plus the index's refresh, through task
+    re-runs, driver crashes and a deleted checkpoint. Mechanism
+    (:mod:`exactlyonce.connectors.search.realtime`): per chunk, the source frontiers are read
+    again, the documents bulked, then each frontier document moved only from the
+    ``_seq_no``/``_primary_term`` the writer read; a re-run skips rows below the frontier,
+    and a crash between the bulk and the frontier re-sends the same ``_id``\\ s (a 409 under
+    ``create``).
     """
 
     config_model: ClassVar[type[SearchSinkConfig]]
@@ -202,6 +221,66 @@ class SearchSink(ExactlyOnceSink):
         return RewindOf(
             self, rewind.refusal, rewind.shard_commits, rewind.removals_above, rewind.rewind_to
         )
+
+    # -- Spark Real-time Mode (see .realtime) -------------------------------------------
+
+    def realtime(
+        self,
+        schema: StructType | None = None,
+        *,
+        commit_interval: float = 0.1,
+        max_pending_rows: int = 10_000,
+        rows_per_source_record: RowsPerRecord = "one",
+        source_columns: Sequence[str] = ("topic", "partition", "offset"),
+    ) -> RealtimeWriter:
+        """A ``foreach`` writer for Spark Real-time Mode, exactly once by source frontiers
+        (the class docstring; options: :class:`~exactlyonce.connectors.base.realtime.
+        RealtimeOptions`). Checks the cluster and the indices now, in the driver (adding the
+        frontier fields to a control index made before them); with ``schema`` (the stream's),
+        the columns too."""
+        if self.upsert is not None:
+            raise ConfigError("mode", "'upsert' is not available in Real-time Mode yet")
+        columns = tuple(source_columns)
+        if len(columns) != 3:
+            raise ConfigError("source_columns", f"three columns, got {list(columns)}")
+        options = RealtimeOptions(
+            commit_interval, max_pending_rows, rows_per_source_record, columns
+        )
+        if schema is not None:
+            options.refuse_missing(schema.names)
+        self.preflight(schema)
+        properties = RTM_FRONTIER_PROPERTIES
+        self.call(
+            "the control index's mapping", lambda c: c.put_mapping(self.control_index, properties)
+        )
+        target = SearchFrontierTarget(
+            conn=self.conn,
+            index=self.index,
+            control_index=self.control_index,
+            dead_letter_index=self.dead_letter_index,
+            query_name=self.query_name,
+            sink_name=self.sink_name,
+            epoch_field=self.epoch_field,
+            op_type=self.op_type,
+            retry=self.retry,
+            bulk_max_actions=self.bulk_max_actions,
+            bulk_max_bytes=self.bulk_max_bytes,
+        )
+        warning = row_buffer_warning()
+        if warning is not None:
+            log.warning("%s: %s", self, warning)
+        ids = None if self.ids.content else self.ids.columns
+        return RealtimeWriter(target, options, ids)
+
+    def source_frontiers(self) -> dict[SourceKey, int]:
+        """The source frontiers the Real-time Mode writer committed for this query (the next
+        Kafka offset to write per (topic, partition)), read-only; empty when it never ran."""
+        if not self.call("the control index", lambda c: c.index_exists(self.control_index)):
+            return {}
+        return read_frontiers(
+            self.conn, self.client, self.retry, self.control_index, self.query_name,
+            self.sink_name,
+        )  # fmt: skip
 
     # -- the write ---------------------------------------------------------------------
 
