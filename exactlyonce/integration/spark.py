@@ -202,8 +202,8 @@ def realtime_writer(sink: ExactlyOnceSink) -> Callable[[StructType], Any]:
     if made is None:
         raise ConfigError(
             "trigger.real_time",
-            f"the {sink.kind} sink has no Real-time Mode writer yet (PostgreSQL, Kafka and "
-            "Redis have one)",
+            f"the {sink.kind} sink has no Real-time Mode writer yet (PostgreSQL, Kafka, Redis, "
+            "Elasticsearch and OpenSearch have one)",
         )
     return made
 
