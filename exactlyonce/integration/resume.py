@@ -59,8 +59,8 @@ def sink_frontiers(cfg: PipelineConfig, sink: Any) -> dict[tuple[str, int], int]
     if read is None:
         raise ConfigError(
             "sink.type",
-            f"the {cfg.sink.type} sink keeps no source frontiers yet (every sink's "
-            "Real-time Mode writer keeps them)",
+            f"the {cfg.sink.type} sink keeps no source frontiers: only a sink's Real-time "
+            "Mode writer does",
         )
     found: dict[tuple[str, int], int] = read()
     return found
