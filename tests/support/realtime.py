@@ -121,12 +121,11 @@ class RealtimeJob(Job):
     topic: str = ""
     writer: str = "frontier"
     master: str = "local[4]"
+    spark_leftovers: list[str] = field(default_factory=list)  # temp files removed before runs
     script: ClassVar[Path] = REALTIME_JOB
 
     def sink_args(self) -> list[str]:
         return ["--table", self.table, "--topic", self.topic, "--writer", self.writer]
-
-    spark_leftovers: list[str] = field(default_factory=list)
 
     def start(self, crash_at: str | None = None, hold_at: str | None = None) -> None:
         """Start a run, first removing a temp offset file a kill in the first epoch left
