@@ -122,6 +122,7 @@ class RealtimeJob(Job):
     writer: str = "frontier"
     sink: str = "postgres"  # or "kafka": ``table`` then names the output topic
     master: str = "local[4]"
+    spark_leftovers: list[str] = field(default_factory=list)  # temp files removed before runs
     script: ClassVar[Path] = REALTIME_JOB
 
     def sink_args(self) -> list[str]:
@@ -129,8 +130,6 @@ class RealtimeJob(Job):
             *("--table", self.table, "--topic", self.topic),
             *("--writer", self.writer, "--sink", self.sink),
         ]
-
-    spark_leftovers: list[str] = field(default_factory=list)
 
     def start(self, crash_at: str | None = None, hold_at: str | None = None) -> None:
         """Start a run, first removing a temp offset file a kill in the first epoch left
