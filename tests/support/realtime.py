@@ -120,7 +120,7 @@ class RealtimeJob(Job):
 
     topic: str = ""
     writer: str = "frontier"
-    sink: str = "postgres"  # or "kafka": ``table`` then names the output topic
+    sink: str = "postgres"  # "kafka": ``table`` names the output topic; "redis": its stream
     master: str = "local[4]"
     spark_leftovers: list[str] = field(default_factory=list)  # temp files removed before runs
     script: ClassVar[Path] = REALTIME_JOB
