@@ -12,6 +12,7 @@ python -m bench opensearch                # OpenSearchSink vs streaming_bulk, ge
 python -m bench session_start             # Spark session start with/without the JVM archive
 python -m bench recovery                  # restart to first write, 1M/10M catalog, 1,000 epochs
 python -m bench buffer                    # the Kafka buffer ahead of slow sinks (p99, drain)
+python -m bench realtime                  # Real-time Mode latency: ours, Spark's, micro-batch
 python -m bench summary                   # draw bench/results/summary.png from the JSON
 python -m bench table                     # print every figure against its target, from the JSON
 python -m bench all [--quick]             # all of the above in turn, then summary and table
@@ -36,6 +37,7 @@ STANDALONE = {
     "session_start": "bench.session_start",
     "recovery": "bench.recovery",
     "buffer": "bench.buffer",
+    "realtime": "bench.realtime",
     "summary": "bench.summary",
     "table": "bench.table",
     "all": "bench.all",

@@ -1,0 +1,344 @@
+"""``python -m bench realtime``: end-to-end latency of Spark Real-time Mode sinks, in one run.
+
+Each path (:mod:`bench.realtime_job`) runs as its own Spark application (``local[4]``:
+Real-time Mode needs a task slot per source partition) reading a fresh topic of 2 partitions.
+Once it is up (warm-up events seen), a producer sends ``--rate`` events per second for
+``--seconds``, each stamped with its send time; an independent reader records when each event
+first becomes visible in the sink: a confluent-kafka ``read_committed`` consumer for Kafka,
+``LISTEN`` on a per-row ``pg_notify`` trigger for PostgreSQL (a notification is delivered at
+commit: when the row becomes visible), ``XREAD`` for Redis. Latency is visible minus sent.
+
+Paths: ``rtm_postgres``, ``rtm_kafka``, ``rtm_redis`` (our Real-time Mode writers, exactly
+once), ``spark_rtm_kafka`` (Spark's own Real-time Mode Kafka sink, at-least-once),
+``microbatch_postgres`` and ``microbatch_kafka`` (our ``foreachBatch`` sinks with
+``processingTime="0 seconds"``). Per path: ``p50_s``, ``p99_s``, ``max_s``, ``events_per_s``
+(events delivered per second of the send window, against ``--rate`` sent) and ``missing``.
+
+Targets (issue 33): ``rtm_postgres`` and ``rtm_kafka`` p99 <= 1 s at >= 2,000 events/s,
+within 3x of ``spark_rtm_kafka``'s p99, and at least 5x below their micro-batch p99. Written
+to ``bench/results/realtime.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    add_results_arguments,
+    machine_with_load,
+    now_utc,
+    progress,
+    ratio,
+    save_results,
+    versions,
+)
+
+PATHS = (
+    "rtm_postgres",
+    "rtm_kafka",
+    "rtm_redis",
+    "spark_rtm_kafka",
+    "microbatch_postgres",
+    "microbatch_kafka",
+)
+TARGET_P99_S = 1.0
+TARGET_VS_SPARK = 3.0
+TARGET_VS_MICROBATCH = 5.0
+JOB = Path(__file__).with_name("realtime_job.py")
+ROOT = JOB.parents[1]
+WARMUP_EVENTS = 20
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+class Visible:
+    """When each event first became visible: ``seen[event_id] = time.time()``."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> Visible:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def see(self, event_id: str) -> None:
+        self.seen.setdefault(event_id, time.time())
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(30)
+
+
+class KafkaVisible(Visible):
+    """A confluent-kafka ``read_committed`` consumer of the output topic."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__()
+        self.bootstrap, self.topic = bootstrap, topic
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        try:
+            while not self.stop.is_set():
+                meta = consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+                if meta is not None and meta.partitions:
+                    break
+                time.sleep(0.2)
+            else:
+                return
+            consumer.assign([TopicPartition(self.topic, p, 0) for p in meta.partitions])
+            while not self.stop.is_set():
+                for msg in consumer.consume(num_messages=10_000, timeout=0.02):
+                    value = msg.value() if msg.error() is None else None
+                    if value:
+                        self.see(str(json.loads(value)["event_id"]))
+        finally:
+            consumer.close()
+
+
+class PostgresVisible(Visible):
+    """``LISTEN`` on a channel a per-row trigger notifies at commit."""
+
+    def __init__(self, dsn: str, table: str, channel: str) -> None:
+        super().__init__()
+        self.dsn, self.table, self.channel = dsn, table, channel
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f'LISTEN "{self.channel}"')
+            while not self.stop.is_set():
+                for note in conn.notifies(timeout=0.2):
+                    self.see(note.payload)
+
+
+class RedisVisible(Visible):
+    """``XREAD BLOCK`` on the output stream."""
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__()
+        self.url, self.key = url, key
+
+    def _run(self) -> None:
+        import redis
+
+        r = redis.Redis.from_url(self.url)
+        last: Any = "0-0"
+        while not self.stop.is_set():
+            answer: Any = r.xread({self.key: last}, count=10_000, block=50)
+            for _, entries in answer or []:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    self.see(fields[b"event_id"].decode())
+
+
+def notify_trigger(dsn: str, table: str, channel: str) -> None:
+    """The output table (the sink's columns) with a trigger that notifies each row's event."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'CREATE TABLE "{table}" (topic text, partition integer, "offset" bigint, '
+            "event_id text, ts double precision, record_id uuid NOT NULL, epoch bigint NOT NULL)"
+        )
+        conn.execute(
+            f'CREATE FUNCTION "{table}_n"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN '
+            f"PERFORM pg_notify('{channel}', NEW.event_id); RETURN NULL; END $$"
+        )
+        conn.execute(
+            f'CREATE TRIGGER "{table}_t" AFTER INSERT ON "{table}" FOR EACH ROW '
+            f'EXECUTE FUNCTION "{table}_n"()'
+        )
+
+
+def make_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, prefix: str, events: int, rate: float) -> dict[str, float]:
+    """``events`` stamped events at ``rate`` per second; each one's send time."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    sent: dict[str, float] = {}
+    start = time.monotonic()
+    for i in range(events):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        event_id, now = f"{prefix}{i}", time.time()
+        value = json.dumps({"event_id": event_id, "ts": now})
+        producer.produce(topic, value.encode(), partition=i % 2)
+        producer.poll(0)
+        sent[event_id] = now
+    producer.flush(30)
+    return sent
+
+
+def run_path(path: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    name = f"rt_{path}_{uuid.uuid4().hex[:6]}"
+    bootstrap = env["KAFKA_BOOTSTRAP_SERVERS"]
+    make_topic(bootstrap, name)
+    out = f"{name}_out"
+    watcher: Visible
+    if path.endswith("postgres"):
+        notify_trigger(env["EXACTLYONCE_PG_DSN"], out, out)
+        watcher = PostgresVisible(env["EXACTLYONCE_PG_DSN"], out, out)
+    elif path.endswith("redis"):
+        watcher = RedisVisible(env["BENCH_SINK_REDIS_URL"], f"{out}:events")
+    else:
+        if path == "spark_rtm_kafka":
+            make_topic(bootstrap, out)
+        watcher = KafkaVisible(bootstrap, out)
+    work = Path(args.work) / name
+    work.mkdir(parents=True)
+    checkpoint = work / "checkpoint"
+    log = (work / "job.log").open("wb")
+    cmd = [sys.executable, str(JOB), "--path", path, "--topic", name, "--out", out,
+           "--checkpoint", str(checkpoint)]  # fmt: skip
+    job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                           start_new_session=True)  # fmt: skip
+    watcher.start()
+    try:
+        warm = produce(bootstrap, name, "w", WARMUP_EVENTS, 50)
+        deadline = time.monotonic() + 180
+        while not all(e in watcher.seen for e in warm):
+            if job.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{path}: not up; see {work / 'job.log'}")
+            time.sleep(0.2)
+        progress(f"{path}: up; {args.rate:g} events/s for {args.seconds:g} s")
+        events = int(args.rate * args.seconds)
+        sent = produce(bootstrap, name, "e", events, args.rate)
+        wait_until = time.monotonic() + args.drain_s
+        while time.monotonic() < wait_until and not all(e in watcher.seen for e in sent):
+            time.sleep(0.2)
+    finally:
+        Path(f"{checkpoint}.stop").touch()
+        try:
+            job.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+        watcher.close()
+        log.close()
+    return figures(path, sent, watcher.seen, args)
+
+
+def figures(
+    path: str, sent: dict[str, float], seen: dict[str, float], args: argparse.Namespace
+) -> dict[str, Any]:
+    latencies = [seen[e] - t for e, t in sent.items() if e in seen]
+    if not latencies:
+        raise SystemExit(f"{path}: no event became visible")
+    first, last = min(sent.values()), max(seen[e] for e in sent if e in seen)
+    out = {
+        "p50_s": round(percentile(latencies, 0.5), 4),
+        "p99_s": round(percentile(latencies, 0.99), 4),
+        "max_s": round(max(latencies), 4),
+        "events_per_s": round(len(latencies) / max(1e-9, last - first), 1),
+        "sent_per_s": args.rate,
+        "events": len(sent),
+        "missing": len(sent) - len(latencies),
+    }
+    progress(f"{path}: p50 {out['p50_s']} s, p99 {out['p99_s']} s, max {out['max_s']} s")
+    return out
+
+
+def judged(paths: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, each as ratio and met/not met."""
+    spark = paths.get("spark_rtm_kafka", {}).get("p99_s")
+    result: dict[str, Any] = {}
+    for sink in ("postgres", "kafka"):
+        ours = paths.get(f"rtm_{sink}", {}).get("p99_s")
+        micro = paths.get(f"microbatch_{sink}", {}).get("p99_s")
+        if ours is None:
+            continue
+        result[f"rtm_{sink}_p99_le_1s"] = ours <= TARGET_P99_S
+        if spark:
+            result[f"rtm_{sink}_vs_spark_rtm_p99"] = ratio(ours, spark)
+        if micro:
+            result[f"microbatch_vs_rtm_{sink}_p99"] = ratio(micro, ours)
+    return result
+
+
+def services_env() -> dict[str, str]:
+    from exactlyonce.integration.envfile import service_env
+
+    env = {**os.environ, **service_env()}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench realtime", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--paths", default=",".join(PATHS), help=f"of {','.join(PATHS)}")
+    p.add_argument("--rate", type=float, default=2_000.0, help="events per second sent")
+    p.add_argument("--seconds", type=float, default=20.0, help="how long to send")
+    p.add_argument("--drain-s", type=float, default=30.0, help="wait for the last events")
+    p.add_argument("--work", default=".exactlyonce/bench-realtime", help="jobs' checkpoints, logs")
+    p.add_argument("--sink-redis-url", default=None, help="the Redis stream's server (rtm_redis)")
+    add_results_arguments(p, "realtime")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    env = services_env()
+    env["BENCH_SINK_REDIS_URL"] = args.sink_redis_url or env["EXACTLYONCE_REDIS_URL"]
+    load_start = os.getloadavg()[0]
+    paths: dict[str, dict[str, Any]] = {}
+    for path in [p.strip() for p in args.paths.split(",") if p.strip()]:
+        paths[path] = run_path(path, args, env)
+    result = {
+        "benchmark": "realtime",
+        "date": now_utc(),
+        "parameters": {"rate": args.rate, "seconds": args.seconds, "master": "local[4]",
+                       "partitions": 2, "real_time": "5 seconds", "spark.buffer.size": 1},
+        "paths": paths,
+        "targets": judged(paths),
+        "machine": machine_with_load(load_start),
+        "versions": versions("pyspark", "confluent_kafka", "psycopg", "redis"),
+    }  # fmt: skip
+    print(json.dumps(result["targets"], indent=2))
+    save_results(args, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""One path of ``python -m bench realtime``, as its own Spark application: a Kafka topic of
+stamped events (``{"event_id": ..., "ts": ...}``) into a sink, until ``<checkpoint>.stop``
+appears. Paths:
+
+``rtm_postgres`` / ``rtm_kafka`` / ``rtm_redis``
+    Spark Real-time Mode, ``foreach(sink.realtime(schema))`` (exactly once by frontiers);
+``spark_rtm_kafka``
+    Spark Real-time Mode into Spark's own Kafka sink (at-least-once);
+``microbatch_postgres`` / ``microbatch_kafka``
+    ``foreachBatch(sink)`` with ``processingTime="0 seconds"`` (exactly once by epochs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+REAL_TIME = "5 seconds"
+PATHS = (
+    "rtm_postgres",
+    "rtm_kafka",
+    "rtm_redis",
+    "spark_rtm_kafka",
+    "microbatch_postgres",
+    "microbatch_kafka",
+)
+
+
+def stream(spark: Any, bootstrap: str, topic: str) -> Any:
+    from pyspark.sql import functions as F
+
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    value = F.col("value").cast("string")
+    return source.select(
+        "topic",
+        "partition",
+        "offset",
+        F.get_json_object(value, "$.event_id").alias("event_id"),
+        F.get_json_object(value, "$.ts").cast("double").alias("ts"),
+    )
+
+
+def sink_of(path: str, out: str, query: str) -> Any:
+    from exactlyonce.connectors import KafkaSink, PostgresSink, RedisSink
+    from exactlyonce.connectors.base.config import IdFrom
+
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    # Real-time Mode: IDs from the source coordinates; micro-batch: from event_id.
+    rtm = path.startswith("rtm")
+    ids: list[str] | None = None if rtm else ["event_id"]
+    id_from: IdFrom = "content" if rtm else "columns"
+    if path.endswith("postgres"):
+        dsn = os.environ["EXACTLYONCE_PG_DSN"]
+        return PostgresSink(dsn, out, ids, query, mode="append", id_from=id_from)
+    if path.endswith("redis"):
+        url = os.environ["BENCH_SINK_REDIS_URL"]
+        return RedisSink(url, f"{out}:events", None, query, write="stream", id_from="content")
+    return KafkaSink(bootstrap, out, ids, query, create_topic=True, partitions=2, id_from=id_from)
+
+
+def start(path: str, df: Any, out: str, query: str, checkpoint: str) -> Any:
+    writer = df.writeStream.option("checkpointLocation", checkpoint).queryName(query)
+    if path == "spark_rtm_kafka":
+        from pyspark.sql import functions as F
+
+        value = F.to_json(F.struct("event_id", "ts")).alias("value")
+        return (
+            df.select(value)
+            .writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", os.environ["KAFKA_BOOTSTRAP_SERVERS"])
+            .option("topic", out)
+            .option("checkpointLocation", checkpoint)
+            .queryName(query)
+            .outputMode("update")
+            .trigger(realTime=REAL_TIME)
+            .start()
+        )
+    sink = sink_of(path, out, query)
+    if path.startswith("rtm"):
+        return (
+            df.writeStream.foreach(sink.realtime(df.schema))
+            .option("checkpointLocation", checkpoint)
+            .queryName(query)
+            .outputMode("update")
+            .trigger(realTime=REAL_TIME)
+            .start()
+        )
+    sink.preflight(df.schema)
+    return writer.foreachBatch(sink).trigger(processingTime="0 seconds").start()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", choices=PATHS, required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--out", required=True, help="table, topic or stream key prefix")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--master", default="local[4]")
+    args = parser.parse_args()
+
+    from exactlyonce.integration.spark import session
+
+    extra = {"spark.sql.shuffle.partitions": "2"}
+    if args.path.startswith("rtm"):
+        # Python foreach writers get rows through this buffer (64 KiB by default): 1 passes
+        # each row on at once (docs/guides/real-time-mode.md#latency). Not for micro-batch:
+        # its mapInArrow tasks refuse a buffer that small.
+        extra["spark.buffer.size"] = "1"
+    spark = session(f"bench-realtime-{args.path}", master=args.master, extra=extra)
+    df = stream(spark, os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.topic)
+    query = start(args.path, df, args.out, args.out, args.checkpoint)
+    print("JOB STARTED", flush=True)
+    stop = Path(f"{args.checkpoint}.stop")
+    while not stop.exists():
+        if query.exception() is not None:
+            raise SystemExit(f"query failed: {query.exception()}")
+        time.sleep(0.2)
+    query.stop()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
