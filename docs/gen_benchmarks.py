@@ -40,6 +40,7 @@ TITLES = {
     "recovery": "Recovery after 1,000 epochs",
     "cluster": "Dedup catalog on Redis Cluster",
     "session_start": "Spark session start (class-data archive)",
+    "realtime": "Real-time Mode latency",
 }
 
 
