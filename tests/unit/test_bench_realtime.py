@@ -1,0 +1,40 @@
+"""bench.realtime's arithmetic: latencies from send and visible times, and the targets."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.realtime import figures, judged, percentile, text_table
+
+
+def test_figures_count_missing_events_and_rate_over_the_send_window() -> None:
+    sent = {f"e{i}": 100.0 + i * 0.01 for i in range(100)}  # 100 events/s for 1 s
+    seen = {e: t + 0.2 for e, t in sent.items() if e != "e5"}
+    out = figures("rtm_kafka", sent, seen, argparse.Namespace(rate=100.0))
+    assert out["missing"] == 1 and out["events"] == 100
+    assert abs(out["p50_s"] - 0.2) < 1e-6 and abs(out["max_s"] - 0.2) < 1e-6
+    assert 80 < out["events_per_s"] <= 100
+
+
+def test_percentile_takes_the_value_at_or_above_the_rank() -> None:
+    values = [float(i) for i in range(1, 101)]
+    assert percentile(values, 0.5) == 51.0 and percentile(values, 0.99) == 100.0
+
+
+def test_targets_are_ratios_of_p99s() -> None:
+    paths = {
+        "rtm_kafka": {"p99_s": 0.5},
+        "spark_rtm_kafka": {"p99_s": 0.25},
+        "microbatch_kafka": {"p99_s": 5.0},
+    }
+    assert judged(paths) == {
+        "rtm_kafka_p99_le_1s": True,
+        "rtm_kafka_vs_spark_rtm_p99": 2.0,
+        "microbatch_vs_rtm_kafka_p99": 10.0,
+    }
+
+
+def test_the_table_has_a_line_per_path() -> None:
+    f = {"p50_s": 0.1, "p99_s": 0.2, "max_s": 0.3, "events_per_s": 2000.0, "missing": 0}
+    lines = text_table({"rtm_postgres": f, "rtm_kafka": f})
+    assert len(lines) == 3 and lines[1].startswith("rtm_postgres")
