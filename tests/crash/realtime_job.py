@@ -1,10 +1,12 @@
 """A Spark Real-time Mode job: a Kafka topic -> ``foreach(writer)`` into a PostgreSQL table
 (``--sink postgres``), another Kafka topic (``--sink kafka``; ``--table`` names it) or a Redis
-stream (``--sink redis``: the key ``<table>:events`` in the Redis ``SINK_REDIS_URL`` names).
+stream (``--sink redis``: the key ``<table>:events`` in the Redis ``SINK_REDIS_URL`` names) or
+an OpenSearch index (``--sink opensearch``: ``<table>`` on the node ``OPENSEARCH_URL`` names).
 
 ``--writer frontier``: the sink's ``realtime()`` writer (exactly once by source frontiers);
 ``--writer plain``: the negative control, a foreach writer that INSERTs each row in its own
-transaction, produces it with an idempotent, non-transactional producer, or XADDs it, with no
+transaction, produces it with an idempotent, non-transactional producer, XADDs it, or indexes
+it with an ID the engine picks (es-hadoop's default without ``es.mapping.id``), with no
 frontier (at-least-once, as users write it by hand).
 
 Runs until the file ``<checkpoint>.stop`` appears, then stops the query and exits 0. Each
@@ -25,6 +27,7 @@ from psycopg import sql
 from pyspark.sql import functions as F
 
 from exactlyonce.connectors import KafkaSink, PostgresSink, RedisSink
+from exactlyonce.connectors.opensearch import OpenSearchSink
 from tests.crash import job_common
 
 
@@ -107,6 +110,31 @@ class PlainXaddWriter:
         self.r.close()
 
 
+class PlainIndexWriter:
+    """The negative control for OpenSearch: every row indexed at once, the engine picking its
+    ``_id``; a re-run epoch indexes its rows again, as new documents."""
+
+    def __init__(self, url: str, index: str) -> None:
+        self.url, self.index = url, index
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        return True
+
+    def process(self, row: Any) -> None:
+        import urllib.request
+
+        body = json.dumps({"event_id": row.event_id, "offset": row.offset}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/{self.index}/_doc", data=body, method="POST",
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            answer.read()
+
+    def close(self, error: BaseException | None) -> None:
+        pass
+
+
 def frontier_writer(args: argparse.Namespace, schema: Any) -> Any:
     """The sink's Real-time Mode writer for this job's stream."""
     per_record = "many" if args.explode else "one"
@@ -114,6 +142,10 @@ def frontier_writer(args: argparse.Namespace, schema: Any) -> Any:
         bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
         kafka = KafkaSink(bootstrap, args.table, None, args.query_name, id_from="content")
         return kafka.realtime(schema, rows_per_source_record=per_record)
+    if args.sink == "opensearch":
+        search = OpenSearchSink(os.environ["OPENSEARCH_URL"], args.table, None,
+                                query_name=args.query_name, id_from="content")  # fmt: skip
+        return search.realtime(schema, rows_per_source_record=per_record)
     if args.sink == "redis":
         url = os.environ["SINK_REDIS_URL"]
         redis_sink = RedisSink(url, f"{args.table}:events", None, args.query_name, write="stream",
@@ -127,6 +159,8 @@ def frontier_writer(args: argparse.Namespace, schema: Any) -> Any:
 def plain_writer(args: argparse.Namespace) -> Any:
     if args.sink == "kafka":
         return PlainProduceWriter(os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.table)
+    if args.sink == "opensearch":
+        return PlainIndexWriter(os.environ["OPENSEARCH_URL"], args.table)
     if args.sink == "redis":
         return PlainXaddWriter(os.environ["SINK_REDIS_URL"], f"{args.table}:events")
     return PlainInsertWriter(os.environ["EXACTLYONCE_PG_DSN"], args.table)
@@ -141,7 +175,9 @@ def main() -> None:
     parser.add_argument("--table", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--writer", default="frontier", choices=["frontier", "plain"])
-    parser.add_argument("--sink", default="postgres", choices=["postgres", "kafka", "redis"])
+    parser.add_argument(
+        "--sink", default="postgres", choices=["postgres", "kafka", "redis", "opensearch"]
+    )
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--drop", default="", help="a source column to leave out")
     parser.add_argument("--explode", type=int, default=0, help="rows per source record")

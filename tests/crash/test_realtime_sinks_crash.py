@@ -1,18 +1,22 @@
-"""Spark Real-time Mode into Kafka and Redis, SIGKILLed: exactly once by source frontiers.
+"""Spark Real-time Mode into Kafka, Redis and OpenSearch, SIGKILLed: exactly once by source
+frontiers.
 
-The job (tests/crash/realtime_job.py ``--sink kafka|redis``: a Kafka topic of 2 partitions ->
-``trigger(realTime="5 seconds")`` -> ``foreach(sink.realtime())`` -> another Kafka topic, or
-a Redis stream) runs as a separate process while a producer sends events; its whole session
-(driver, JVM, Python workers) is SIGKILLed several times, each run restarted from its
-checkpoint, then run until every event is in. Kills are aimed: a run is killed at a seeded
-random moment shortly after its records reached the output, so they land inside an epoch
-Spark has not committed, whose records Spark then reads again. The audit reads the output with
-a client the sink does not use: kafka-python as a plain ``read_committed`` consumer, or
-``redis-cli XRANGE`` (a second write is a second entry): every event exactly once.
+The job (tests/crash/realtime_job.py ``--sink kafka|redis|opensearch``: a Kafka topic of 2
+partitions -> ``trigger(realTime="5 seconds")`` -> ``foreach(sink.realtime())`` -> another
+Kafka topic, a Redis stream, or an index of a genuine OpenSearch node) runs as a separate
+process while a producer sends events; its whole session (driver, JVM, Python workers) is
+SIGKILLed several times, each run restarted from its checkpoint, then run until every event is
+in. Kills are aimed: a run is killed at a seeded random moment shortly after its records
+reached the output, so they land inside an epoch Spark has not committed, whose records Spark
+then reads again. The audit reads the output with a client the sink does not use: kafka-python
+as a plain ``read_committed`` consumer, ``redis-cli XRANGE`` (a second write is a second
+entry), or plain HTTP counting the documents per event (a second write under another ``_id`` is
+a second document): every event exactly once.
 
-Negative control: the same schedule against a plain foreach writer (an idempotent,
-non-transactional producer; a plain XADD per row) must show duplicates.
-(PostgreSQL's cells: tests/crash/test_realtime_postgres_crash.py.)
+Negative control: the same schedule against a plain foreach writer (an idempotent, non-
+transactional producer; a plain XADD per row; an index request per row whose ``_id`` the engine
+picks, es-hadoop's default) must show duplicates. (PostgreSQL's cells:
+tests/crash/test_realtime_postgres_crash.py.)
 """
 
 from __future__ import annotations
@@ -26,15 +30,19 @@ from pathlib import Path
 import pytest
 
 from exactlyonce.connectors import KafkaSink, RedisSink
+from exactlyonce.connectors.opensearch import OpenSearchSink
 from tests.crash.harness import crash_seed
+from tests.support import opensearch_http as http
 from tests.support.kafka_audit import field_counts
 from tests.support.realtime import EventProducer, RealtimeJob, end_offsets, make_topic
 from tests.support.redis_fixtures import SinkRedis
 
 pytestmark = pytest.mark.crash
 
-EVENTS = 3_000
-RATE = 100.0  # events per second: the stream outlives the kills
+# At most EVENTS (3 minutes' worth; the OpenSearch audit reads one page of 10,000): the
+# producer stops once the kills are done, so the stream outlives them however slowly runs start.
+EVENTS = 9_000
+RATE = 50.0  # events per second
 KILLS = 3
 
 
@@ -46,6 +54,7 @@ class Output:
     name: str
     bootstrap: str
     redis: SinkRedis
+    search_url: str = ""
 
     @property
     def stream_key(self) -> str:
@@ -65,20 +74,29 @@ class Output:
         )
 
     def written(self) -> int:
-        """How much the output holds (offsets with markers, or entries)."""
+        """How much the output holds (offsets with markers, entries, or documents)."""
         if self.sink == "kafka":
             return sum(end_offsets(self.bootstrap, self.name).values())
+        if self.sink == "opensearch":
+            return len(http.docs(self.search_url, self.name))
         return int(self.redis.cli_raw("XLEN", self.stream_key)[0])
 
     def counts(self) -> Counter[str]:
         if self.sink == "kafka":
             return field_counts(self.bootstrap, self.name)
+        if self.sink == "opensearch":
+            found = http.docs(self.search_url, self.name).values()
+            return Counter(str(doc["event_id"]) for doc in found)
         lines = self.redis.cli_raw("XRANGE", self.stream_key, "-", "+")
         return Counter(lines[i + 1] for i, line in enumerate(lines[:-1]) if line == "event_id")
 
     def frontiers(self) -> dict[tuple[str, int], int]:
         if self.sink == "kafka":
             return self.kafka_sink().source_frontiers()
+        if self.sink == "opensearch":
+            search = OpenSearchSink(self.search_url, self.name, None, query_name=self.name,
+                                    id_from="content")  # fmt: skip
+            return search.source_frontiers()
         sink = RedisSink(
             self.redis.url, self.stream_key, None, self.name, id_from="content", write="stream"
         )
@@ -102,23 +120,31 @@ def killed_runs(job: RealtimeJob, out: Output, seed: int) -> tuple[EventProducer
     producer = EventProducer(out.bootstrap, job.topic, EVENTS, RATE).start()
     for n in range(KILLS):
         kill_after_written_records(job, out, rng, f"kill {n + 1} (seed {seed})")
-    producer.join()
+    producer.finish()  # the stream outlived every kill, however long the runs took to start
     job.start()
     job.wait_started()
-    job._wait(lambda: len(out.counts()) >= EVENTS, 120, f"{EVENTS} events")
+    events = producer.events
+    job._wait(lambda: len(out.counts()) >= events, 120, f"{events} events")
     time.sleep(1.0)  # let a late duplicate of the negative control land
     job.stop()
     return producer, out.counts()
 
 
 def run_job(
-    sink: str, writer: str, bootstrap: str, sink_redis: SinkRedis, name: str, tmp_path: Path
+    sink: str,
+    writer: str,
+    bootstrap: str,
+    sink_redis: SinkRedis,
+    name: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> tuple[Output, RealtimeJob, EventProducer, Counter[str]]:
     seed = crash_seed(f"real-time mode {sink} {writer} kill schedule")
     make_topic(bootstrap, name)
-    out = Output(sink, f"{name}-out", bootstrap, sink_redis)
+    search_url = request.getfixturevalue("opensearch").url if sink == "opensearch" else ""
+    out = Output(sink, f"{name}-out".replace("_", "-"), bootstrap, sink_redis, search_url)
     out.make(plain=writer == "plain")
-    env = {"SINK_REDIS_URL": sink_redis.url}
+    env = {"SINK_REDIS_URL": sink_redis.url, "OPENSEARCH_URL": search_url}
     job = RealtimeJob(tmp_path, out.name, "", topic=name, sink=sink, writer=writer, env=env)
     try:
         producer, counts = killed_runs(job, out, seed)
@@ -128,12 +154,20 @@ def run_job(
     return out, job, producer, counts
 
 
-@pytest.mark.parametrize("sink", ["kafka", "redis"])
+SINKS = ["kafka", "redis", "opensearch"]
+
+
+@pytest.mark.parametrize("sink", SINKS)
 def test_realtime_writer_killed_three_times_writes_each_event_once(
-    sink: str, bootstrap: str, sink_redis: SinkRedis, unique_name: str, tmp_path: Path
+    sink: str,
+    bootstrap: str,
+    sink_redis: SinkRedis,
+    unique_name: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     out, _, producer, counts = run_job(
-        sink, "frontier", bootstrap, sink_redis, unique_name, tmp_path
+        sink, "frontier", bootstrap, sink_redis, unique_name, tmp_path, request
     )
     assert sorted(producer.expected - set(counts)) == [], "events missing"
     assert {e: n for e, n in counts.items() if n != 1} == {}, "events written twice"
@@ -142,11 +176,18 @@ def test_realtime_writer_killed_three_times_writes_each_event_once(
     assert out.frontiers() == {(unique_name, p): n for p, n in ends.items()}
 
 
-@pytest.mark.parametrize("sink", ["kafka", "redis"])
+@pytest.mark.parametrize("sink", SINKS)
 def test_negative_control_a_plain_foreach_writer_duplicates_under_the_same_kills(
-    sink: str, bootstrap: str, sink_redis: SinkRedis, unique_name: str, tmp_path: Path
+    sink: str,
+    bootstrap: str,
+    sink_redis: SinkRedis,
+    unique_name: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    _, _, producer, counts = run_job(sink, "plain", bootstrap, sink_redis, unique_name, tmp_path)
+    _, _, producer, counts = run_job(
+        sink, "plain", bootstrap, sink_redis, unique_name, tmp_path, request
+    )
     duplicates = sum(n - 1 for n in counts.values())
     print(f"negative control ({sink}): {duplicates} duplicates over {len(counts)} events")
     assert set(counts) == producer.expected  # at-least-once: nothing missing

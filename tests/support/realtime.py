@@ -42,7 +42,8 @@ def end_offsets(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dic
 @dataclass
 class EventProducer:
     """Produces ``events`` events (``e0``, ``e1``, ...) at ``rate`` per second, partition
-    ``i % 2``, in a thread; ``sent[i]`` is when event i was acknowledged."""
+    ``i % 2``, in a thread; ``sent[i]`` is when event i was acknowledged. :meth:`finish` ends
+    it early (a stream that must outlive a kill schedule of unknown length)."""
 
     bootstrap: str
     topic: str
@@ -50,6 +51,7 @@ class EventProducer:
     rate: float
     sent: dict[str, float] = field(default_factory=dict)
     thread: threading.Thread | None = None
+    done: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> EventProducer:
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -60,6 +62,8 @@ class EventProducer:
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
         start = time.monotonic()
         for i in range(self.events):
+            if self.done.is_set():
+                break
             delay = start + i / self.rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
@@ -75,6 +79,12 @@ class EventProducer:
         assert self.thread is not None
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the producer did not finish"
+
+    def finish(self) -> None:
+        """Stop producing; :attr:`expected` is then what was sent."""
+        self.done.set()
+        self.join()
+        self.events = len(self.sent)
 
     @property
     def expected(self) -> set[str]:
