@@ -69,9 +69,11 @@ class Output:
                 self.kafka_sink(create=True)
 
     def kafka_sink(self, create: bool = False) -> KafkaSink:
+        """The sink's view of the output topic (created with the source's 2 partitions)."""
         return KafkaSink(
-            self.bootstrap, self.name, None, self.name, id_from="content", create_topic=create
-        )
+            self.bootstrap, self.name, None, self.name, id_from="content",
+            create_topic=create, partitions=2 if create else None,
+        )  # fmt: skip
 
     def written(self) -> int:
         """How much the output holds (offsets with markers, entries, or documents)."""
