@@ -20,6 +20,14 @@ Points, in write-path order:
   task succeeded and before the head advances;
 - ``after_head``: the driver, after the head advanced and before Spark writes its commit log.
 
+Spark Real-time Mode (:mod:`exactlyonce.connectors.base.realtime`; a task of the epoch):
+
+- ``rtm_before_chunk``: a chunk taken from the pending rows, about to be committed (rows of
+  the epoch are in the sink from earlier chunks, these are not);
+- ``rtm_after_chunk``: a chunk and its frontiers committed, the epoch going on;
+- ``rtm_epoch_end``: the epoch's last chunk committed at ``close``, before Spark commits the
+  epoch (a re-run then finds every row below the frontier).
+
 ``exactlyonce rewind`` (the epoch is the one rewound to):
 
 - ``rewind_after_catalog``: after the dedup catalog was dropped, before the sink's step;
@@ -54,6 +62,9 @@ POINTS = (
     "after_shard_commit",
     "before_head",
     "after_head",
+    "rtm_before_chunk",
+    "rtm_after_chunk",
+    "rtm_epoch_end",
     "rewind_after_catalog",
     "rewind_mid_delete",
     "rewind_after_sink",

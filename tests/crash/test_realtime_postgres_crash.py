@@ -148,3 +148,30 @@ def test_a_deleted_checkpoint_restarted_from_earliest_stays_exactly_once(
         sql.SQL("SELECT min(epoch) FROM {}").format(sql.Identifier(unique_name))
     ).fetchone()
     assert epochs == (0,)
+
+
+def test_realtime_writer_killed_at_each_named_point_writes_each_event_once(
+    pg_dsn: str, pg: psycopg.Connection[Any], bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Real-time Mode's named points (exactlyonce.faults), a run killed at each in turn:
+    before a chunk's commit, after one, and at the epoch's end, each before Spark commits the
+    epoch (tests/crash/test_realtime_sinks_crash.py does the same for the other sinks)."""
+    points = [("rtm_before_chunk", 1), ("rtm_after_chunk", 2), ("rtm_epoch_end", 3)]
+    make_topic(bootstrap, unique_name)
+    job = RealtimeJob(tmp_path, unique_name, pg_dsn, topic=unique_name)
+    producer = EventProducer(bootstrap, unique_name, 9_000, 50.0).start()
+    try:
+        job.kill_at_points(points)
+        producer.finish()  # the stream outlived every kill
+        job.start()
+        job.wait_started()
+        wait_for_events(pg, unique_name, producer.events, timeout=120)
+        job.stop()
+    finally:
+        producer.done.set()
+        job.stop_if_running()
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in points]
+    counts = event_counts(pg, unique_name)
+    assert set(counts) == producer.expected
+    assert {e: n for e, n in counts.items() if n != 1} == {}, "events written twice"
+    assert frontiers(pg, unique_name) == end_offsets(bootstrap, unique_name)

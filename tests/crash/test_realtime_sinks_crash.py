@@ -194,3 +194,44 @@ def test_negative_control_a_plain_foreach_writer_duplicates_under_the_same_kills
     print(f"negative control ({sink}): {duplicates} duplicates over {len(counts)} events")
     assert set(counts) == producer.expected  # at-least-once: nothing missing
     assert duplicates > 0, "the audit cannot see duplicates: it proves nothing"
+
+
+# Real-time Mode's named points (exactlyonce.faults), one run killed at each in turn: inside an
+# epoch before a chunk's commit, after one, and at the epoch's end after its last chunk, each
+# before Spark commits the epoch (so Spark runs it again).
+POINTS = [("rtm_before_chunk", 1), ("rtm_after_chunk", 2), ("rtm_epoch_end", 3)]
+
+
+@pytest.mark.parametrize("sink", SINKS)
+def test_realtime_writer_killed_at_each_named_point_writes_each_event_once(
+    sink: str,
+    bootstrap: str,
+    sink_redis: SinkRedis,
+    unique_name: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    make_topic(bootstrap, unique_name)
+    search_url = request.getfixturevalue("opensearch").url if sink == "opensearch" else ""
+    out = Output(sink, f"{unique_name}-out".replace("_", "-"), bootstrap, sink_redis, search_url)
+    out.make(plain=False)
+    env = {"SINK_REDIS_URL": sink_redis.url, "OPENSEARCH_URL": search_url}
+    job = RealtimeJob(tmp_path, out.name, "", topic=unique_name, sink=sink, env=env)
+    producer = EventProducer(bootstrap, unique_name, EVENTS, RATE).start()
+    try:
+        job.kill_at_points(POINTS)
+        producer.finish()
+        job.start()
+        job.wait_started()
+        events = producer.events
+        job._wait(lambda: len(out.counts()) >= events, 120, f"{events} events")
+        job.stop()
+    finally:
+        producer.done.set()
+        job.stop_if_running()
+    assert job.kills == [f"{point}@{epoch}" for point, epoch in POINTS]
+    counts = out.counts()
+    assert sorted(producer.expected - set(counts)) == [], "events missing"
+    assert {e: n for e, n in counts.items() if n != 1} == {}, "events written twice"
+    ends = end_offsets(bootstrap, unique_name)
+    assert out.frontiers() == {(unique_name, p): n for p, n in ends.items()}

@@ -42,6 +42,7 @@ from exactlyonce.connectors.base.frontier import (
 from exactlyonce.connectors.base.sink import QUERY_ID_PROPERTY
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
+from exactlyonce.faults import crash_point
 
 log = logging.getLogger("exactlyonce.realtime")
 
@@ -216,9 +217,10 @@ class RealtimeWriter:
             self.flusher.join()
         try:
             if error is None and self.failure is None and self.store is not None:
-                assert self.lock is not None
+                assert self.lock is not None and self.task is not None
                 with self.lock:
                     self._commit(final=True)
+                crash_point("rtm_epoch_end", self.task.epoch)
         finally:
             if self.store is not None:
                 self.store.close()
@@ -308,13 +310,16 @@ class RealtimeWriter:
 
     def _commit(self, final: bool) -> None:
         assert self.store is not None
+        assert self.task is not None
         chunk = self.tracker.take(final)
         if chunk is None:
             return
+        crash_point("rtm_before_chunk", self.task.epoch)
         self.store.commit(chunk)
         self.tracker.committed(chunk)
         self.commits += 1
         self.written += len(chunk.rows)
+        crash_point("rtm_after_chunk", self.task.epoch)
 
     def _raise_failure(self) -> None:
         if self.failure is not None:

@@ -175,7 +175,7 @@ def check_points(points: Sequence[str], field: str = "--points") -> tuple[str, .
     reached = run_points()
     unknown = [p for p in points if p not in reached]
     if unknown:
-        where = "rewind's, not a run's" if set(unknown) <= set(POINTS) else "unknown"
+        where = "not a micro-batch run's" if set(unknown) <= set(POINTS) else "unknown"
         raise ConfigError(
             field, f"{', '.join(unknown)}: {where}; a run reaches {', '.join(sorted(reached))}"
         )
