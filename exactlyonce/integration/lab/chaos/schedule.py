@@ -175,7 +175,8 @@ def check_points(points: Sequence[str], field: str = "--points") -> tuple[str, .
     reached = run_points()
     unknown = [p for p in points if p not in reached]
     if unknown:
-        where = "not a micro-batch run's" if set(unknown) <= set(POINTS) else "unknown"
+        known = set(unknown) <= set(POINTS)
+        where = "rewind's or Real-time Mode's, not a micro-batch run's" if known else "unknown"
         raise ConfigError(
             field, f"{', '.join(unknown)}: {where}; a run reaches {', '.join(sorted(reached))}"
         )
