@@ -6,6 +6,9 @@ appears. Paths:
     Spark Real-time Mode, ``foreach(sink.realtime(schema))`` (exactly once by frontiers);
 ``spark_rtm_kafka``
     Spark Real-time Mode into Spark's own Kafka sink (at-least-once);
+``rtm_python_arrival``
+    Spark Real-time Mode into a Python ``foreach`` writer that only notes when each row
+    reached it (a line per row in ``<out>/``): the floor of any Python writer;
 ``microbatch_postgres`` / ``microbatch_kafka``
     ``foreachBatch(sink)`` with ``processingTime="0 seconds"`` (exactly once by epochs).
 """
@@ -20,6 +23,7 @@ from typing import Any
 
 REAL_TIME = "5 seconds"
 PATHS = (
+    "rtm_python_arrival",
     "rtm_postgres",
     "rtm_kafka",
     "rtm_redis",
@@ -27,6 +31,24 @@ PATHS = (
     "microbatch_postgres",
     "microbatch_kafka",
 )
+
+
+class ArrivalWriter:
+    """Notes when each row reached ``process()``: ``event_id time`` lines, one file per task."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        name = f"{partition_id}-{epoch_id}-{os.getpid()}-{time.monotonic_ns()}.txt"
+        self.file = open(os.path.join(self.directory, name), "a", buffering=1)  # noqa: SIM115
+        return True
+
+    def process(self, row: Any) -> None:
+        self.file.write(f"{row.event_id} {time.time()}\n")
+
+    def close(self, error: BaseException | None) -> None:
+        self.file.close()
 
 
 def stream(spark: Any, bootstrap: str, topic: str) -> Any:
@@ -84,6 +106,16 @@ def start(path: str, df: Any, out: str, query: str, checkpoint: str) -> Any:
             .trigger(realTime=REAL_TIME)
             .start()
         )
+    if path == "rtm_python_arrival":
+        os.makedirs(out, exist_ok=True)
+        return (
+            df.writeStream.foreach(ArrivalWriter(out))
+            .option("checkpointLocation", checkpoint)
+            .queryName(query)
+            .outputMode("update")
+            .trigger(realTime=REAL_TIME)
+            .start()
+        )
     sink = sink_of(path, out, query)
     if path.startswith("rtm"):
         return (
@@ -117,7 +149,7 @@ def main() -> None:
         extra["spark.buffer.size"] = "1"
     spark = session(f"bench-realtime-{args.path}", master=args.master, extra=extra)
     df = stream(spark, os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.topic)
-    query = start(args.path, df, args.out, args.out, args.checkpoint)
+    query = start(args.path, df, args.out, os.path.basename(args.out), args.checkpoint)
     print("JOB STARTED", flush=True)
     stop = Path(f"{args.checkpoint}.stop")
     while not stop.exists():
