@@ -19,14 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import Row
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors import KafkaSink
 from exactlyonce.connectors.base.realtime import RealtimeWriter
 from exactlyonce.errors import ConfigError, FrontierMovedError
 from tests.support.kafka_audit import field_counts
-from tests.support.realtime import EventProducer, RealtimeJob, end_offsets, make_topic
+from tests.support.realtime import (
+    EventProducer,
+    RealtimeJob,
+    end_offsets,
+    make_topic,
+    rows,
+    run_epoch,
+)
 
 SCHEMA = StructType(
     [
@@ -46,23 +52,6 @@ def sink_of(bootstrap: str, topic: str, **options: Any) -> KafkaSink:
 
 def writer_of(bootstrap: str, topic: str, **options: Any) -> RealtimeWriter:
     return sink_of(bootstrap, topic).realtime(SCHEMA, commit_interval=60, **options)
-
-
-def rows(offsets: range, partition: int = 0, topic: str = "t") -> list[Row]:
-    return [Row(topic=topic, partition=partition, offset=o, event_id=f"e{o}") for o in offsets]
-
-
-def run_epoch(writer: RealtimeWriter, epoch: int, rows: list[Row], partition_id: int = 0) -> None:
-    writer.open(partition_id, epoch)
-    error: BaseException | None = None
-    try:
-        for row in rows:
-            writer.process(row)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        writer.close(error)
 
 
 def counts(bootstrap: str, topic: str) -> Counter[str]:

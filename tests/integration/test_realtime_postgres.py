@@ -32,6 +32,8 @@ from tests.support.realtime import (
     event_counts,
     frontiers,
     make_topic,
+    rows,
+    run_epoch,
     wait_for_events,
 )
 from tests.support.secrets_scan import url_passwords
@@ -120,23 +122,6 @@ def test_realtime_mode_writes_each_event_once_and_shows_it_within_the_epoch(
 
 def writer_of(pg_dsn: str, table: str, **options: Any) -> RealtimeWriter:
     return sink_of(pg_dsn, table).realtime(SCHEMA, commit_interval=60, **options)
-
-
-def rows(offsets: range, partition: int = 0, topic: str = "t") -> list[Row]:
-    return [Row(topic=topic, partition=partition, offset=o, event_id=f"e{o}") for o in offsets]
-
-
-def run_epoch(writer: RealtimeWriter, epoch: int, rows: list[Row], partition_id: int = 0) -> None:
-    writer.open(partition_id, epoch)
-    error: BaseException | None = None
-    try:
-        for row in rows:
-            writer.process(row)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        writer.close(error)
 
 
 def test_missing_source_columns_are_refused_before_any_write(

@@ -19,6 +19,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from exactlyonce.connectors import RedisSink
 from exactlyonce.connectors.base.realtime import RealtimeWriter
 from exactlyonce.errors import ConfigError, FrontierMovedError
+from tests.support.realtime import rows, run_epoch
 from tests.support.redis_fixtures import SinkRedis
 
 SCHEMA = StructType(
@@ -39,23 +40,6 @@ def sink_of(sink_redis: SinkRedis, name: str, **options: Any) -> RedisSink:
 
 def writer_of(sink_redis: SinkRedis, name: str, **options: Any) -> RealtimeWriter:
     return sink_of(sink_redis, name, **options).realtime(SCHEMA, commit_interval=60)
-
-
-def rows(offsets: range, partition: int = 0, topic: str = "t") -> list[Row]:
-    return [Row(topic=topic, partition=partition, offset=o, event_id=f"e{o}") for o in offsets]
-
-
-def run_epoch(writer: RealtimeWriter, epoch: int, rows: list[Row], partition_id: int = 0) -> None:
-    writer.open(partition_id, epoch)
-    error: BaseException | None = None
-    try:
-        for row in rows:
-            writer.process(row)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        writer.close(error)
 
 
 def stream_events(sink_redis: SinkRedis, key: str) -> Counter[str]:

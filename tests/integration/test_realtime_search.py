@@ -14,7 +14,6 @@ import pickle
 from typing import Any
 
 import pytest
-from pyspark.sql import Row
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from exactlyonce.connectors.base.frontier import source_record_id
@@ -27,6 +26,7 @@ from exactlyonce.retry import RetryPolicy
 from tests.support import opensearch_http as http
 from tests.support.es_fixtures import EsHandle
 from tests.support.opensearch_node import OpenSearchNode
+from tests.support.realtime import rows, run_epoch
 
 pytestmark = pytest.mark.integration
 
@@ -68,23 +68,6 @@ def sink_of(engine: Engine, index: str, **options: Any) -> SearchSink:
 
 def writer_of(engine: Engine, index: str) -> RealtimeWriter:
     return sink_of(engine, index).realtime(SCHEMA, commit_interval=60)
-
-
-def rows(offsets: range, partition: int = 0, topic: str = "t") -> list[Row]:
-    return [Row(topic=topic, partition=partition, offset=o, event_id=f"e{o}") for o in offsets]
-
-
-def run_epoch(writer: RealtimeWriter, epoch: int, rows: list[Row], partition_id: int = 0) -> None:
-    writer.open(partition_id, epoch)
-    error: BaseException | None = None
-    try:
-        for row in rows:
-            writer.process(row)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        writer.close(error)
 
 
 def ids(offsets: range, partition: int = 0) -> set[str]:

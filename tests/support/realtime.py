@@ -23,6 +23,28 @@ REALTIME_JOB = Path(__file__).resolve().parents[1] / "crash" / "realtime_job.py"
 PARTITIONS = 2
 
 
+def rows(offsets: range, partition: int = 0, topic: str = "t") -> list[Any]:
+    """Rows as a Kafka source hands them on: coordinates and ``event_id`` ``e<offset>``."""
+    from pyspark.sql import Row
+
+    return [Row(topic=topic, partition=partition, offset=o, event_id=f"e{o}") for o in offsets]
+
+
+def run_epoch(writer: Any, epoch: int, rows: list[Any], partition_id: int = 0) -> None:
+    """Drive a Real-time Mode writer through one epoch as Spark's task does: ``open``,
+    ``process`` each row, ``close`` (with the error, when one was raised)."""
+    writer.open(partition_id, epoch)
+    error: BaseException | None = None
+    try:
+        for row in rows:
+            writer.process(row)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        writer.close(error)
+
+
 def make_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)

@@ -321,6 +321,36 @@ class RealtimeWriter:
             raise self.failure
 
 
+def realtime_options(
+    schema: Any,
+    commit_interval: float,
+    max_pending_rows: int,
+    rows_per_source_record: RowsPerRecord,
+    source_columns: Sequence[str],
+) -> RealtimeOptions:
+    """A sink's ``realtime()`` arguments as options, checked: three source columns, each in
+    ``schema`` (the stream's StructType) when given. ConfigError names the option."""
+    columns = tuple(source_columns)
+    if len(columns) != 3:
+        raise ConfigError("source_columns", f"three columns, got {list(columns)}")
+    options = RealtimeOptions(commit_interval, max_pending_rows, rows_per_source_record, columns)
+    if schema is not None:
+        options.refuse_missing(schema.names)
+    return options
+
+
+def writer_for(
+    sink: Any, target: FrontierTarget, options: RealtimeOptions, content_ids: bool
+) -> RealtimeWriter:
+    """The writer of ``sink`` (named in the row-buffer warning, when Spark's buffer delays
+    rows): record IDs from the sink's ``id_columns``, or (``content_ids``: ``id_from`` content
+    or source) from the source coordinates."""
+    warning = row_buffer_warning()
+    if warning is not None:
+        log.warning("%s: %s", sink, warning)
+    return RealtimeWriter(target, options, None if content_ids else tuple(sink.ids.columns))
+
+
 # Spark's JVM hands a Python foreach writer its rows through a buffer of spark.buffer.size
 # bytes (64 KiB by default), and in batches that double while they stay under 1 MiB
 # (SerDeUtil.AutoBatchedPickler): at moderate rates rows reach process() late, or at the

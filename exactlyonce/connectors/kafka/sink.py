@@ -18,11 +18,7 @@ from exactlyonce.connectors.base.config import (
 )
 from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.realtime import (
-    RealtimeOptions,
-    RealtimeWriter,
-    row_buffer_warning,
-)
+from exactlyonce.connectors.base.realtime import RealtimeWriter, realtime_options, writer_for
 from exactlyonce.connectors.base.rewind import Refused, Rewind
 from exactlyonce.connectors.kafka import check as _check
 from exactlyonce.connectors.kafka import preflight as _preflight
@@ -343,19 +339,15 @@ class KafkaSink(ExactlyOnceSink):
         (the class docstring; options: :class:`~exactlyonce.connectors.base.realtime.
         RealtimeOptions`). Preflights the broker and the topics now, in the driver; with
         ``schema`` (the stream's), checks the source, key and value columns too."""
-        columns = tuple(source_columns)
-        if len(columns) != 3:
-            raise ConfigError("source_columns", f"three columns, got {list(columns)}")
         if self.value in (AVRO, JSON_WITH_SCHEMA):
             raise ConfigError(
                 "value", f"{self.value!r} is not available in Real-time Mode yet: use 'json' or "
                 "a string or binary column",
             )  # fmt: skip
-        options = RealtimeOptions(
-            commit_interval, max_pending_rows, rows_per_source_record, columns
+        options = realtime_options(
+            schema, commit_interval, max_pending_rows, rows_per_source_record, source_columns
         )
         if schema is not None:
-            options.refuse_missing(schema.names)
             check_key_and_value(schema, self.key_column, self.value)
         self.preflight()
         if not self.hides_aborted:
@@ -375,15 +367,11 @@ class KafkaSink(ExactlyOnceSink):
             sink_name=self.sink_name,
             key_column=self.key_column,
             value=self.value,
-            source_columns=(columns[0], columns[1], columns[2]),
+            source_columns=options.source_columns,
             transaction_timeout_ms=self.transaction_timeout_ms,
             timeout_s=max(60.0, self.connect_timeout),
         )
-        warning = row_buffer_warning()
-        if warning is not None:
-            log.warning("%s: %s", self, warning)
-        ids = None if self.ids.content else self.ids.columns
-        return RealtimeWriter(target, options, ids)
+        return writer_for(self, target, options, self.ids.content)
 
     def source_frontiers(self) -> dict[SourceKey, int]:
         """The source frontiers the Real-time Mode writer committed for this query (the next

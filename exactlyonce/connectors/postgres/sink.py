@@ -20,11 +20,7 @@ from exactlyonce.connectors.base.config import (
 )
 from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.realtime import (
-    RealtimeOptions,
-    RealtimeWriter,
-    row_buffer_warning,
-)
+from exactlyonce.connectors.base.realtime import RealtimeWriter, realtime_options, writer_for
 from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres import check as _check
@@ -341,14 +337,9 @@ class PostgresSink(ExactlyOnceSink):
         Creates the frontier table."""
         if self.mode == "upsert":
             raise ConfigError("mode", "'upsert' is not available in Real-time Mode yet")
-        columns = tuple(source_columns)
-        if len(columns) != 3:
-            raise ConfigError("source_columns", f"three columns, got {list(columns)}")
-        options = RealtimeOptions(
-            commit_interval, max_pending_rows, rows_per_source_record, columns
+        options = realtime_options(
+            schema, commit_interval, max_pending_rows, rows_per_source_record, source_columns
         )
-        if schema is not None:
-            options.refuse_missing(schema.names)
         self.preflight(schema)
         with self.connect() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [CONTROL_DDL_LOCK])
@@ -363,11 +354,7 @@ class PostgresSink(ExactlyOnceSink):
             unique=self.mode != "append",
             connect_timeout=self.connect_timeout,
         )
-        warning = row_buffer_warning()
-        if warning is not None:
-            log.warning("%s: %s", self, warning)
-        ids = None if self.ids.content else self.ids.columns
-        return RealtimeWriter(target, options, ids)
+        return writer_for(self, target, options, self.ids.content)
 
     def source_frontiers(self) -> dict[SourceKey, int]:
         """The source frontiers the Real-time Mode writer committed for this query (the next

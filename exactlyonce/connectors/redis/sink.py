@@ -23,11 +23,7 @@ from exactlyonce.connectors.base.config import (
 )
 from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.realtime import (
-    RealtimeOptions,
-    RealtimeWriter,
-    row_buffer_warning,
-)
+from exactlyonce.connectors.base.realtime import RealtimeWriter, realtime_options, writer_for
 from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import check as _check
@@ -293,14 +289,9 @@ class RedisSink(ExactlyOnceSink):
         (the stream's), checks the source and key-template columns too."""
         if self.config.mode == "upsert":
             raise ConfigError("mode", "'upsert' is not available in Real-time Mode yet")
-        columns = tuple(source_columns)
-        if len(columns) != 3:
-            raise ConfigError("source_columns", f"three columns, got {list(columns)}")
-        options = RealtimeOptions(
-            commit_interval, max_pending_rows, rows_per_source_record, columns
+        options = realtime_options(
+            schema, commit_interval, max_pending_rows, rows_per_source_record, source_columns
         )
-        if schema is not None:
-            options.refuse_missing(schema.names)
         self.preflight(schema)
         target = RedisFrontierTarget(
             url=self.url,
@@ -318,11 +309,7 @@ class RedisSink(ExactlyOnceSink):
             guarded=self.config.guarded_namespaces,
             busy=self.busy,
         )
-        warning = row_buffer_warning()
-        if warning is not None:
-            log.warning("%s: %s", self, warning)
-        ids = None if self.ids.content else self.ids.columns
-        return RealtimeWriter(target, options, ids)
+        return writer_for(self, target, options, self.ids.content)
 
     def source_frontiers(self) -> dict[SourceKey, int]:
         """The source frontiers the Real-time Mode writer committed for this query (the next
