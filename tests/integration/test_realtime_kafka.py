@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from exactlyonce.connectors import KafkaSink
 from exactlyonce.connectors.base.realtime import RealtimeWriter
@@ -32,16 +32,10 @@ from tests.support.realtime import (
     make_topic,
     rows,
     run_epoch,
+    source_schema,
 )
 
-SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("event_id", StringType()),
-    ]
-)
+SCHEMA = source_schema()
 EVENTS = 2_000
 
 

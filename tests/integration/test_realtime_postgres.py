@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from pyspark.sql import Row
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from exactlyonce.connectors import PostgresSink
 from exactlyonce.connectors.base.realtime import RealtimeWriter
@@ -34,18 +34,12 @@ from tests.support.realtime import (
     make_topic,
     rows,
     run_epoch,
+    source_schema,
     wait_for_events,
 )
 from tests.support.secrets_scan import url_passwords
 
-SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("event_id", StringType()),
-    ]
-)
+SCHEMA = source_schema()
 EVENTS = 2_000
 
 

@@ -14,22 +14,15 @@ from typing import Any
 
 import pytest
 from pyspark.sql import Row
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from exactlyonce.connectors import RedisSink
 from exactlyonce.connectors.base.realtime import RealtimeWriter
 from exactlyonce.errors import ConfigError, FrontierMovedError
-from tests.support.realtime import rows, run_epoch
+from tests.support.realtime import rows, run_epoch, source_schema
 from tests.support.redis_fixtures import SinkRedis
 
-SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("event_id", StringType()),
-    ]
-)
+SCHEMA = source_schema()
 
 
 def sink_of(sink_redis: SinkRedis, name: str, **options: Any) -> RedisSink:

@@ -14,7 +14,7 @@ import pickle
 from typing import Any
 
 import pytest
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from exactlyonce.connectors.base.frontier import source_record_id
 from exactlyonce.connectors.base.realtime import RealtimeWriter
@@ -26,19 +26,12 @@ from exactlyonce.retry import RetryPolicy
 from tests.support import opensearch_http as http
 from tests.support.es_fixtures import EsHandle
 from tests.support.opensearch_node import OpenSearchNode
-from tests.support.realtime import rows, run_epoch
+from tests.support.realtime import rows, run_epoch, source_schema
 
 pytestmark = pytest.mark.integration
 
 FAST = RetryPolicy(attempts=4, initial_s=0.05, max_s=0.5)
-SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("event_id", StringType()),
-    ]
-)
+SCHEMA = source_schema()
 
 
 Engine = tuple[str, type[SearchSink]]  # the engine's URL, and the sink class for it

@@ -23,6 +23,20 @@ REALTIME_JOB = Path(__file__).resolve().parents[1] / "crash" / "realtime_job.py"
 PARTITIONS = 2
 
 
+def source_schema() -> Any:
+    """The schema of :func:`rows`: the Kafka source's coordinates and ``event_id``."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    return StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("event_id", StringType()),
+        ]
+    )
+
+
 def rows(offsets: range, partition: int = 0, topic: str = "t") -> list[Any]:
     """Rows as a Kafka source hands them on: coordinates and ``event_id`` ``e<offset>``."""
     from pyspark.sql import Row
