@@ -106,6 +106,15 @@ def p99_rows(buffer: dict[str, Any]) -> list[tuple[str, float, float, float]]:
     ]
 
 
+def latency_rows(realtime: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(path, p50, p99) in seconds of ``bench realtime``'s paths, in the file's order."""
+    return [
+        (path, f["p50_s"], f["p99_s"])
+        for path, f in realtime.get("paths", {}).items()
+        if "p50_s" in f and "p99_s" in f
+    ]
+
+
 def draw(results: dict[str, dict[str, Any]], out: Path) -> Path:
     import matplotlib
 
@@ -114,14 +123,17 @@ def draw(results: dict[str, dict[str, Any]], out: Path) -> Path:
 
     panels = throughput_panels(results)
     p99 = p99_rows(results.get("buffer", {}))
+    latency = latency_rows(results.get("realtime", {}))
     columns = 2
-    rows = (len(panels) + 1) // columns + (1 if p99 else 0)
+    rows = (len(panels) + 1) // columns + (1 if p99 else 0) + (1 if latency else 0)
     fig = plt.figure(figsize=(13, 2.3 * rows + 1.2), layout="constrained")
     grid = fig.add_gridspec(rows, columns)
     for i, (title, bars) in enumerate(panels):
         _throughput(fig.add_subplot(grid[i // columns, i % columns]), title, bars)
     if p99:
-        _p99(fig.add_subplot(grid[rows - 1, :]), p99)
+        _p99(fig.add_subplot(grid[rows - 1 - (1 if latency else 0), :]), p99)
+    if latency:
+        _latency(fig.add_subplot(grid[rows - 1, :]), latency)
     dates = sorted({str(r.get("date", ""))[:10] for r in results.values() if r.get("date")})
     fig.suptitle(
         "exactlyonce (blue) vs. baselines (grey) and ceilings (yellow) of the same run: rows/s,"
@@ -191,6 +203,30 @@ def _p99(ax: Any, rows: list[tuple[str, float, float, float]]) -> None:
     ax.spines[["top", "right"]].set_visible(False)
 
 
+def _latency(ax: Any, rows: list[tuple[str, float, float]]) -> None:
+    """Real-time Mode: p50 and p99 end-to-end latency per path (lower is better)."""
+    width = 0.38
+    top = max(row[2] for row in rows)
+    for offset, (label, column, colour) in enumerate((("p50", 1, "#7fbf7f"), ("p99", 2, OURS))):
+        xs = [i + (offset - 0.5) * width for i in range(len(rows))]
+        values = [row[column] for row in rows]
+        ax.bar(xs, values, width, label=label, color=colour)
+        for x, value in zip(xs, values, strict=True):
+            ax.text(x, value + top * 0.02, f"{value:.2f}", ha="center", fontsize=8)
+    ax.set_ylim(0, top * 1.25)
+    ax.set_xticks(range(len(rows)), [row[0] for row in rows], fontsize=8)
+    ax.set_ylabel("seconds, sent to visible")
+    ax.set_title(
+        "Real-time Mode latency (lower is better): rtm_python_arrival = floor of any Python "
+        "writer; spark_rtm_kafka = Spark's own sink",
+        fontsize=11,
+        loc="left",
+    )
+    ax.legend(loc="upper right", fontsize=9, ncols=2, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
 def _times(ratio: float) -> str:
     """A ratio to two decimals, or two significant digits below 0.1 (a sink far below a
     ceiling)."""
@@ -214,7 +250,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--out", type=Path, help="default: <results-dir>/summary.png")
     args = parser.parse_args(argv)
-    names = ("postgres", "kafka", "redis", "elasticsearch", "opensearch", "dedup", "buffer")
+    names = (
+        "postgres",
+        "kafka",
+        "redis",
+        "elasticsearch",
+        "opensearch",
+        "dedup",
+        "buffer",
+        "realtime",
+    )
     results = {name: read_results(name, args.results_dir) for name in names}
     out = draw(
         {k: v for k, v in results.items() if v}, args.out or args.results_dir / "summary.png"

@@ -77,3 +77,16 @@ def test_a_ratio_far_below_a_ceiling_keeps_two_significant_digits() -> None:
     from bench.summary import _times
 
     assert (_times(1.3333), _times(0.123), _times(0.0049)) == ("1.33", "0.12", "0.0049")
+
+
+def test_realtime_latencies_are_drawn_per_path_in_the_files_order(tmp_path: Path) -> None:
+    from bench.summary import latency_rows
+
+    realtime = {
+        "paths": {
+            "rtm_kafka": {"p50_s": 0.7, "p99_s": 3.1},
+            "spark_rtm_kafka": {"p50_s": 0.01, "p99_s": 0.3},
+        }
+    }
+    assert latency_rows(realtime) == [("rtm_kafka", 0.7, 3.1), ("spark_rtm_kafka", 0.01, 0.3)]
+    assert draw({"realtime": realtime}, tmp_path / "summary.png").stat().st_size > 0
