@@ -137,6 +137,40 @@ def test_a_rerun_skips_what_the_frontier_covers(bootstrap: str, unique_name: str
     assert sink.source_frontiers() == {("t", 0): 15, ("t", 1): 6}
 
 
+def test_a_frontier_committed_above_another_writers_open_transaction_is_read(
+    bootstrap: str, unique_name: str
+) -> None:
+    """Another producer's open transaction on the control partition holds back what a
+    read_committed reader sees (the last stable offset), frontiers committed after it too: a
+    writer must not read an older frontier then (it would write those rows again), but wait
+    until the open transaction ends (found by a SIGKILLed run: a sibling partition's chunk
+    left open)."""
+    from confluent_kafka import Producer
+
+    sink = sink_of(bootstrap, unique_name)
+    run_epoch(writer_of(bootstrap, unique_name), 0, rows(range(10)))
+    second = writer_of(bootstrap, unique_name)
+    second.open(0, 0)
+    second.process(rows(range(10, 11))[0])  # its frontier read (10) before the blocker opens
+    blocker = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{unique_name}-b"})
+    blocker.init_transactions(30)
+    blocker.begin_transaction()
+    blocker.produce(sink.control_topic, b"open", b"blocker", partition=sink._control_partition)
+    blocker.flush(30)
+    for row in rows(range(11, 20)):
+        second.process(row)
+    second.close(None)  # frontier 20, committed above the open transaction
+    ends = threading.Timer(3.0, lambda: blocker.abort_transaction(30))
+    ends.start()
+    try:
+        again = writer_of(bootstrap, unique_name)
+        run_epoch(again, 0, rows(range(30)))  # the epoch re-run: 20..29 are new
+    finally:
+        ends.join()
+    assert again.tracker.skipped == 20
+    assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(30)}
+
+
 def test_a_fenced_writer_writes_nothing(bootstrap: str, unique_name: str) -> None:
     slow, fast = writer_of(bootstrap, unique_name), writer_of(bootstrap, unique_name)
     slow.open(0, 1)

@@ -326,15 +326,24 @@ SCAN_WINDOW = 2_000  # records read back from the end first; quadrupled while no
 
 
 def latest_of_key(
-    client: Consumer, topic: str, partition: int, key: bytes, timeout_s: float
+    client: Consumer,
+    topic: str,
+    partition: int,
+    key: bytes,
+    timeout_s: float,
+    end: int | None = None,
 ) -> tuple[int, bytes | None] | None:
-    """The last record under ``key`` in the partition, as ``(offset, value)`` (value None: a
-    tombstone), or None when no record has that key: read back from the partition's exact
-    end in windows of :data:`SCAN_WINDOW` records, quadrupled while the key is not found (the
-    client's isolation decides whether aborted records count)."""
+    """The last record under ``key`` in the partition below ``end``, as ``(offset, value)``
+    (value None: a tombstone), or None when no record has that key: read back from ``end``
+    (default: the partition's exact end) in windows of :data:`SCAN_WINDOW` records,
+    quadrupled while the key is not found (the client's isolation decides whether aborted
+    records count). A read_committed client's "end" is the last stable offset: records
+    committed above another producer's open transaction are not in it. Give ``end`` (one past
+    a record this caller committed) to wait for them."""
     # Not the low watermark: some brokers put it above the first record (START).
     low = log_start_offset(client, topic, partition, timeout_s)
-    end = exact_end_offsets(client, topic, [partition], timeout_s)[partition]
+    if end is None:
+        end = exact_end_offsets(client, topic, [partition], timeout_s)[partition]
     window = SCAN_WINDOW
     while end > low:
         start = max(low, end - window)

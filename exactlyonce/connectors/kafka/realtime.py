@@ -49,6 +49,7 @@ from exactlyonce.connectors.kafka.consume import (
     drain,
     exact_end_offsets,
     latest_of_key,
+    offset_of,
 )
 from exactlyonce.connectors.kafka.protocol import (
     H_COMPACT,
@@ -77,6 +78,12 @@ def frontier_key(query_name: str, sink_name: str, topic: str, partition: int) ->
     """The control-topic key of one source partition's frontier (Kafka topic names hold no
     ``|``)."""
     return f"{frontier_prefix(query_name, sink_name)}{topic}|{partition}"
+
+
+def barrier_key(query_name: str, sink_name: str, topic: str, partition: int) -> str:
+    """The control-topic key of a source partition's writer barriers: not under
+    :func:`frontier_prefix`, and three fields, which no reader of the micro-batch keys takes."""
+    return f"{control_prefix(query_name, sink_name)}{RTM}-barrier|{topic}|{partition}"
 
 
 def realtime_transactional_id(query_name: str, sink_name: str, topic: str, partition: int) -> str:
@@ -168,8 +175,13 @@ class KafkaFrontierStore(FrontierStore):
         self.positions = (names.index(topic), names.index(partition), key_at, value_at)
 
     def read(self, key: SourceKey) -> int | None:
-        self._producer(key)  # made and initialised: older producers of the partition fenced
-        stored = self._stored_frontier(key)
+        """The frontier, read after this writer fenced older ones and committed a barrier
+        record: every frontier an older writer committed is below the barrier, and is read
+        once the last stable offset passes it (another producer's open transaction on the
+        control partition would otherwise hide it from a read_committed reader)."""
+        producer = self._producer(key)  # made and initialised: older producers fenced
+        barrier = self._barrier(producer, key)
+        stored = self._stored_frontier(key, end=barrier + 1)
         if stored is None:
             return None
         if self._claimed_by_another_task(stored):
@@ -233,7 +245,32 @@ class KafkaFrontierStore(FrontierStore):
         self.producers[key] = producer
         return producer
 
-    def _stored_frontier(self, key: SourceKey) -> dict[str, Any] | None:
+    def _barrier(self, producer: Producer, key: SourceKey) -> int:
+        """Commit a record of this writer to the control partition; return its offset."""
+        t = self.t
+        offsets: list[int] = []
+        try:
+            producer.begin_transaction()
+            self.open.add(key)
+            producer.produce(
+                t.control_topic,
+                key=barrier_key(t.query_name, t.sink_name, *key),
+                value=self.task.writer.encode(),
+                partition=t.control_partition,
+                on_delivery=lambda err, msg: offsets.append(-1 if err else offset_of(msg)),
+            )
+            producer.flush(t.timeout_s)
+            self._end_transaction(producer, key)
+        except KafkaException as exc:
+            self._failed(producer, key, exc.args[0])
+        if not offsets or offsets[0] < 0:
+            raise SinkUnavailableError(
+                f"{t.query_name}: source partition {key[0]}[{key[1]}]: the control-topic barrier "
+                "was not written"
+            )
+        return offsets[0]
+
+    def _stored_frontier(self, key: SourceKey, end: int) -> dict[str, Any] | None:
         t = self.t
         reader = consumer(t.bootstrap_servers, shared_config(t.user_config()))
         try:
@@ -242,7 +279,9 @@ class KafkaFrontierStore(FrontierStore):
                 t.control_topic,
                 t.control_partition,
                 frontier_key(t.query_name, t.sink_name, *key).encode(),
-                t.timeout_s,
+                # an abandoned transaction holds the stable offset until it times out
+                t.timeout_s + t.transaction_timeout_ms / 1000,
+                end=end,
             )
         finally:
             reader.close()
