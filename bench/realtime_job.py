@@ -3,12 +3,15 @@ stamped events (``{"event_id": ..., "ts": ...}``) into a sink, until ``<checkpoi
 appears. Paths:
 
 ``rtm_postgres`` / ``rtm_kafka`` / ``rtm_redis``
-    Spark Real-time Mode, ``foreach(sink.realtime(schema))`` (exactly once by frontiers);
+    Spark Real-time Mode, ``start_stream(..., real_time=...)``: ``sink.realtime(schema)`` fed by
+    ``mapInArrow``, one row per Arrow batch (exactly once by frontiers);
+``rtm_foreach_postgres`` / ``rtm_foreach_kafka`` / ``rtm_foreach_redis``
+    the same writers fed by Spark's ``foreach(sink.realtime(schema))``;
 ``spark_rtm_kafka``
     Spark Real-time Mode into Spark's own Kafka sink (at-least-once);
-``rtm_python_arrival``
-    Spark Real-time Mode into a Python ``foreach`` writer that only notes when each row
-    reached it (a line per row in ``<out>/``): the floor of any Python writer;
+``rtm_arrow_arrival`` / ``rtm_foreach_arrival``
+    Spark Real-time Mode into Python code that only notes when each row reached it (a line
+    per row in ``<out>/``), by each transport: the floor of any Python writer on it;
 ``microbatch_postgres`` / ``microbatch_kafka``
     ``foreachBatch(sink)`` with ``processingTime="0 seconds"`` (exactly once by epochs).
 """
@@ -21,12 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-REAL_TIME = "5 seconds"
 PATHS = (
-    "rtm_python_arrival",
+    "rtm_arrow_arrival",
+    "rtm_foreach_arrival",
     "rtm_postgres",
     "rtm_kafka",
     "rtm_redis",
+    "rtm_foreach_postgres",
+    "rtm_foreach_kafka",
+    "rtm_foreach_redis",
     "spark_rtm_kafka",
     "microbatch_postgres",
     "microbatch_kafka",
@@ -49,6 +55,23 @@ class ArrivalWriter:
 
     def close(self, error: BaseException | None) -> None:
         self.file.close()
+
+
+class ArrowArrivals:
+    """:class:`ArrivalWriter` on the Arrow transport: ``write_arrow`` as a ``mapInArrow``
+    function that notes when each row reached Python, and yields nothing."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def write_arrow(self, batches: Any) -> Any:
+        name = f"arrow-{os.getpid()}-{time.monotonic_ns()}.txt"
+        with open(os.path.join(self.directory, name), "a", buffering=1) as file:
+            for batch in batches:
+                now = time.time()
+                for event_id in batch.column("event_id").to_pylist():
+                    file.write(f"{event_id} {now}\n")
+        yield from ()
 
 
 def stream(spark: Any, bootstrap: str, topic: str) -> Any:
@@ -89,8 +112,9 @@ def sink_of(path: str, out: str, query: str) -> Any:
     return KafkaSink(bootstrap, out, ids, query, create_topic=True, partitions=2, id_from=id_from)
 
 
-def start(path: str, df: Any, out: str, query: str, checkpoint: str) -> Any:
-    writer = df.writeStream.option("checkpointLocation", checkpoint).queryName(query)
+def start(path: str, df: Any, out: str, query: str, checkpoint: str, real_time: str) -> Any:
+    from exactlyonce.integration.spark import start_realtime, start_stream
+
     if path == "spark_rtm_kafka":
         from pyspark.sql import functions as F
 
@@ -103,30 +127,23 @@ def start(path: str, df: Any, out: str, query: str, checkpoint: str) -> Any:
             .option("checkpointLocation", checkpoint)
             .queryName(query)
             .outputMode("update")
-            .trigger(realTime=REAL_TIME)
+            .trigger(realTime=real_time)
             .start()
         )
-    if path == "rtm_python_arrival":
+    if path == "rtm_foreach_arrival":
         os.makedirs(out, exist_ok=True)
-        return (
-            df.writeStream.foreach(ArrivalWriter(out))
-            .option("checkpointLocation", checkpoint)
-            .queryName(query)
-            .outputMode("update")
-            .trigger(realTime=REAL_TIME)
-            .start()
-        )
+        return start_realtime(df, ArrivalWriter(out), checkpoint, query, real_time, "foreach")
+    if path == "rtm_arrow_arrival":
+        os.makedirs(out, exist_ok=True)
+        return start_realtime(df, ArrowArrivals(out), checkpoint, query, real_time)
     sink = sink_of(path, out, query)
+    if path.startswith("rtm_foreach"):
+        writer = sink.realtime(df.schema)
+        return start_realtime(df, writer, checkpoint, query, real_time, "foreach")
     if path.startswith("rtm"):
-        return (
-            df.writeStream.foreach(sink.realtime(df.schema))
-            .option("checkpointLocation", checkpoint)
-            .queryName(query)
-            .outputMode("update")
-            .trigger(realTime=REAL_TIME)
-            .start()
-        )
+        return start_stream(df, sink, checkpoint, real_time=real_time)
     sink.preflight(df.schema)
+    writer = df.writeStream.option("checkpointLocation", checkpoint).queryName(query)
     return writer.foreachBatch(sink).trigger(processingTime="0 seconds").start()
 
 
@@ -137,19 +154,21 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="table, topic or stream key prefix")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--master", default="local[4]")
+    parser.add_argument("--real-time", default="5 seconds", help="the epoch length")
     args = parser.parse_args()
 
     from exactlyonce.integration.spark import session
 
     extra = {"spark.sql.shuffle.partitions": "2"}
-    if args.path.startswith("rtm"):
+    if args.path.startswith("rtm_foreach"):
         # Python foreach writers get rows through this buffer (64 KiB by default): 1 passes
         # each row on at once (docs/guides/real-time-mode.md#latency). Not for micro-batch:
         # its mapInArrow tasks refuse a buffer that small.
         extra["spark.buffer.size"] = "1"
     spark = session(f"bench-realtime-{args.path}", master=args.master, extra=extra)
     df = stream(spark, os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.topic)
-    query = start(args.path, df, args.out, os.path.basename(args.out), args.checkpoint)
+    name = os.path.basename(args.out)
+    query = start(args.path, df, args.out, name, args.checkpoint, args.real_time)
     print("JOB STARTED", flush=True)
     stop = Path(f"{args.checkpoint}.stop")
     while not stop.exists():

@@ -217,8 +217,8 @@ def _latency(ax: Any, rows: list[tuple[str, float, float]]) -> None:
     ax.set_xticks(range(len(rows)), [row[0] for row in rows], fontsize=8)
     ax.set_ylabel("seconds, sent to visible")
     ax.set_title(
-        "Real-time Mode latency (lower is better): rtm_python_arrival = floor of any Python "
-        "writer; spark_rtm_kafka = Spark's own sink",
+        "Real-time Mode latency (lower is better): rtm_<transport>_arrival = floor of any "
+        "Python writer; spark_rtm_kafka = Spark's own sink",
         fontsize=11,
         loc="left",
     )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -151,9 +154,13 @@ def start_stream(
     available_now: bool = False,
     real_time: str | None = None,
     output_mode: str | None = None,
+    transport: RealtimeTransport = "arrow",
 ) -> StreamingQuery:
     """Preflight the sink against the stream's schema, then start ``foreachBatch(sink)``
-    (with ``real_time``, Spark Real-time Mode: ``foreach(sink.realtime(schema))``).
+    (with ``real_time``, Spark Real-time Mode: ``sink.realtime(schema)``, fed its rows by
+    ``transport``: ``"arrow"``, one Arrow batch per row as it arrives (:func:`
+    arrow_transport_conf`), or ``"foreach"``, Spark's supported path, whose rows wait in
+    batches that double up to 1 MiB).
 
     Bad configuration (a missing column, a table without a unique index) fails here, before
     the stream starts, rather than at the first batch. ``output_mode`` is Spark's
@@ -162,10 +169,9 @@ def start_stream(
     from exactlyonce.connectors.base.sink import spark_query_name
 
     if real_time is not None:
-        writer = df.writeStream.foreach(realtime_writer(sink)(df.schema))
-        writer = writer.option("checkpointLocation", checkpoint)
-        writer = writer.queryName(spark_query_name(sink.query_name)).outputMode("update")
-        return _start_real_time(writer, real_time)
+        rtm = realtime_writer(sink)(df.schema)
+        name = spark_query_name(sink.query_name)
+        return start_realtime(df, rtm, checkpoint, name, real_time, transport)
     sink.check_trigger(interval_seconds(processing_time) if processing_time else None)
     sink.preflight(df.schema)
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
@@ -177,6 +183,97 @@ def start_stream(
     elif processing_time:
         writer = writer.trigger(processingTime=processing_time)
     return writer.start()
+
+
+log = logging.getLogger("exactlyonce.spark")
+
+RealtimeTransport = Literal["arrow", "foreach"]
+
+# Spark 4.2 hands a Python foreach writer its rows in pickled batches that double while under
+# 1 MiB (SerDeUtil.AutoBatchedPickler): at 1,000 rows/s a row waits up to 2 s. mapInArrow
+# batches by a setting instead; these make each arriving row its own batch, sent at once. The
+# query copies them when it starts; the session gets its own values back.
+ARROW_TRANSPORT_CONF = {
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
+    "spark.sql.execution.pandas.udf.buffer.size": "64",
+}
+# Spark's Real-time Mode allowlist (Spark 4.2) does not yet list MapInArrowExec. Spark reads
+# this from the session (not the query's copy) at every epoch, so it stays set: the session's
+# Real-time Mode queries are no longer checked against the allowlist (docs/guides/
+# real-time-mode.md#transport).
+ALLOWLIST_CHECK = "spark.sql.streaming.realTimeMode.allowlistCheck"
+
+
+@contextlib.contextmanager
+def arrow_transport_conf(spark: SparkSession) -> Iterator[Callable[[StreamingQuery], Any]]:
+    """:data:`ARROW_TRANSPORT_CONF` set while a query starts, then the session's own values
+    back; :data:`ALLOWLIST_CHECK` off. Yields ``started(query)``: it waits until the query's
+    thread holds its own copy of the settings (Spark copies them when the thread first uses
+    its session, before the first trigger), for at most :data:`SETTINGS_COPIED_WITHIN_S`."""
+    if spark.conf.get(ALLOWLIST_CHECK, "true") != "false":
+        log.warning(
+            "Real-time Mode with the Arrow transport: %s is now false in this session (Spark "
+            "reads it at every epoch); its other Real-time Mode queries are not checked against "
+            "Spark's allowlist either",
+            ALLOWLIST_CHECK,
+        )
+        spark.conf.set(ALLOWLIST_CHECK, "false")
+    saved = {key: spark.conf.get(key, None) for key in ARROW_TRANSPORT_CONF}
+    for key, value in ARROW_TRANSPORT_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        yield _settings_copied
+    finally:
+        for key, before in saved.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
+
+
+SETTINGS_COPIED_WITHIN_S = 120.0
+
+
+def _settings_copied(query: StreamingQuery) -> StreamingQuery:
+    deadline = time.monotonic() + SETTINGS_COPIED_WITHIN_S
+    while query.isActive and not query.status["isTriggerActive"] and not query.lastProgress:
+        if time.monotonic() > deadline:
+            log.warning(
+                "%s: no trigger within %.0f s of its start; the Arrow transport's settings are "
+                "restored anyway (if the query has not copied them yet, Spark's Real-time Mode "
+                "allowlist refuses it, naming MapInArrowExec)",
+                query.name,
+                SETTINGS_COPIED_WITHIN_S,
+            )
+            break
+        time.sleep(0.01)
+    return query
+
+
+def start_realtime(
+    df: DataFrame,
+    writer: Any,
+    checkpoint: str,
+    query_name: str,
+    real_time: str,
+    transport: RealtimeTransport = "arrow",
+) -> StreamingQuery:
+    """Start ``writer`` (a sink's ``realtime()``, or with ``transport="foreach"`` any Spark
+    foreach writer) on ``df`` in Real-time Mode, a checkpoint every ``real_time``. ``"arrow"``:
+    ``df.mapInArrow(writer.write_arrow)`` into Spark's ``noop`` sink, each row sent on as it
+    arrives (:data:`ARROW_TRANSPORT_CONF`); ``"foreach"``: ``foreach(writer)``, Spark's
+    supported path."""
+    if transport == "foreach":
+        stream = df.writeStream.foreach(writer)
+    else:
+        stream = df.mapInArrow(writer.write_arrow, df.schema).writeStream.format("noop")
+    stream = stream.option("checkpointLocation", checkpoint).queryName(query_name)
+    stream = stream.outputMode("update")
+    if transport == "foreach":
+        return _start_real_time(stream, real_time)
+    with arrow_transport_conf(df.sparkSession) as started:
+        query: StreamingQuery = started(_start_real_time(stream, real_time))
+        return query
 
 
 def _start_real_time(writer: Any, interval: str) -> StreamingQuery:

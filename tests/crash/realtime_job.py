@@ -3,7 +3,9 @@
 stream (``--sink redis``: the key ``<table>:events`` in the Redis ``SINK_REDIS_URL`` names) or
 an OpenSearch index (``--sink opensearch``: ``<table>`` on the node ``OPENSEARCH_URL`` names).
 
-``--writer frontier``: the sink's ``realtime()`` writer (exactly once by source frontiers);
+``--writer frontier``: the sink's ``realtime()`` writer (exactly once by source frontiers), fed
+by ``foreach`` or (``--transport arrow``) by ``mapInArrow`` (exactlyonce.integration.spark.
+start_realtime);
 ``--writer plain``: the negative control, a foreach writer that INSERTs each row in its own
 transaction, produces it with an idempotent, non-transactional producer, XADDs it, or indexes
 it with an ID the engine picks (es-hadoop's default without ``es.mapping.id``), with no
@@ -28,6 +30,7 @@ from pyspark.sql import functions as F
 
 from exactlyonce.connectors import KafkaSink, PostgresSink, RedisSink
 from exactlyonce.connectors.opensearch import OpenSearchSink
+from exactlyonce.integration.spark import start_realtime
 from tests.crash import job_common
 
 
@@ -178,6 +181,7 @@ def main() -> None:
     parser.add_argument(
         "--sink", default="postgres", choices=["postgres", "kafka", "redis", "opensearch"]
     )
+    parser.add_argument("--transport", default="foreach", choices=["foreach", "arrow"])
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--drop", default="", help="a source column to leave out")
     parser.add_argument("--explode", type=int, default=0, help="rows per source record")
@@ -208,13 +212,8 @@ def main() -> None:
         writer = frontier_writer(args, stream.schema)
     else:
         writer = plain_writer(args)
-    query = (
-        stream.writeStream.foreach(writer)
-        .trigger(realTime="5 seconds")
-        .outputMode("update")
-        .option("checkpointLocation", args.checkpoint)
-        .queryName(args.query_name)
-        .start()
+    query = start_realtime(
+        stream, writer, args.checkpoint, args.query_name, "5 seconds", args.transport
     )
     print("JOB STARTED", flush=True)
     stop = Path(f"{args.checkpoint}.stop")

@@ -1,7 +1,8 @@
 """Spark Real-time Mode into PostgreSQL, SIGKILLed: exactly once by source frontiers.
 
 The job (tests/crash/realtime_job.py: Kafka, 2 partitions -> ``trigger(realTime="5
-seconds")`` -> ``foreach(PostgresSink.realtime())``) runs as a separate process while a
+seconds")`` -> ``PostgresSink.realtime()``, fed by ``mapInArrow`` in the random-kill test and
+by ``foreach`` in the others) runs as a separate process while a
 producer sends events; its whole session (driver, JVM, Python workers) is SIGKILLed several
 times, each run restarted from its checkpoint, then run until every event is in. Kills are
 aimed: a run is killed at a seeded random moment shortly after its rows became visible (the
@@ -89,7 +90,8 @@ def test_realtime_writer_killed_three_times_writes_each_event_once(
 ) -> None:
     seed = crash_seed("real-time mode kill schedule")
     make_topic(bootstrap, unique_name)
-    job = RealtimeJob(tmp_path, unique_name, pg_dsn, topic=unique_name)
+    # mapInArrow feeds the writer here (the default transport); foreach in the other tests
+    job = RealtimeJob(tmp_path, unique_name, pg_dsn, topic=unique_name, transport="arrow")
     try:
         producer = killed_runs(job, pg, bootstrap, seed)
     finally:

@@ -2,16 +2,17 @@
 frontiers.
 
 The job (tests/crash/realtime_job.py ``--sink kafka|redis|opensearch``: a Kafka topic of 2
-partitions -> ``trigger(realTime="5 seconds")`` -> ``foreach(sink.realtime())`` -> another
-Kafka topic, a Redis stream, or an index of a genuine OpenSearch node) runs as a separate
-process while a producer sends events; its whole session (driver, JVM, Python workers) is
-SIGKILLed several times, each run restarted from its checkpoint, then run until every event is
-in. Kills are aimed: a run is killed at a seeded random moment shortly after its records
-reached the output, so they land inside an epoch Spark has not committed, whose records Spark
-then reads again. The audit reads the output with a client the sink does not use: kafka-python
-as a plain ``read_committed`` consumer, ``redis-cli XRANGE`` (a second write is a second
-entry), or plain HTTP counting the documents per event (a second write under another ``_id`` is
-a second document): every event exactly once.
+partitions -> ``trigger(realTime="5 seconds")`` -> ``sink.realtime()``, fed by ``mapInArrow``
+(the random kills) or ``foreach`` (the named points) -> another Kafka topic, a Redis stream, or
+an index of a genuine OpenSearch node) runs as a separate process while a producer sends
+events; its whole session (driver, JVM, Python workers) is SIGKILLed several times, each run
+restarted from its checkpoint, then run until every event is in. Kills are aimed: a run is
+killed at a seeded random moment shortly after its records reached the output, so they land
+inside an epoch Spark has not committed, whose records Spark then reads again. The audit reads
+the output with a client the sink does not use: kafka-python as a plain ``read_committed``
+consumer, ``redis-cli XRANGE`` (a second write is a second entry), or plain HTTP counting the
+documents per event (a second write under another ``_id`` is a second document): every event
+exactly once.
 
 Negative control: the same schedule against a plain foreach writer (an idempotent, non-
 transactional producer; a plain XADD per row; an index request per row whose ``_id`` the engine
@@ -147,7 +148,11 @@ def run_job(
     out = Output(sink, f"{name}-out".replace("_", "-"), bootstrap, sink_redis, search_url)
     out.make(plain=writer == "plain")
     env = {"SINK_REDIS_URL": sink_redis.url, "OPENSEARCH_URL": search_url}
-    job = RealtimeJob(tmp_path, out.name, "", topic=name, sink=sink, writer=writer, env=env)
+    # The frontier writer gets its rows by mapInArrow here (the default transport), by
+    # foreach in the named-point test below; the plain writers are foreach writers.
+    transport = "arrow" if writer == "frontier" else "foreach"
+    job = RealtimeJob(tmp_path, out.name, "", topic=name, sink=sink, writer=writer, env=env,
+                      transport=transport)  # fmt: skip
     try:
         producer, counts = killed_runs(job, out, seed)
     finally:

@@ -167,6 +167,7 @@ class RealtimeJob(Job):
     topic: str = ""
     writer: str = "frontier"
     sink: str = "postgres"  # "kafka": ``table`` names the output topic; "redis": its stream
+    transport: str = "foreach"  # or "arrow" (exactlyonce.integration.spark.start_realtime)
     master: str = "local[4]"
     spark_leftovers: list[str] = field(default_factory=list)  # temp files removed before runs
     script: ClassVar[Path] = REALTIME_JOB
@@ -175,6 +176,7 @@ class RealtimeJob(Job):
         return [
             *("--table", self.table, "--topic", self.topic),
             *("--writer", self.writer, "--sink", self.sink),
+            *("--transport", self.transport),
         ]
 
     def start(self, crash_at: str | None = None, hold_at: str | None = None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.realtime import figures, judged, percentile, text_table
+from bench.realtime import figures, judged, max_by_second, percentile, text_table
 
 
 def test_figures_count_missing_events_and_rate_over_the_send_window() -> None:
@@ -30,8 +30,32 @@ def test_targets_are_ratios_of_p99s() -> None:
     assert judged(paths) == {
         "rtm_kafka_p99_le_1s": True,
         "rtm_kafka_vs_spark_rtm_p99": 2.0,
+        "rtm_kafka_within_3x_of_spark_rtm": True,
         "microbatch_vs_rtm_kafka_p99": 10.0,
+        "rtm_kafka_5x_below_microbatch": True,
     }
+
+
+def test_each_sink_is_set_against_the_floor_of_its_transport() -> None:
+    paths = {
+        "rtm_arrow_arrival": {"p99_s": 0.4},
+        "rtm_foreach_arrival": {"p99_s": 2.0},
+        "rtm_redis": {"p99_s": 0.5},
+        "rtm_foreach_redis": {"p99_s": 3.0},
+        "spark_rtm_kafka": {"p99_s": 0.2},
+    }
+    assert judged(paths) == {
+        "arrow_arrival_vs_spark_rtm_p99": 2.0,
+        "rtm_redis_vs_arrow_arrival_p99": 1.25,
+        "foreach_arrival_vs_spark_rtm_p99": 10.0,
+        "rtm_foreach_redis_vs_foreach_arrival_p99": 1.5,
+    }
+
+
+def test_the_slowest_event_of_each_second_shows_where_the_tail_is() -> None:
+    sent = {f"e{i}": 100.0 + i * 0.5 for i in range(6)}  # seconds 0, 0, 1, 1, 2, 2
+    seen = {e: t + (1.5 if e == "e3" else 0.1) for e, t in sent.items()}
+    assert max_by_second(sent, seen) == [0.1, 1.5, 0.1]
 
 
 def test_the_table_has_a_line_per_path() -> None:

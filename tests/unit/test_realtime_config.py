@@ -17,8 +17,17 @@ def with_trigger(trigger: dict[str, Any], **top: Any) -> dict[str, Any]:
 
 def test_a_real_time_trigger_runs_in_real_time_mode() -> None:
     cfg = load(with_trigger({"real_time": "5 seconds"}))
-    assert cfg.trigger_kwargs() == {"real_time": "5 seconds"}
+    assert cfg.trigger_kwargs() == {"real_time": "5 seconds", "transport": "arrow"}
     assert cfg.resume == "checkpoint"
+
+
+def test_the_transport_may_be_spark_foreach_and_applies_to_real_time_only() -> None:
+    cfg = load(with_trigger({"real_time": "5 seconds", "transport": "foreach"}))
+    assert cfg.trigger_kwargs() == {"real_time": "5 seconds", "transport": "foreach"}
+    with pytest.raises(ConfigError, match="trigger"):
+        load(with_trigger({"real_time": "5 seconds", "transport": "pickle"}))
+    with pytest.raises(ConfigError, match="real_time only"):
+        load(with_trigger({"processing_time": "1 second", "transport": "arrow"}))
 
 
 def test_a_real_time_trigger_takes_an_interval() -> None:

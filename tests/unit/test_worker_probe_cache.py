@@ -77,9 +77,10 @@ def test_refused_workers_are_probed_again_at_the_next_start(
 def test_the_probe_is_skipped_only_where_the_workers_are_this_interpreter_on_this_machine(
     master: str | None, python: str, root: str, path: list[str], shared: list[str], skip: bool
 ) -> None:
-    assert workers.workers_are_this_interpreter(
-        master, python, "/venv/bin/python", root, path, shared
-    ) is skip
+    assert (
+        workers.workers_are_this_interpreter(master, python, "/venv/bin/python", root, path, shared)
+        is skip
+    )
 
 
 def test_a_local_session_of_this_interpreter_is_not_probed(

@@ -29,7 +29,6 @@ H_SOURCE_OFFSET = "eo-source-offset"
 H_DRAINER = "eo-drainer"
 
 
-
 class DeadLetters:
     """The drain dead-letter topic of ``buffer``, written by drainer ``name``.
 

@@ -103,7 +103,6 @@ class Chunk:
         return rows, bad
 
 
-
 Counts = tuple[int, int, int]  # written, duplicates, dead letters
 
 

@@ -28,9 +28,9 @@ import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from exactlyonce.connectors.base.frontier import (
     Chunk,
@@ -44,7 +44,12 @@ from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError
 from exactlyonce.faults import crash_point
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 log = logging.getLogger("exactlyonce.realtime")
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's local property: the task's epoch
 
 
 @dataclass(frozen=True)
@@ -202,10 +207,42 @@ class RealtimeWriter:
         with self.lock:
             self._raise_failure()
             if self.store is None:
-                self._first_row(row)
+                self._first_row(list(row.__fields__))
             self._add(row)
             if self.tracker.pending >= self.options.max_pending_rows:
                 self._commit(final=False)
+
+    def write_arrow(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The same writer as a ``mapInArrow`` function (:func:`arrow_transport_conf`): one
+        task's batches of one epoch, each row handed on as :meth:`process` would be; yields
+        nothing. The epoch is Spark's ``streaming.sql.batchId`` of the task."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        epoch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if context is None or epoch is None:
+            raise ConfigError(
+                "transport", "write_arrow runs in a Spark streaming query's task (mapInArrow)"
+            )
+        self.open(context.partitionId(), int(epoch))
+        assert self.lock is not None
+        try:
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                with self.lock:
+                    self._raise_failure()
+                    if self.store is None:
+                        self._first_row(batch.schema.names)
+                    for row in arrow_rows(batch):
+                        self._add(row)
+                    if self.tracker.pending >= self.options.max_pending_rows:
+                        self._commit(final=False)
+        except BaseException as exc:
+            self.close(exc)
+            raise
+        self.close(None)
+        yield from ()
 
     def close(self, error: BaseException | None) -> None:
         """Called by Spark at the epoch's end (``error`` None) or after a failure: commits
@@ -240,9 +277,8 @@ class RealtimeWriter:
 
     # -- the steps ---------------------------------------------------------------------
 
-    def _first_row(self, row: Any) -> None:
+    def _first_row(self, names: list[str]) -> None:
         """Preconditions, then the store: nothing is written before both hold."""
-        names = list(row.__fields__)
         self.options.refuse_missing(names)
         if self.id_columns is not None:
             missing = [c for c in self.id_columns if c not in names]
@@ -324,6 +360,20 @@ class RealtimeWriter:
     def _raise_failure(self) -> None:
         if self.failure is not None:
             raise self.failure
+
+
+def arrow_rows(batch: pa.RecordBatch) -> Iterator[tuple[Any, ...]]:
+    """A batch's rows as tuples of the values a foreach writer's Row would hold: timestamps
+    naive in local time (Arrow gives them with their zone), everything else as Arrow gives."""
+    import pyarrow as pa
+
+    columns = []
+    for column in batch.columns:
+        values = column.to_pylist()
+        if pa.types.is_timestamp(column.type) and column.type.tz is not None:
+            values = [v if v is None else v.astimezone().replace(tzinfo=None) for v in values]
+        columns.append(values)
+    return zip(*columns, strict=True)
 
 
 def realtime_options(

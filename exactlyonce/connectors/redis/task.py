@@ -41,6 +41,8 @@ STAGE_ROWS_ENV = "EXACTLYONCE_CRASH_PIPELINE_SIZE"
 def staged_rows(pipeline_size: int) -> int:
     """Records per chunk: ``pipeline_size``, or a crash test's smaller one."""
     return int(os.environ.get(STAGE_ROWS_ENV) or pipeline_size)
+
+
 T = TypeVar("T")
 
 

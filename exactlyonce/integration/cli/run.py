@@ -71,11 +71,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     real_time = cfg.trigger is not None and cfg.trigger.real_time is not None
     if real_time:
         realtime_writer(sink)  # a sink without a Real-time Mode writer: refused before Spark
+    foreach = real_time and cfg.trigger_kwargs().get("transport") == "foreach"
     remote = args.remote or cfg.spark.remote
     spark = session(
         app_name=cfg.spark.app_name or cfg.query_name,
         master=None if remote else cfg.spark.master,
-        extra={**_session_defaults(real_time), **cfg.spark.conf},
+        extra={**_session_defaults(foreach), **cfg.spark.conf},
         data_source=False,  # a pipeline writes through foreachBatch(sink): a faster start
         connectors=cfg.needs_spark_connectors(),  # only when its source or sink uses them
         remote=remote,
@@ -116,12 +117,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         spark.stop()
 
 
-def _session_defaults(real_time: bool) -> dict[str, str]:
-    """Spark settings the file may override. In Real-time Mode, rows reach a Python foreach
-    writer through a buffer of ``spark.buffer.size`` bytes (64 KiB by default): 1 passes them
-    on as they come (docs/guides/real-time-mode.md)."""
+def _session_defaults(foreach: bool) -> dict[str, str]:
+    """Spark settings the file may override. In Real-time Mode by the ``foreach`` transport,
+    rows reach the writer through a buffer of ``spark.buffer.size`` bytes (64 KiB by
+    default): 1 passes them on as they come (docs/guides/real-time-mode.md#transport)."""
     defaults = {"spark.ui.showConsoleProgress": "false"}
-    if real_time:
+    if foreach:
         defaults["spark.buffer.size"] = "1"
     return defaults
 

@@ -42,11 +42,15 @@ def _id_from_error(message: str) -> PydanticCustomError:
 class TriggerConfig(Settings):
     """Exactly one of ``processing_time`` (``"1 second"``), ``available_now: true`` or
     ``real_time`` (``"5 seconds"``: Spark Real-time Mode, the interval between checkpoints;
-    records are written by frontier as they arrive: docs/guides/real-time-mode.md)."""
+    records are written by frontier as they arrive: docs/guides/real-time-mode.md). With
+    ``real_time``, ``transport`` is how rows reach the writer: ``arrow`` (the default, each
+    row as it arrives) or ``foreach`` (Spark's supported path; rows wait in batches that grow
+    to 1 MiB)."""
 
     processing_time: str | None = None
     available_now: bool | None = None
     real_time: str | None = None
+    transport: Literal["arrow", "foreach"] | None = None
 
     @field_validator("processing_time", "real_time")
     @classmethod
@@ -64,6 +68,8 @@ class TriggerConfig(Settings):
             raise ValueError("give exactly one of processing_time, available_now or real_time")
         if self.available_now is False:
             raise ValueError("available_now must be true when given; omit it otherwise")
+        if self.transport is not None and self.real_time is None:
+            raise ValueError("transport applies to real_time only; omit it otherwise")
         return self
 
 
@@ -246,7 +252,10 @@ class PipelineConfig(Settings):
         if self.trigger.available_now:
             return {"available_now": True}
         if self.trigger.real_time is not None:
-            return {"real_time": self.trigger.real_time}
+            return {
+                "real_time": self.trigger.real_time,
+                "transport": self.trigger.transport or "arrow",
+            }
         return {"processing_time": self.trigger.processing_time}
 
 
