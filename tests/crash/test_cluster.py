@@ -2,7 +2,7 @@
 
 Proves the writes run in executor processes, not in the driver (PostgreSQL, by its audit
 trigger's writer), and that SIGKILLing one worker (with its executor) while a task is inside
-its write still ends exactly once, for every sink.
+its write still ends exactly once, for every sink, and in Spark Real-time Mode.
 """
 
 from __future__ import annotations
@@ -22,6 +22,15 @@ from tests.crash import test_kafka_crash as kafka_crash
 from tests.crash import test_redis_crash as redis_crash
 from tests.crash.harness import Job, make_input
 from tests.crash.test_postgres_crash import prepare, verify
+from tests.support.realtime import (
+    EventProducer,
+    RealtimeJob,
+    distinct_events,
+    end_offsets,
+    event_counts,
+    frontiers,
+    make_topic,
+)
 from tests.support.secrets_scan import assert_no_secrets
 
 pytestmark = [pytest.mark.crash, pytest.mark.cluster, pytest.mark.integration]
@@ -152,3 +161,56 @@ def _sink_job(
     data = make_input(tmp_path / "input", files=5, rows=120, seed=7)
     redis_job = redis_crash.RedisJob(tmp_path, name, sink_redis.url, write="hash")
     return redis_job, lambda: redis_crash.verify(redis_job, data, sink_redis, "hash")
+
+
+def test_realtime_mode_survives_a_worker_kill_mid_epoch(
+    cluster: Cluster,
+    tmp_path: Path,
+    pg_dsn: str,
+    pg: psycopg.Connection[Any],
+    bootstrap: str,
+    unique_name: str,
+) -> None:
+    """Spark Real-time Mode on the cluster (PostgresSink.realtime(), the Arrow transport): a
+    task of epoch 1 pauses just after a chunk and its frontier committed; the worker running
+    it is SIGKILLed with its executor (and started again, so the epoch's two tasks fit). Spark
+    runs the task again, or fails the query, which is then started again from its checkpoint;
+    either way the retry reads the frontier and skips what the killed task committed. The
+    audit reads the table with psycopg: every event once."""
+    make_topic(bootstrap, unique_name)
+    job = RealtimeJob(tmp_path, unique_name, pg_dsn, topic=unique_name, transport="arrow")
+    job.master = cluster.master_url
+    producer = EventProducer(bootstrap, unique_name, RTM_EVENTS, 100.0).start()
+    restarts = 0
+    try:
+        job.start(crash_at="rtm_after_chunk@1")
+        job.wait_for_marker("rtm_after_chunk", timeout=240)
+        paused_pid = int((job.crash_dir / "crashed-rtm_after_chunk").read_text().split()[0])
+        victim = cluster.worker_owning(paused_pid)
+        assert victim is not None, f"the paused writer {paused_pid} is not under a worker"
+        cluster.kill_worker(victim)
+        print(f"killed {victim} while its Real-time Mode task was past a chunk of epoch 1")
+        cluster.restart_worker(victim)
+        producer.join()
+        deadline = time.monotonic() + 300
+        while distinct_events(pg, unique_name) < producer.events:
+            assert time.monotonic() < deadline, f"not every event arrived:\n{job.log_tail()}"
+            assert job.proc is not None
+            if job.proc.poll() is not None:  # the query failed on the lost task: start again
+                restarts += 1
+                assert restarts <= 2, f"run {job.runs} failed again:\n{job.log_tail()}"
+                print(f"run {job.runs} ended (exit {job.proc.returncode}); starting again")
+                job.start()
+            time.sleep(1.0)
+        job.stop()
+    finally:
+        producer.done.set()
+        job.stop_if_running()
+    assert_cluster_logs_silent(cluster, job)
+    counts = event_counts(pg, unique_name)
+    assert set(counts) == producer.expected
+    assert {e: n for e, n in counts.items() if n != 1} == {}, "events written twice"
+    assert frontiers(pg, unique_name) == end_offsets(bootstrap, unique_name)
+
+
+RTM_EVENTS = 3_000
