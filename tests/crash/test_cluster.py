@@ -85,6 +85,17 @@ def cluster(module_cluster: Cluster) -> Cluster:
     return module_cluster
 
 
+def kill_paused_worker(cluster: Cluster, job: Job, point: str) -> str:
+    """Wait until a task of ``job`` pauses at crash point ``point``, then SIGKILL the worker
+    it runs under (with its executor); returns that worker's name."""
+    job.wait_for_marker(point, timeout=240)
+    paused_pid = int((job.crash_dir / f"crashed-{point}").read_text().split()[0])
+    victim = cluster.worker_owning(paused_pid)
+    assert victim is not None, f"the paused writer {paused_pid} is not under a worker"
+    cluster.kill_worker(victim)
+    return victim
+
+
 def test_writes_run_on_executors_and_survive_a_worker_kill(
     cluster: Cluster, tmp_path: Path, pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
@@ -94,11 +105,7 @@ def test_writes_run_on_executors_and_survive_a_worker_kill(
     assert job.proc is not None
     watcher = ExecutorWatcher(job.proc.pid)
     watcher.start()
-    job.wait_for_marker("mid_copy", timeout=240)
-    paused_pid = int((job.crash_dir / "crashed-mid_copy").read_text().split()[0])
-    victim = cluster.worker_owning(paused_pid)
-    assert victim is not None, f"the paused writer {paused_pid} is not under a worker"
-    cluster.kill_worker(victim)
+    victim = kill_paused_worker(cluster, job, "mid_copy")
     print(f"killed {victim} while its task was mid-COPY in epoch 3")
     job.finish(timeout=400)
     watcher.stopped.set()
@@ -131,11 +138,7 @@ def test_every_sink_survives_a_worker_kill_mid_write(
     point = MID_WRITE[sink]
     job.start(crash_at=f"{point}@2")
     try:
-        job.wait_for_marker(point, timeout=240)
-        paused_pid = int((job.crash_dir / f"crashed-{point}").read_text().split()[0])
-        victim = cluster.worker_owning(paused_pid)
-        assert victim is not None, f"the paused writer {paused_pid} is not under a worker"
-        cluster.kill_worker(victim)
+        victim = kill_paused_worker(cluster, job, point)
         print(f"{sink}: killed {victim} while its task was at {point} in epoch 2")
         job.finish(timeout=400)
         assert 2 in job.spark_commits()
@@ -184,11 +187,7 @@ def test_realtime_mode_survives_a_worker_kill_mid_epoch(
     restarts = 0
     try:
         job.start(crash_at="rtm_after_chunk@1")
-        job.wait_for_marker("rtm_after_chunk", timeout=240)
-        paused_pid = int((job.crash_dir / "crashed-rtm_after_chunk").read_text().split()[0])
-        victim = cluster.worker_owning(paused_pid)
-        assert victim is not None, f"the paused writer {paused_pid} is not under a worker"
-        cluster.kill_worker(victim)
+        victim = kill_paused_worker(cluster, job, "rtm_after_chunk")
         print(f"killed {victim} while its Real-time Mode task was past a chunk of epoch 1")
         cluster.restart_worker(victim)
         producer.join()
