@@ -29,6 +29,7 @@ from collections.abc import Sequence
 STANDALONE = {
     "kafka": "bench.kafka",
     "kafka_stages": "bench.kafka_stages",
+    "kafka_headers": "bench.kafka_headers",
     "dedup": "bench.dedup",
     "dedup_stages": "bench.dedup_stages",
     "cluster_catalog": "bench.cluster_catalog",

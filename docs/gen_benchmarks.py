@@ -33,6 +33,8 @@ TITLES = {
     "postgres": "PostgreSQL sink",
     "dedup": "Dedup (Bloom filter + Redis catalog)",
     "kafka": "Kafka sink",
+    "kafka_stages": "Kafka sink: CPU per stage against Spark's sink",
+    "kafka_headers": "Kafka: what the per-record header costs a producer",
     "buffer": "Buffer and drainer, per sink",
     "elasticsearch": "Elasticsearch sink",
     "opensearch": "OpenSearch sink (genuine node)",
