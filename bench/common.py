@@ -204,6 +204,26 @@ def machine_with_load(load_start: float | None) -> dict[str, Any]:
     return {**machine_info(), "load_average_1m": {"start": load_start, "end": load_average()}}
 
 
+def write_figures(
+    name: str,
+    run: Callable[[int, int], dict[str, Any]],
+    args: argparse.Namespace,
+    *packages: str,
+) -> Path:
+    """``run(args.rows, args.repeat)``'s figures as ``<args.results_dir>/<name>.json``, with
+    the date, the machine (load average at the start and the end) and ``packages``' versions."""
+    load_start = load_average()
+    figures = run(args.rows, args.repeat)
+    data = {
+        "benchmark": name,
+        "date": now_utc(),
+        **figures,
+        "machine": machine_with_load(load_start),
+        "versions": versions(*packages),
+    }
+    return write_results(name, data, args.results_dir)
+
+
 def read_results(name: str, directory: Path | None = None) -> dict[str, Any]:
     """The figures of ``<directory or bench/results>/<name>.json``; {} when absent or unreadable."""
     path = (directory or RESULTS_DIR) / f"{name}.json"

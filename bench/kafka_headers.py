@@ -25,15 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.common import (
-    add_results_dir_argument,
-    load_average,
-    machine_info,
-    now_utc,
-    progress,
-    versions,
-    write_results,
-)
+from bench.common import add_results_dir_argument, progress, read_results, write_figures
 from bench.kafka import PRODUCER_TUNING, create_topic, service
 
 NAME = "kafka_headers"
@@ -119,20 +111,12 @@ def run(messages: int, repeat: int) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.kafka_headers", description=__doc__)
-    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--messages", type=int, default=300_000, dest="rows")
     parser.add_argument("--repeat", type=int, default=3)
     add_results_dir_argument(parser)
     args = parser.parse_args(argv)
-    started_load = load_average()
-    figures = run(args.messages, args.repeat)
-    data = {
-        "benchmark": NAME,
-        "date": now_utc(),
-        **figures,
-        "machine": {**machine_info(), "load_average_1m": [started_load, load_average()]},
-        "versions": versions("confluent_kafka"),
-    }
-    path = write_results(NAME, data, args.results_dir)
+    path = write_figures(NAME, run, args, "confluent_kafka")
+    figures = read_results(NAME, args.results_dir)
     for name, p in figures["paths"].items():
         print(
             f"{name:<12} {p['total_cpu_us_per_msg']:>6} us/msg CPU {p['best_msgs_per_s']:>9,} msg/s"

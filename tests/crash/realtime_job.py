@@ -32,6 +32,7 @@ from exactlyonce.connectors import KafkaSink, PostgresSink, RedisSink
 from exactlyonce.connectors.opensearch import OpenSearchSink
 from exactlyonce.integration.spark import start_realtime
 from tests.crash import job_common
+from tests.support.realtime import event_stream
 
 
 class PlainInsertWriter:
@@ -191,19 +192,8 @@ def main() -> None:
     spark = job_common.crash_session(
         "rtm-job", args.master, {"spark.buffer.size": "1"}, connectors=True
     )
-    source = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", os.environ["KAFKA_BOOTSTRAP_SERVERS"])
-        .option("subscribe", args.topic)
-        .option("startingOffsets", args.starting_offsets)
-        .load()
-    )
-    stream = source.select(
-        "topic",
-        "partition",
-        "offset",
-        F.get_json_object(F.col("value").cast("string"), "$.event_id").alias("event_id"),
-    )
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    stream = event_stream(spark, bootstrap, args.topic, args.starting_offsets)
     if args.drop:
         stream = stream.drop(args.drop)
     if args.explode:

@@ -22,25 +22,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, required=True)
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the server's Python workers: this venv
-    from pyspark.sql import functions as F
-
     from exactlyonce.connectors import PostgresSink
     from exactlyonce.integration.spark import session, start_stream
+    from tests.support.realtime import event_stream
 
     spark = session("rtm-connect", remote="local[2]", data_source=False)
-    source = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", os.environ["KAFKA_BOOTSTRAP_SERVERS"])
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
-    stream = source.select(
-        "topic",
-        "partition",
-        "offset",
-        F.get_json_object(F.col("value").cast("string"), "$.event_id").alias("event_id"),
-    )
+    stream = event_stream(spark, os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.topic)
     dsn = os.environ["EXACTLYONCE_PG_DSN"]
     sink = PostgresSink(dsn, args.table, None, args.table, id_from="content", mode="append")
     query = start_stream(stream, sink, args.checkpoint, real_time="5 seconds")

@@ -59,6 +59,22 @@ def run_epoch(writer: Any, epoch: int, rows: list[Any], partition_id: int = 0) -
         writer.close(error)
 
 
+def event_stream(spark: Any, bootstrap: str, topic: str, starting_offsets: str = "earliest") -> Any:
+    """The Real-time Mode jobs' stream: Spark's Kafka source, each row's coordinates and
+    ``event_id``."""
+    from pyspark.sql import functions as F
+
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting_offsets)
+        .load()
+    )
+    event_id = F.get_json_object(F.col("value").cast("string"), "$.event_id")
+    return source.select("topic", "partition", "offset", event_id.alias("event_id"))
+
+
 def make_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
