@@ -89,6 +89,17 @@ def sink_markers(file_name: str) -> list[str]:
     return [m for m, words in SINK_MARKERS.items() if any(w in file_name for w in words)]
 
 
+@pytest.fixture(autouse=True)
+def fresh_python_worker() -> Iterator[None]:
+    """Each test starts as a fresh Python worker would: no Real-time Mode store kept from
+    another test's epochs (tests that drive writers in this process)."""
+    from exactlyonce.connectors.base.realtime import close_parked
+
+    close_parked()
+    yield
+    close_parked()
+
+
 @pytest.fixture(scope="session")
 def services() -> dict[str, str]:
     from exactlyonce.integration.envfile import service_env

@@ -22,7 +22,7 @@ import pytest
 from pyspark.sql.types import StructType
 
 from exactlyonce.connectors import KafkaSink
-from exactlyonce.connectors.base.realtime import RealtimeWriter
+from exactlyonce.connectors.base.realtime import RealtimeWriter, close_parked
 from exactlyonce.errors import ConfigError, FrontierMovedError
 from tests.support.kafka_audit import field_counts
 from tests.support.realtime import (
@@ -149,6 +149,7 @@ def test_a_frontier_committed_above_another_writers_open_transaction_is_read(
 
     sink = sink_of(bootstrap, unique_name)
     run_epoch(writer_of(bootstrap, unique_name), 0, rows(range(10)))
+    close_parked()  # each writer below is a fresh worker's: it reads the frontier
     second = writer_of(bootstrap, unique_name)
     second.open(0, 0)
     second.process(rows(range(10, 11))[0])  # its frontier read (10) before the blocker opens
@@ -160,6 +161,7 @@ def test_a_frontier_committed_above_another_writers_open_transaction_is_read(
     for row in rows(range(11, 20)):
         second.process(row)
     second.close(None)  # frontier 20, committed above the open transaction
+    close_parked()
     ends = threading.Timer(3.0, lambda: blocker.abort_transaction(30))
     ends.start()
     try:
@@ -169,6 +171,45 @@ def test_a_frontier_committed_above_another_writers_open_transaction_is_read(
         ends.join()
     assert again.tracker.skipped == 20
     assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(30)}
+
+
+def test_the_next_epoch_keeps_the_producer_and_trusts_its_frontier_after_a_barrier(
+    bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactlyonce.connectors.kafka.realtime import KafkaFrontierStore
+
+    first = writer_of(bootstrap, unique_name)
+    run_epoch(first, 0, rows(range(10)))
+    scans: list[Any] = []
+    scan = KafkaFrontierStore._stored_frontier
+    monkeypatch.setattr(
+        KafkaFrontierStore, "_stored_frontier", lambda *a, **k: scans.append(a) or scan(*a, **k)
+    )
+    second = writer_of(bootstrap, unique_name)
+    run_epoch(second, 1, rows(range(20)))
+    assert second.store is first.store and scans == []  # kept: no producer start, no scan
+    assert second.tracker.skipped == 10
+    assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(20)}
+
+
+def test_a_kept_producer_fenced_by_another_worker_is_replaced_and_the_frontier_read(
+    bootstrap: str, unique_name: str
+) -> None:
+    run_epoch(writer_of(bootstrap, unique_name), 0, rows(range(10)))  # worker A keeps it
+    from exactlyonce.connectors.base import realtime
+
+    kept = dict(realtime._parked)
+    ((a_store, _),) = kept.values()
+    a_producer = a_store.producers[("t", 0)]
+    realtime._parked.clear()  # worker B: a fresh store, whose producer fences A's
+    run_epoch(writer_of(bootstrap, unique_name), 1, rows(range(15)))
+    close_parked()
+    realtime._parked.update(kept)  # back on worker A: its producer was fenced
+    again = writer_of(bootstrap, unique_name)
+    run_epoch(again, 2, rows(range(25)))
+    assert again.store is a_store and a_store.producers[("t", 0)] is not a_producer
+    assert again.tracker.skipped == 15  # the frontier B committed, read, not A's 10
+    assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(25)}
 
 
 def test_a_fenced_writer_writes_nothing(bootstrap: str, unique_name: str) -> None:

@@ -166,6 +166,36 @@ def test_a_rerun_skips_what_the_frontier_covers(
     assert frontiers(pg, unique_name) == {0: 15, 1: 6}
 
 
+def test_the_next_epoch_keeps_the_connection_and_reads_the_frontier_again(
+    pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    first = writer_of(pg_dsn, unique_name)
+    run_epoch(first, 0, rows(range(10)))
+    backend = first.store.conn.info.backend_pid  # type: ignore[union-attr]
+    pg.execute(  # moved while the store waited: the next epoch reads it, not remembers 10
+        "UPDATE exactlyonce_frontiers SET next_offset = 12 WHERE query_name = %s", [unique_name]
+    )
+    second = writer_of(pg_dsn, unique_name)
+    run_epoch(second, 1, rows(range(20)))
+    assert second.store is first.store
+    assert second.store.conn.info.backend_pid == backend  # type: ignore[union-attr]
+    assert second.tracker.skipped == 12
+    assert event_counts(pg, unique_name) == {f"e{o}": 1 for o in [*range(10), *range(12, 20)]}
+
+
+def test_a_kept_connection_the_server_closed_is_replaced(
+    pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
+) -> None:
+    first = writer_of(pg_dsn, unique_name)
+    run_epoch(first, 0, rows(range(10)))
+    backend = first.store.conn.info.backend_pid  # type: ignore[union-attr]
+    pg.execute("SELECT pg_terminate_backend(%s)", [backend])
+    second = writer_of(pg_dsn, unique_name)
+    run_epoch(second, 1, rows(range(20)))
+    assert second.store is not first.store
+    assert event_counts(pg, unique_name) == {f"e{o}": 1 for o in range(20)}
+
+
 def test_many_rows_per_source_record_commit_whole_records(
     pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-
-from bench.realtime import figures, judged, max_by_second, percentile, text_table
+from bench.realtime import figures, judged, max_by_second, percentile, sustained, text_table
 
 
 def test_figures_count_missing_events_and_rate_over_the_send_window() -> None:
     sent = {f"e{i}": 100.0 + i * 0.01 for i in range(100)}  # 100 events/s for 1 s
     seen = {e: t + 0.2 for e, t in sent.items() if e != "e5"}
-    out = figures("rtm_kafka", sent, seen, argparse.Namespace(rate=100.0))
+    out = figures("rtm_kafka", sent, seen, 100.0)
     assert out["missing"] == 1 and out["events"] == 100
     assert abs(out["p50_s"] - 0.2) < 1e-6 and abs(out["max_s"] - 0.2) < 1e-6
     assert 80 < out["events_per_s"] <= 100
@@ -62,3 +60,18 @@ def test_the_table_has_a_line_per_path() -> None:
     f = {"p50_s": 0.1, "p99_s": 0.2, "max_s": 0.3, "events_per_s": 2000.0, "missing": 0}
     lines = text_table({"rtm_postgres": f, "rtm_kafka": f})
     assert len(lines) == 3 and lines[1].startswith("rtm_postgres")
+
+
+def test_the_highest_sustained_rate_delivers_everything_in_time() -> None:
+    def stage(rate: float, delivered: float, p99: float, missing: int = 0) -> dict[str, float]:
+        return {"sent_per_s": rate, "events_per_s": delivered, "p99_s": p99, "missing": missing}
+
+    stages = [
+        stage(2000, 1990, 0.3),
+        stage(5000, 4900, 0.6),
+        stage(10000, 9000, 0.8),  # fell behind: 90% of the rate
+        stage(20000, 19900, 0.9, missing=3),
+    ]
+    assert sustained(stages)["max_rate_sustained_per_s"] == 5000
+    assert sustained([stage(2000, 2000, 1.5)])["max_rate_sustained_per_s"] == 0.0
+    assert len(sustained(stages)["stages"]) == 4

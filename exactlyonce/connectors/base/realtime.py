@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
@@ -130,6 +132,12 @@ class FrontierStore(ABC):
     def close(self) -> None:
         """Release the connection; an uncommitted step is rolled back. Safe twice."""
 
+    def renew(self, task: TaskInfo) -> bool:
+        """Take the next epoch's ``task`` on a store kept open since an epoch of the same
+        target ended well (:func:`park`); False when it cannot be kept (it is then closed).
+        Every frontier is read again after it. By default a store is never kept."""
+        return False
+
 
 class FrontierTarget(ABC):
     """A sink's Real-time Mode destination: config only, pickled to the tasks."""
@@ -177,6 +185,7 @@ class RealtimeWriter:
         self.store: FrontierStore | None = None
         self.tracker = SourceTracker(self.options.rows_per_source_record)
         self.positions: tuple[int, int, int] | None = None
+        self.columns: tuple[str, ...] = ()
         self.id_positions: tuple[int, ...] = ()
         self.last_source: tuple[SourceKey, int] | None = None
         self.nth = 0
@@ -252,14 +261,18 @@ class RealtimeWriter:
             self.stop.set()
         if self.flusher is not None:
             self.flusher.join()
+        ended_well = False
         try:
             if error is None and self.failure is None and self.store is not None:
                 assert self.lock is not None and self.task is not None
                 with self.lock:
                     self._commit(final=True)
                 crash_point("rtm_epoch_end", self.task.epoch)
+                ended_well = True
         finally:
-            if self.store is not None:
+            if self.store is not None and ended_well:
+                park(self.target, self.store, self.columns)
+            elif self.store is not None:
                 self.store.close()
             if self.task is not None and self.store is not None:
                 log.info(
@@ -288,14 +301,24 @@ class RealtimeWriter:
         topic, partition, offset = self.options.source_columns
         self.positions = (names.index(topic), names.index(partition), names.index(offset))
         assert self.task is not None
+        self.columns = tuple(names)
+        self.store = self._store()
+        self._start_flusher()
+
+    def _store(self) -> FrontierStore:
+        """The store an earlier epoch of this target parked in this worker, renewed for this
+        task, or a new one, checked for the stream's columns."""
+        assert self.task is not None
+        parked = unpark(self.target, self.task, self.columns)
+        if parked is not None:
+            return parked
         store = self.target.open_store(self.task)
         try:
-            store.prepare(names)
+            store.prepare(self.columns)
         except BaseException:
             store.close()
             raise
-        self.store = store
-        self._start_flusher()
+        return store
 
     def _start_flusher(self) -> None:
         self.stop = threading.Event()
@@ -360,6 +383,73 @@ class RealtimeWriter:
     def _raise_failure(self) -> None:
         if self.failure is not None:
             raise self.failure
+
+
+# -- stores kept across epochs --------------------------------------------------------------
+# Spark gives a finished task's Python worker to the next task (spark.python.worker.reuse, on
+# by default), and Real-time Mode starts the next epoch's tasks at once: a store whose epoch
+# ended well waits here for the next task of its target, which then skips the connection
+# (PostgreSQL) or the producer's start (Kafka). One task runs in a worker at a time.
+
+MAX_PARKED = 4  # stores kept per worker; the oldest is closed
+MAX_PARKED_S = 60.0  # a store idle longer is closed instead of renewed
+
+_parked: OrderedDict[tuple[FrontierTarget, tuple[str, ...]], tuple[FrontierStore, float]] = (
+    OrderedDict()
+)
+_parked_lock = threading.Lock()
+
+
+def _parking_key(
+    target: FrontierTarget, columns: tuple[str, ...]
+) -> tuple[FrontierTarget, tuple[str, ...]] | None:
+    try:
+        hash(target)
+    except TypeError:  # a target without value equality is never matched again
+        return None
+    return (target, columns)
+
+
+def park(target: FrontierTarget, store: FrontierStore, columns: tuple[str, ...]) -> None:
+    """Keep ``store`` (its epoch ended well, checked for ``columns``) for the next task."""
+    key = _parking_key(target, columns)
+    if key is None:
+        store.close()
+        return
+    with _parked_lock:
+        old = _parked.pop(key, None)
+        _parked[key] = (store, time.monotonic())
+        evicted = [_parked.popitem(last=False)[1][0] for _ in range(len(_parked) - MAX_PARKED)]
+    for closing in ([old[0]] if old and old[0] is not store else []) + evicted:
+        closing.close()
+
+
+def unpark(
+    target: FrontierTarget, task: TaskInfo, columns: tuple[str, ...]
+) -> FrontierStore | None:
+    """The store parked for ``target`` and ``columns``, renewed for ``task``; None when
+    there is none, or it idled too long, or it cannot be renewed (then it is closed)."""
+    key = _parking_key(target, columns)
+    if key is None:
+        return None
+    with _parked_lock:
+        found = _parked.pop(key, None)
+    if found is None:
+        return None
+    store, since = found
+    if time.monotonic() - since <= MAX_PARKED_S and store.renew(task):
+        return store
+    store.close()
+    return None
+
+
+def close_parked() -> None:
+    """Close every parked store (a fresh worker's state; tests)."""
+    with _parked_lock:
+        stores = [store for store, _ in _parked.values()]
+        _parked.clear()
+    for store in stores:
+        store.close()
 
 
 def arrow_rows(batch: pa.RecordBatch) -> Iterator[tuple[Any, ...]]:

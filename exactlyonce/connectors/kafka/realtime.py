@@ -155,6 +155,9 @@ class KafkaFrontierStore(FrontierStore):
         self.task = task
         self.producers: dict[SourceKey, Producer] = {}
         self.open: set[SourceKey] = set()  # a transaction begun, not ended for sure
+        # per source partition, the frontier its producer last read or committed: true while
+        # no newer producer of its transactional.id started (see read)
+        self.known: dict[SourceKey, int | None] = {}
         self.names: tuple[str, ...] = ()
         self.positions: tuple[int, int, int | None, int] = (0, 0, None, 0)
 
@@ -178,11 +181,27 @@ class KafkaFrontierStore(FrontierStore):
         """The frontier, read after this writer fenced older ones and committed a barrier
         record: every frontier an older writer committed is below the barrier, and is read
         once the last stable offset passes it (another producer's open transaction on the
-        control partition would otherwise hide it from a read_committed reader)."""
-        producer = self._producer(key)  # made and initialised: older producers fenced
-        barrier = self._barrier(producer, key)
+        control partition would otherwise hide it from a read_committed reader).
+
+        A producer kept from an earlier epoch (:meth:`renew`) that commits its barrier was
+        fenced by no newer one, so no other writer moved the frontier since it last read or
+        committed it: that frontier is the answer, unread. A kept producer that fails the
+        barrier (fenced: another worker took the source partition) is replaced by a new one,
+        which reads as above."""
+        reused = key in self.producers
+        try:
+            barrier = self._barrier(self._producer(key), key)
+        except Exception:  # a fenced producer fails in produce, flush or commit
+            if not reused:
+                raise
+            self._discard(key)
+            barrier = self._barrier(self._producer(key), key)
+            reused = False
+        if reused and key in self.known:
+            return self.known[key]
         stored = self._stored_frontier(key, end=barrier + 1)
         if stored is None:
+            self.known[key] = None
             return None
         if self._claimed_by_another_task(stored):
             raise ConfigError(
@@ -192,6 +211,7 @@ class KafkaFrontierStore(FrontierStore):
                 f"{self.task.partition_id}): the query splits or shuffles the source's "
                 "partitions before the sink",
             )
+        self.known[key] = int(stored["next_offset"])
         return int(stored["next_offset"])
 
     def commit(self, chunk: Chunk) -> None:
@@ -202,7 +222,24 @@ class KafkaFrontierStore(FrontierStore):
         for key, next_offset in chunk.next_offsets.items():
             self._commit_partition(key, by_key[key], next_offset)
 
+    def renew(self, task: TaskInfo) -> bool:
+        """Keep the producers for the next epoch's task when no transaction is open; each
+        commits a barrier before its frontier is trusted again (:meth:`read`)."""
+        if self.open:
+            return False
+        self.task = task
+        return True
+
+    def _discard(self, key: SourceKey) -> None:
+        producer = self.producers.pop(key, None)
+        self.open.discard(key)
+        self.known.pop(key, None)
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                producer.flush(0)
+
     def close(self) -> None:
+        self.known.clear()
         producers, self.producers = self.producers, {}
         for key, producer in producers.items():
             if key in self.open:
@@ -333,7 +370,9 @@ class KafkaFrontierStore(FrontierStore):
             )
             self._end_transaction(producer, key)
         except KafkaException as exc:
+            self.known.pop(key, None)
             self._failed(producer, key, exc.args[0])
+        self.known[key] = next_offset
 
     def _end_transaction(self, producer: Producer, key: SourceKey) -> None:
         deadline = time.monotonic() + self.t.timeout_s

@@ -253,6 +253,20 @@ class PgFrontierStore(FrontierStore):
                     values + ident,
                 )
 
+    def renew(self, task: TaskInfo) -> bool:
+        """Keep the connection for the next epoch's task when it is idle and answers."""
+        conn = self.conn
+        if conn is None or conn.closed or conn.broken:
+            return False
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return False
+        try:
+            conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        self.task = task
+        return True
+
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()

@@ -1,0 +1,134 @@
+"""Stores kept across epochs in a reused Python worker (``park``/``unpark``): the next epoch's
+task of the same target renews the store its predecessor parked, instead of connecting again;
+a store whose epoch failed, that cannot be renewed, that idled too long, or that was checked
+for other columns is closed, never reused (pure logic, stores in memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from exactlyonce.connectors.base import realtime
+from exactlyonce.connectors.base.frontier import Chunk, SourceKey
+from exactlyonce.connectors.base.realtime import (
+    FrontierStore,
+    FrontierTarget,
+    RealtimeOptions,
+    RealtimeWriter,
+    TaskInfo,
+    close_parked,
+)
+from tests.support.realtime import rows, run_epoch
+
+
+@dataclass(eq=False)
+class CountingStore(FrontierStore):
+    frontiers: dict[SourceKey, int]
+    renewable: bool = True
+    tasks: list[TaskInfo] = field(default_factory=list)
+    prepared: int = 0
+    closed: int = 0
+
+    def prepare(self, columns: Sequence[str]) -> None:
+        self.prepared += 1
+
+    def read(self, key: SourceKey) -> int | None:
+        return self.frontiers.get(key)
+
+    def commit(self, chunk: Chunk) -> None:
+        self.frontiers.update(chunk.next_offsets)
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def renew(self, task: TaskInfo) -> bool:
+        self.tasks.append(task)
+        return self.renewable
+
+
+OPENED: list[CountingStore] = []
+FRONTIERS: dict[SourceKey, int] = {}
+
+
+@dataclass(frozen=True)
+class Target(FrontierTarget):
+    query_name: str = "q"
+    renewable: bool = True
+
+    def open_store(self, task: TaskInfo) -> FrontierStore:
+        store = CountingStore(FRONTIERS, self.renewable)
+        OPENED.append(store)
+        return store
+
+
+@pytest.fixture(autouse=True)
+def fresh_worker() -> Iterator[None]:
+    close_parked()
+    OPENED.clear()
+    FRONTIERS.clear()
+    yield
+    close_parked()
+
+
+def writer(target: FrontierTarget) -> RealtimeWriter:
+    return RealtimeWriter(target, RealtimeOptions(commit_interval=3600.0))
+
+
+def test_the_next_epoch_renews_the_store_the_last_one_parked() -> None:
+    run_epoch(writer(Target()), 1, rows(range(0, 5)))
+    run_epoch(writer(Target()), 2, rows(range(0, 9)))  # a new task: the writer unpickled
+    (store,) = OPENED
+    assert store.prepared == 1 and store.closed == 0
+    assert [t.epoch for t in store.tasks] == [2]
+    assert FRONTIERS == {("t", 0): 9}
+
+
+def test_a_failed_epoch_closes_its_store() -> None:
+    failing = writer(Target())
+    failing.open(0, 1)
+    failing.process(rows(range(1))[0])
+    failing.close(RuntimeError("the task failed"))
+    run_epoch(writer(Target()), 2, rows(range(0, 3)))
+    first, second = OPENED
+    assert first.closed == 1 and first.tasks == []
+    assert second.prepared == 1
+
+
+def test_a_store_that_cannot_be_renewed_is_closed_and_a_new_one_opened() -> None:
+    run_epoch(writer(Target(renewable=False)), 1, rows(range(0, 2)))
+    run_epoch(writer(Target(renewable=False)), 2, rows(range(0, 4)))
+    first, second = OPENED
+    assert first.closed == 1 and len(first.tasks) == 1
+    assert second.prepared == 1
+
+
+def test_another_target_or_other_columns_never_take_a_parked_store() -> None:
+    run_epoch(writer(Target()), 1, rows(range(0, 2)))
+    run_epoch(writer(Target(query_name="other")), 1, rows(range(0, 2)))
+    assert len(OPENED) == 2 and all(s.tasks == [] for s in OPENED)
+    renamed = rows(range(0, 2), topic="t2")
+    wider = [r.asDict() | {"extra": 1} for r in renamed]
+    from pyspark.sql import Row
+
+    run_epoch(writer(Target()), 2, [Row(**r) for r in wider])
+    assert len(OPENED) == 3
+
+
+def test_a_store_idle_too_long_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    run_epoch(writer(Target()), 1, rows(range(0, 2)))
+    now = realtime.time.monotonic()
+    monkeypatch.setattr(realtime.time, "monotonic", lambda: now + realtime.MAX_PARKED_S + 1)
+    run_epoch(writer(Target()), 2, rows(range(0, 3)))
+    first, second = OPENED
+    assert first.closed == 1 and first.tasks == []
+    assert second.prepared == 1
+
+
+def test_at_most_max_parked_stores_wait_the_oldest_closed() -> None:
+    for n in range(realtime.MAX_PARKED + 1):
+        run_epoch(writer(Target(query_name=f"q{n}")), 1, rows(range(0, 1)))
+    assert [s.closed for s in OPENED] == [1] + [0] * realtime.MAX_PARKED
+    close_parked()
+    assert all(s.closed == 1 for s in OPENED)
