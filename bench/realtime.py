@@ -280,6 +280,8 @@ def run_path(
     log = (work / "job.log").open("wb")
     cmd = [sys.executable, str(JOB), "--path", path, "--topic", name, "--out", out,
            "--checkpoint", str(checkpoint), "--real-time", args.real_time]  # fmt: skip
+    if args.commit_interval is not None:
+        cmd += ["--commit-interval", str(args.commit_interval)]
     job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                            start_new_session=True)  # fmt: skip
     watcher.start()
@@ -417,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=2_000.0, help="events per second sent")
     p.add_argument("--seconds", type=float, default=60.0, help="how long to send")
     p.add_argument("--real-time", default="20 seconds", help="Real-time Mode's epoch length")
+    p.add_argument(
+        "--commit-interval",
+        type=float,
+        default=None,
+        help="our Real-time Mode writers' commit_interval (default: the sinks')",
+    )
     p.add_argument("--drain-s", type=float, default=30.0, help="wait for the last events")
     p.add_argument("--work", default=".exactlyonce/bench-realtime", help="jobs' checkpoints, logs")
     p.add_argument("--sink-redis-url", default=None, help="the Redis stream's server (rtm_redis)")
@@ -457,6 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "parameters": {"rate": args.rate, "seconds": args.seconds, "master": "local[4]",
                        "partitions": 2, "real_time": args.real_time,
                        "foreach spark.buffer.size": 1, "sweep_rates": rates,
+                       "commit_interval": args.commit_interval or "the sinks' default (0.1)",
                        "sweep_seconds": args.sweep_seconds},
         "measure": "visible minus sent, per event: a producer stamps each event; independent "
         "readers (a read_committed consumer, LISTEN on a per-row pg_notify trigger, XREAD) "

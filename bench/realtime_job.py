@@ -112,7 +112,15 @@ def sink_of(path: str, out: str, query: str) -> Any:
     return KafkaSink(bootstrap, out, ids, query, create_topic=True, partitions=2, id_from=id_from)
 
 
-def start(path: str, df: Any, out: str, query: str, checkpoint: str, real_time: str) -> Any:
+def start(
+    path: str,
+    df: Any,
+    out: str,
+    query: str,
+    checkpoint: str,
+    real_time: str,
+    commit_interval: float | None = None,
+) -> Any:
     from exactlyonce.integration.spark import start_realtime, start_stream
 
     if path == "spark_rtm_kafka":
@@ -137,9 +145,14 @@ def start(path: str, df: Any, out: str, query: str, checkpoint: str, real_time: 
         os.makedirs(out, exist_ok=True)
         return start_realtime(df, ArrowArrivals(out), checkpoint, query, real_time)
     sink = sink_of(path, out, query)
+    interval = {} if commit_interval is None else {"commit_interval": commit_interval}
     if path.startswith("rtm_foreach"):
-        writer = sink.realtime(df.schema)
+        writer = sink.realtime(df.schema, **interval)
         return start_realtime(df, writer, checkpoint, query, real_time, "foreach")
+    if path.startswith("rtm") and interval:
+        return start_realtime(
+            df, sink.realtime(df.schema, **interval), checkpoint, query, real_time
+        )
     if path.startswith("rtm"):
         return start_stream(df, sink, checkpoint, real_time=real_time)
     sink.preflight(df.schema)
@@ -155,6 +168,8 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--master", default="local[4]")
     parser.add_argument("--real-time", default="5 seconds", help="the epoch length")
+    parser.add_argument("--commit-interval", type=float, default=None,
+                        help="our writers' commit_interval (default: the sink's)")  # fmt: skip
     args = parser.parse_args()
 
     from exactlyonce.integration.spark import session
@@ -168,7 +183,9 @@ def main() -> None:
     spark = session(f"bench-realtime-{args.path}", master=args.master, extra=extra)
     df = stream(spark, os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.topic)
     name = os.path.basename(args.out)
-    query = start(args.path, df, args.out, name, args.checkpoint, args.real_time)
+    query = start(
+        args.path, df, args.out, name, args.checkpoint, args.real_time, args.commit_interval
+    )
     print("JOB STARTED", flush=True)
     stop = Path(f"{args.checkpoint}.stop")
     while not stop.exists():
