@@ -80,8 +80,8 @@ NOTES = {
     "pg-ks-columns": _PRODUCED,
     "es": "stand-in server, not restarted",
     "os": "genuine OpenSearch node, not restarted; catalog Redis is",
-    "redis": "sink's own AOF Redis not restarted; catalog Redis is",
-    "redis-ks-source": f"sink's own AOF Redis not restarted; catalog Redis is; {_PRODUCED}",
+    "redis": "sink's own AOF Redis (redis-aof) restarted, hard and clean; catalog Redis too",
+    "redis-ks-source": f"sink's own AOF Redis restarted, hard and clean; {_PRODUCED}",
     "kafka3": "3-node KRaft cluster; its server restarts are broker failovers",
 }
 FULL = {"events": 100_000, "kills": 20, "seeds": 5, "duration": 300.0}

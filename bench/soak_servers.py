@@ -11,8 +11,9 @@ chaos restarts:
   other local services): chaos fails its brokers over (``chaos/brokers.py``);
 - the Redis SINK's redis-server, with AOF (``appendfsync always``) as a sink's Redis must
   have: the local Redis service has no persistence, so a hard restart of a Redis holding the
-  sink's data would lose it (not a sink bug). Chaos does not restart it either; it restarts
-  the catalog's Redis (the local service) as in every other cell.
+  sink's data would lose it (not a sink bug). It is the home's ``redis-aof`` service, so
+  chaos restarts it (the sink's own server first: a hard and a clean restart per cell) beside
+  the catalog's Redis.
 """
 
 from __future__ import annotations
@@ -103,31 +104,27 @@ def opensearch_node(root: Path) -> Iterator[str]:
         print("SOAK stopped the OpenSearch node", flush=True)
 
 
+_REDIS_AOF_UP = (
+    "from exactlyonce.integration.lab.services import port, up; "
+    "up(['redis-aof']); print(port('redis-aof'))"
+)
+
+
 @contextlib.contextmanager
 def sink_redis(root: Path) -> Iterator[str]:
-    """A persistent (AOF, fsync always) redis-server for the Redis sink; yields its URL."""
-    port = free_port()
-    directory = root / "sink-redis"
-    directory.mkdir(parents=True, exist_ok=True)
-    conf = directory / "redis.conf"
-    conf.write_text(
-        "\n".join(
-            [
-                f"port {port}",
-                f"bind {HOST}",
-                f"dir {directory}",
-                'save ""',
-                "appendonly yes",
-                "appendfsync always",
-                f"logfile {directory / 'redis.log'}",
-                "daemonize no",
-            ]
-        )
-        + "\n"
-    )
-    argv = ["redis-server", str(conf)]
-    with _process(argv, port, "the Redis sink's redis-server (AOF)", directory / "redis.log"):
-        yield f"redis://{HOST}:{port}/0"
+    """The Redis sink's server: the persistent Redis (``redis-aof``: AOF, fsync always) of
+    the home ``root.parent``, started if it is not up; yields its URL. Left running: chaos
+    restarts it as a local service of that home, hard and clean, as the sink's own server."""
+    env = dict(os.environ, EXACTLYONCE_HOME=str(root.parent))
+    done = subprocess.run(
+        [sys.executable, "-c", _REDIS_AOF_UP], env=env, capture_output=True, text=True,
+        timeout=START_TIMEOUT_S * 2, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"soak: the persistent Redis did not start:\n{done.stderr[-2000:]}")
+    port = int(done.stdout.strip().splitlines()[-1])
+    print(f"SOAK the persistent Redis (redis-aof) of {root.parent} is up on {HOST}:{port}")
+    yield f"redis://{HOST}:{port}/0"
 
 
 _KAFKA3_UP = (

@@ -440,6 +440,44 @@ def test_a_running_3_node_cluster_is_one_server_whose_faults_are_failovers(
     assert not [s for s in skipped if s.role == "sink"]
 
 
+def test_a_running_persistent_redis_is_the_redis_sinks_restartable_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactlyonce.integration.envfile import write_env_file
+    from exactlyonce.integration.lab.chaos import servers as chaos_servers
+
+    monkeypatch.setenv("EXACTLYONCE_REDIS_AOF_PORT", "19391")
+    write_env_file(
+        {
+            "EXACTLYONCE_PG_DSN": "postgresql://u:pw@127.0.0.1:1/db",
+            "EXACTLYONCE_REDIS_URL": "redis://127.0.0.1:2/0",
+            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:3",
+        },
+        tmp_path,
+    )
+    cfg = PipelineConfig.model_validate(
+        {
+            "query_name": "q",
+            "checkpoint": "/tmp/ckpt",
+            "source": {"type": "files", "path": "/tmp/in", "schema": "e STRING"},
+            "sink": {
+                "type": "redis",
+                "url": "redis://localhost:19391/0",
+                "write": "stream",
+                "key_template": "events",
+                "id_columns": ["e"],
+            },
+        }
+    )
+    running = {"redis-aof": 4242}
+    monkeypatch.setattr(chaos_servers, "service_pid", lambda name, root: running.get(name))
+    servers, _ = restartable(cfg, tmp_path)
+    assert [(s.service, s.roles) for s in servers] == [("redis-aof", ("sink",))]
+    running.clear()  # not running: named as skipped, with the reason
+    servers, skipped = restartable(cfg, tmp_path)
+    assert servers == [] and [k.address for k in skipped if k.role == "sink"] == ["127.0.0.1:19391"]
+
+
 def test_servers_restricts_the_restarts_to_the_services_it_names() -> None:
     import argparse
 

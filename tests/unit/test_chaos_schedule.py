@@ -119,6 +119,14 @@ def test_server_faults_rotate_over_the_servers_given() -> None:
     assert all(0.5 <= f.down_s <= 3.0 for f in faults if f.kind in SERVER_KINDS)
 
 
+def test_the_sinks_own_server_gets_a_hard_and_a_clean_restart_whatever_the_seed() -> None:
+    for seed in range(100):
+        faults = plan(seed, 12, (), ("redis", "kafka", "redis-aof"), server_faults=4,
+                      sink_servers=("redis-aof",))  # fmt: skip
+        kinds = sorted(f.kind for f in faults if f.server == "redis-aof")
+        assert kinds == sorted(SERVER_KINDS), (seed, faults)
+
+
 def test_waits_are_within_their_bounds() -> None:
     for fault in plan(11, 50, PG_POINTS, ("pg",)):
         if fault.kind != POINT_KILL:

@@ -95,6 +95,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             extras=_extras(args, cfg, proxy),
             commit_kills=args.commit_kills,
             server_roles=FAILOVER_ROLES,
+            sink_servers=[s.service for s in servers if "sink" in s.roles],
         )
         expected = _expected(args, cfg, seed, log_dir)
         control_why = _control_refusal(args, expected)

@@ -260,13 +260,15 @@ def plan(
     extras: Extras = Extras(),  # noqa: B008 (frozen)
     commit_kills: int | None = None,
     server_roles: Mapping[str, Sequence[str]] | None = None,
+    sink_servers: Sequence[str] = (),
 ) -> list[Fault]:
     """``kills`` faults from ``seed``: driver kills (random, aimed at the commit window, and
     at ``points``, the points used evenly) shuffled, with server faults on ``servers`` (hard
     and clean in turn, from a seeded start; a server of ``server_roles`` gets its roles in
-    turn as the ``target`` of its faults, from a seeded start), then the ``extras``' faults
-    (proxy kinds in turn, workers in turn, from seeded starts), each placed where no point
-    kill follows it."""
+    turn as the ``target`` of its faults, from a seeded start; ``sink_servers``, the sink's
+    own, first: with more server faults than servers, each gets a hard and a clean one),
+    then the ``extras``' faults (proxy kinds in turn, workers in turn, from seeded starts),
+    each placed where no point kill follows it."""
     rng = random.Random(seed)
     mix = fault_mix(
         kills,
@@ -284,7 +286,7 @@ def plan(
     kinds += [(DRIVER_KILL, None)] * mix.random_kills
     kinds += [(COMMIT_KILL, None)] * mix.commits
     rng.shuffle(kinds)
-    _place_servers(rng, kinds, list(servers), mix.servers)
+    _place_servers(rng, kinds, list(servers), mix.servers, sink_servers)
     _place_extras(rng, kinds, extras, mix)
     faults = [_fault(rng, n, kind, target) for n, (kind, target) in enumerate(kinds, 1)]
     return _with_roles(rng, faults, server_roles or {})
@@ -329,10 +331,16 @@ def _insert_live(
 
 
 def _place_servers(
-    rng: random.Random, kinds: list[tuple[str, str | None]], servers: list[str], count: int
+    rng: random.Random,
+    kinds: list[tuple[str, str | None]],
+    servers: list[str],
+    count: int,
+    first: Sequence[str] = (),
 ) -> None:
-    """Insert ``count`` server faults where the next fault is not a point kill."""
+    """Insert ``count`` server faults where the next fault is not a point kill: the servers
+    in a seeded order, those of ``first`` ahead, each taken in turn, hard and clean in turn."""
     rng.shuffle(servers)
+    servers.sort(key=lambda server: server not in first)
     hard_first = rng.random() < 0.5
     for i in range(count):
         hard = (i % 2 == 0) == hard_first

@@ -1,7 +1,8 @@
 """Which of a pipeline's servers ``exactlyonce chaos`` may restart, and restarting one.
 
 A server is restarted only when it is a local service of ``exactlyonce services`` (``make
-services``) under this checkout's services home (``EXACTLYONCE_HOME``, else
+services``, or ``redis-aof``, the persistent Redis a Redis sink writes to, started on demand)
+under this checkout's services home (``EXACTLYONCE_HOME``, else
 ``./.exactlyonce``): the pipeline's address (the sink's DSN or URL, the catalog's Redis, the
 Kafka source's or buffer's brokers) matches the address in that home's ``services.env``, its
 process runs, and the port it would be started on again is the one it listens on. Every other
@@ -55,6 +56,7 @@ _ENV_OF = {
     "kafka": "KAFKA_BOOTSTRAP_SERVERS",
 }
 GONE_TIMEOUT_S = 60.0
+AOF = "redis-aof"  # the persistent Redis, a Redis sink's server (``services up --only``)
 # The servers whose faults strike the node holding a role, the roles taken in turn.
 FAILOVER_ROLES: dict[str, tuple[str, ...]] = {SERVICE: ROLES}
 
@@ -169,6 +171,8 @@ def _local_services(home: Path | None) -> tuple[dict[str, str], str]:
         if name == "kafka" and not _kafka_ports_kept(root):
             continue
         found[address] = name
+    if service_pid(AOF, root) is not None:  # on demand; not in services.env
+        found[f"127.0.0.1:{port(AOF)}"] = AOF
     return {**found, **cluster_addresses(root)}, ""
 
 

@@ -19,9 +19,11 @@ from urllib.parse import urlsplit
 from exactlyonce.integration.envfile import home_dir
 
 # Started by ``up`` when no names are given; ``tansu`` (a Kafka-protocol broker that does not
-# hide aborted records) and ``kafka3`` (a 3-node Kafka cluster, for failover) only when named.
+# hide aborted records), ``kafka3`` (a 3-node Kafka cluster, for failover) and ``redis-aof``
+# (a Redis with an append-only file, for a Redis sink whose server is restarted) only when
+# named.
 SERVICES: tuple[str, ...] = ("pg", "redis", "kafka")
-KNOWN_SERVICES: tuple[str, ...] = (*SERVICES, "tansu", "kafka3")
+KNOWN_SERVICES: tuple[str, ...] = (*SERVICES, "tansu", "kafka3", "redis-aof")
 HOST = "127.0.0.1"
 DEFAULT_PORTS: dict[str, int] = {
     "pg": 54329,
@@ -30,6 +32,7 @@ DEFAULT_PORTS: dict[str, int] = {
     "kafka-controller": 19093,
     "tansu": 19094,
     "kafka3": 19100,  # the first of a block of 9 (kafka_cluster.block_ports)
+    "redis-aof": 63791,
 }
 PORT_ENV: dict[str, str] = {
     "pg": "EXACTLYONCE_PG_PORT",
@@ -38,6 +41,7 @@ PORT_ENV: dict[str, str] = {
     "kafka-controller": "EXACTLYONCE_KAFKA_CONTROLLER_PORT",
     "tansu": "EXACTLYONCE_TANSU_PORT",
     "kafka3": "EXACTLYONCE_KAFKA3_PORT",
+    "redis-aof": "EXACTLYONCE_REDIS_AOF_PORT",
 }
 PORTS_FILE = "ports.json"
 PG_USER = PG_DB = "exactlyonce"

@@ -2,8 +2,8 @@
 
 Starts and stops are serialized between processes sharing one home dir (a file lock), so
 tests and ``make services`` can run side by side. Each service module (``postgres``,
-``redis``, ``kafka``, ``tansu``, ``kafka_cluster``) has ``start``, ``stop``, ``pid`` and
-``answers``.
+``redis``, ``redis_aof``, ``kafka``, ``tansu``, ``kafka_cluster``) has ``start``, ``stop``,
+``pid`` and ``answers``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Protocol
 
 from exactlyonce.integration.envfile import home_dir, service_env, write_env_file
-from exactlyonce.integration.lab.services import kafka, kafka_cluster, postgres, redis, tansu
+from exactlyonce.integration.lab.services import (
+    kafka,
+    kafka_cluster,
+    postgres,
+    redis,
+    redis_aof,
+    tansu,
+)
 from exactlyonce.integration.lab.services.docker import docker_down, docker_up, use_docker
 from exactlyonce.integration.lab.services.env import KNOWN_SERVICES, SERVICES, local_env
 from exactlyonce.integration.lab.services.processes import pid_alive
@@ -40,6 +47,7 @@ _MODULES: dict[str, _Service] = {
     "kafka": kafka,
     "tansu": tansu,
     "kafka3": kafka_cluster,
+    "redis-aof": redis_aof,
 }
 
 
