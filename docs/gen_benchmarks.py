@@ -43,6 +43,7 @@ TITLES = {
     "cluster": "Dedup catalog on Redis Cluster",
     "session_start": "Spark session start (class-data archive)",
     "realtime": "Real-time Mode latency",
+    "realtime_sparse": "Real-time Mode latency, sparse traffic (a row waits for the next)",
 }
 
 
