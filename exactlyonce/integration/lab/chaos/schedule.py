@@ -343,7 +343,7 @@ def _place_servers(
     servers.sort(key=lambda server: server not in first)
     hard_first = rng.random() < 0.5
     for i in range(count):
-        hard = (i % 2 == 0) == hard_first
+        hard = ((i // len(servers)) % 2 == 0) == hard_first  # each server's turns alternate
         _insert_live(rng, kinds, (SERVER_HARD if hard else SERVER_CLEAN, servers[i % len(servers)]))
 
 
