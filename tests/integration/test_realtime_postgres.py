@@ -166,12 +166,17 @@ def test_a_rerun_skips_what_the_frontier_covers(
     assert frontiers(pg, unique_name) == {0: 15, 1: 6}
 
 
+def first_epoch(pg_dsn: str, table: str) -> tuple[RealtimeWriter, int]:
+    """A writer that wrote e0..e9 in epoch 0 and parked its store; its backend's pid."""
+    first = writer_of(pg_dsn, table)
+    run_epoch(first, 0, rows(range(10)))
+    return first, first.store.conn.info.backend_pid  # type: ignore[union-attr]
+
+
 def test_the_next_epoch_keeps_the_connection_and_reads_the_frontier_again(
     pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
-    first = writer_of(pg_dsn, unique_name)
-    run_epoch(first, 0, rows(range(10)))
-    backend = first.store.conn.info.backend_pid  # type: ignore[union-attr]
+    first, backend = first_epoch(pg_dsn, unique_name)
     pg.execute(  # moved while the store waited: the next epoch reads it, not remembers 10
         "UPDATE exactlyonce_frontiers SET next_offset = 12 WHERE query_name = %s", [unique_name]
     )
@@ -186,9 +191,7 @@ def test_the_next_epoch_keeps_the_connection_and_reads_the_frontier_again(
 def test_a_kept_connection_the_server_closed_is_replaced(
     pg_dsn: str, pg: psycopg.Connection[Any], unique_name: str
 ) -> None:
-    first = writer_of(pg_dsn, unique_name)
-    run_epoch(first, 0, rows(range(10)))
-    backend = first.store.conn.info.backend_pid  # type: ignore[union-attr]
+    first, backend = first_epoch(pg_dsn, unique_name)
     pg.execute("SELECT pg_terminate_backend(%s)", [backend])
     second = writer_of(pg_dsn, unique_name)
     run_epoch(second, 1, rows(range(20)))

@@ -398,23 +398,29 @@ def test_the_command_exits_0_only_for_a_clean_audit_every_fault_and_a_failing_co
     assert doc["exactly_once"] is (code == 0) and doc["result"] == word
 
 
-def test_a_running_3_node_cluster_is_one_server_whose_faults_are_failovers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def write_elsewhere_env(home: Path) -> None:
+    """A services.env in ``home`` whose pg, redis and kafka are on ports no test uses."""
     from exactlyonce.integration.envfile import write_env_file
-    from exactlyonce.integration.lab.chaos.servers import FAILOVER_ROLES
-    from exactlyonce.integration.lab.services.kafka_cluster import KafkaCluster
 
-    assert FAILOVER_ROLES == {"kafka3": ("leader", "controller")}
-    monkeypatch.setenv("EXACTLYONCE_KAFKA3_PORT", "19300")
     write_env_file(
         {
             "EXACTLYONCE_PG_DSN": "postgresql://u:pw@127.0.0.1:1/db",
             "EXACTLYONCE_REDIS_URL": "redis://127.0.0.1:2/0",
             "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:3",
         },
-        tmp_path,
+        home,
     )
+
+
+def test_a_running_3_node_cluster_is_one_server_whose_faults_are_failovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactlyonce.integration.lab.chaos.servers import FAILOVER_ROLES
+    from exactlyonce.integration.lab.services.kafka_cluster import KafkaCluster
+
+    assert FAILOVER_ROLES == {"kafka3": ("leader", "controller")}
+    monkeypatch.setenv("EXACTLYONCE_KAFKA3_PORT", "19300")
+    write_elsewhere_env(tmp_path)
     nodes = "127.0.0.1:19300,localhost:19301,127.0.0.1:19302"
     cfg = PipelineConfig.model_validate(
         {
@@ -443,18 +449,10 @@ def test_a_running_3_node_cluster_is_one_server_whose_faults_are_failovers(
 def test_a_running_persistent_redis_is_the_redis_sinks_restartable_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from exactlyonce.integration.envfile import write_env_file
     from exactlyonce.integration.lab.chaos import servers as chaos_servers
 
     monkeypatch.setenv("EXACTLYONCE_REDIS_AOF_PORT", "19391")
-    write_env_file(
-        {
-            "EXACTLYONCE_PG_DSN": "postgresql://u:pw@127.0.0.1:1/db",
-            "EXACTLYONCE_REDIS_URL": "redis://127.0.0.1:2/0",
-            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:3",
-        },
-        tmp_path,
-    )
+    write_elsewhere_env(tmp_path)
     cfg = PipelineConfig.model_validate(
         {
             "query_name": "q",
