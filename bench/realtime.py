@@ -2,8 +2,10 @@
 
 Each path (:mod:`bench.realtime_job`) runs as its own Spark application (``local[4]``:
 Real-time Mode needs a task slot per source partition) reading a fresh topic of 2 partitions.
-Once it is up (warm-up events seen), a producer sends ``--rate`` events per second for
-``--seconds``, each stamped with its send time; an independent reader records when each event
+Once it is up (warm-up events seen) and has run ``--warmup-s`` at the full rate (not measured:
+the broker's and Spark's JIT, the first epoch end), a producer sends ``--rate`` events per
+second for ``--seconds``, each stamped with its send time, then one more second of events,
+not measured (:data:`TAIL_S`); an independent reader records when each event
 first becomes visible in the sink: a confluent-kafka ``read_committed`` consumer for Kafka,
 ``LISTEN`` on a per-row ``pg_notify`` trigger for PostgreSQL (a notification is delivered at
 commit: when the row becomes visible), ``XREAD`` for Redis. Latency is visible minus sent.
@@ -20,6 +22,14 @@ any Python writer on each transport: when rows reach Python, noted and nothing e
 ``max_s_by_second`` (the slowest event sent in each second: an epoch's end, every
 ``--real-time``, shows as one slow second). Every Real-time Mode path checkpoints every
 ``--real-time`` (Spark's default is 5 minutes; the send window should hold a few epoch ends).
+Each path also reports ``cpu_s_per_million``: the CPU seconds (user + system) of the job's
+process tree (Spark, its Python workers), the producer and the reader, and of the Kafka broker,
+PostgreSQL and Redis, per million events sent, from the window's first event until its last
+is visible.
+
+Every path runs ``--repeats`` times, in rounds (each round runs every path once, in a rotated
+order), so a slow minute of the shared machine falls on one run, not on one path. A path's
+figures are those of its median run by p99; ``runs`` holds every run's.
 
 The highest rate sustained: each of ``--sweep-paths`` runs one more job, sent each of
 ``--sweep-rates`` in turn for ``--sweep-seconds``; ``max_rate_sustained_per_s`` is the highest
@@ -46,6 +56,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.ceiling import CpuMeter, service_pids
 from bench.common import (
     add_results_arguments,
     machine_with_load,
@@ -75,6 +86,12 @@ TARGET_VS_MICROBATCH = 5.0
 JOB = Path(__file__).with_name("realtime_job.py")
 ROOT = JOB.parents[1]
 WARMUP_EVENTS = 20
+# Sent after each measured window, not measured: the window is a slice of steady traffic. On
+# the Arrow transport Spark hands a row to Python only once the next row of its partition has
+# come (docs/guides/real-time-mode.md, "Sparse traffic"), so without a tail each partition's
+# last measured event would wait for the epoch's end (bench/results/realtime_sparse.json
+# measures that on its own).
+TAIL_S = 1.0
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -292,14 +309,26 @@ def run_path(
             if job.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"{path}: not up; see {work / 'job.log'}")
             time.sleep(0.2)
+        if args.warmup_s > 0 and stages:
+            rate = stages[0][0]
+            progress(f"{path}: up; {rate:g} events/s for {args.warmup_s:g} s, not measured")
+            produce(bootstrap, name, "u", int(rate * args.warmup_s), rate)
+        meter = CpuMeter(service_pids("kafka", "postgres", "redis"))
         results = []
         for n, (rate, seconds) in enumerate(stages):
-            progress(f"{path}: up; {rate:g} events/s for {seconds:g} s")
-            sent = produce(bootstrap, name, f"s{n}e", int(rate * seconds), rate)
-            wait_until = time.monotonic() + args.drain_s
-            while time.monotonic() < wait_until and not all(e in watcher.seen for e in sent):
-                time.sleep(0.2)
-            results.append(figures(path, sent, dict(watcher.seen), rate))
+            progress(f"{path}: {rate:g} events/s for {seconds:g} s")
+            with meter.measure() as cpu:
+                sent = produce(bootstrap, name, f"s{n}e", int(rate * seconds), rate)
+                tail = produce(bootstrap, name, f"t{n}e", int(rate * TAIL_S), rate)
+                wait_until = time.monotonic() + args.drain_s
+                while time.monotonic() < wait_until and not all(e in watcher.seen for e in sent):
+                    time.sleep(0.2)
+            results.append(
+                {
+                    **figures(path, sent, dict(watcher.seen), rate),
+                    **cpu_figures(cpu, len(sent) + len(tail)),
+                }
+            )
     finally:
         Path(f"{checkpoint}.stop").touch()
         try:
@@ -330,6 +359,29 @@ def figures(
     }
     progress(f"{path}: p50 {out['p50_s']} s, p99 {out['p99_s']} s, max {out['max_s']} s")
     return out
+
+
+def cpu_figures(cpu: dict[str, float], events: int) -> dict[str, Any]:
+    """The window's CPU seconds per process tree, and per million events sent."""
+    if not cpu or not events:
+        return {}
+    per_million = {k: round(v * 1e6 / events, 2) for k, v in cpu.items() if k != "wall"}
+    return {"cpu": cpu, "cpu_s_per_million": per_million}
+
+
+def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A path's figures over its repeats: those of its median run by p99 (one run's, so
+    p50, p99 and max agree; of an even number, the slower middle one), with every run's
+    headline figures under ``runs``."""
+    ordered = sorted(runs, key=lambda r: r["p99_s"])
+    median = ordered[len(ordered) // 2]
+    keys = ("p50_s", "p99_s", "max_s", "events_per_s", "missing", "cpu_s_per_million")
+    return {**median, "runs": [{k: r.get(k) for k in keys} for r in runs]}
+
+
+def rounds(paths: Sequence[str], repeats: int) -> list[str]:
+    """Every path once per round, each round's order rotated by one."""
+    return [paths[(i + r) % len(paths)] for r in range(repeats) for i in range(len(paths))]
 
 
 def max_by_second(sent: dict[str, float], seen: dict[str, float]) -> list[float]:
@@ -418,6 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paths", default=",".join(PATHS), help=f"of {','.join(PATHS)}")
     p.add_argument("--rate", type=float, default=2_000.0, help="events per second sent")
     p.add_argument("--seconds", type=float, default=60.0, help="how long to send")
+    p.add_argument(
+        "--warmup-s", type=float, default=10.0, help="sent at --rate first, not measured"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=3, help="runs per path, in rounds; the median is kept"
+    )
     p.add_argument("--real-time", default="20 seconds", help="Real-time Mode's epoch length")
     p.add_argument(
         "--commit-interval",
@@ -448,9 +506,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = services_env()
     env["BENCH_SINK_REDIS_URL"] = args.sink_redis_url or env["EXACTLYONCE_REDIS_URL"]
     load_start = os.getloadavg()[0]
-    paths: dict[str, dict[str, Any]] = {}
-    for path in [p.strip() for p in args.paths.split(",") if p.strip()]:
-        (paths[path],) = run_path(path, args, env, [(args.rate, args.seconds)])
+    names = [p.strip() for p in args.paths.split(",") if p.strip()]
+    runs: dict[str, list[dict[str, Any]]] = {path: [] for path in names}
+    for path in rounds(names, max(1, args.repeats)):
+        runs[path] += run_path(path, args, env, [(args.rate, args.seconds)])
+    paths = {path: median_run(runs[path]) for path in names}
     rates = [float(r) for r in args.sweep_rates.split(",") if r.strip()]
     sweeps = {
         path: sustained(run_path(path, args, env, [(r, args.sweep_seconds) for r in rates]))
@@ -462,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "benchmark": "realtime",
         "date": now_utc(),
-        "parameters": {"rate": args.rate, "seconds": args.seconds, "master": "local[4]",
+        "parameters": {"rate": args.rate, "seconds": args.seconds, "warmup_s": args.warmup_s,
+                       "repeats": args.repeats, "master": "local[4]",
                        "partitions": 2, "real_time": args.real_time,
                        "foreach spark.buffer.size": 1, "sweep_rates": rates,
                        "commit_interval": args.commit_interval or "the sinks' default (0.1)",
@@ -482,6 +543,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "max_s_by_second shows where the tail comes from: the slow seconds are epoch ends "
             "(every real_time), where Spark commits the epoch and starts new tasks, for its own "
             "sink too.",
+            "Each path ran `repeats` times in rounds (every path once per round, in a rotated "
+            "order); its figures are its median run's by p99, `runs` has every run's. Each run "
+            "first sent warmup_s at the rate, not measured. cpu_s_per_million: user + system "
+            "CPU of the job (Spark, Python workers), the producer and reader, the Kafka broker, "
+            "PostgreSQL and Redis from the window's first event until its last was visible, per "
+            "million events sent (with the tail).",
             "sustained: one job per path sent each of sweep_rates in turn for sweep_seconds; "
             "max_rate_sustained_per_s is the highest stage with every event delivered, at >= "
             "95% of the rate sent, p99 <= 1 s.",

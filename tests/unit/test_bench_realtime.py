@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from bench.realtime import figures, judged, max_by_second, percentile, sustained, text_table
+from bench.realtime import (
+    cpu_figures,
+    figures,
+    judged,
+    max_by_second,
+    median_run,
+    percentile,
+    rounds,
+    sustained,
+    text_table,
+)
 
 
 def test_figures_count_missing_events_and_rate_over_the_send_window() -> None:
@@ -75,3 +85,29 @@ def test_the_highest_sustained_rate_delivers_everything_in_time() -> None:
     assert sustained(stages)["max_rate_sustained_per_s"] == 5000
     assert sustained([stage(2000, 2000, 1.5)])["max_rate_sustained_per_s"] == 0.0
     assert len(sustained(stages)["stages"]) == 4
+
+
+def test_a_path_keeps_its_median_run_by_p99_and_every_run() -> None:
+    runs = [
+        {"p50_s": 0.05, "p99_s": 0.3, "max_s": 0.6, "events_per_s": 1990, "missing": 0},
+        {"p50_s": 0.04, "p99_s": 0.9, "max_s": 1.2, "events_per_s": 1980, "missing": 0},
+        {"p50_s": 0.06, "p99_s": 0.2, "max_s": 0.5, "events_per_s": 1995, "missing": 0},
+    ]
+    out = median_run(runs)
+    assert (out["p50_s"], out["p99_s"], out["max_s"]) == (0.05, 0.3, 0.6)  # one run's
+    assert [r["p99_s"] for r in out["runs"]] == [0.3, 0.9, 0.2]
+
+
+def test_the_median_of_two_runs_is_the_slower_one() -> None:
+    out = median_run([{"p99_s": 0.2}, {"p99_s": 0.4}])
+    assert out["p99_s"] == 0.4
+
+
+def test_rounds_run_every_path_once_each_in_a_rotated_order() -> None:
+    assert rounds(["a", "b", "c"], 2) == ["a", "b", "c", "b", "c", "a"]
+
+
+def test_cpu_is_reported_per_million_events_sent() -> None:
+    out = cpu_figures({"spark": 3.0, "kafka": 1.0, "total": 4.0, "wall": 61.0}, 120_000)
+    assert out["cpu_s_per_million"] == {"spark": 25.0, "kafka": 8.33, "total": 33.33}
+    assert cpu_figures({}, 10) == {}
