@@ -149,6 +149,24 @@ class ArrivalVisible(Visible):
                 event_id, _, at = line.partition(" ")
                 self.seen.setdefault(event_id, float(at))
 
+    def epoch_gaps(self) -> list[float]:
+        """Per source partition, the time between a task's last row in Python and the next
+        task's first: what each epoch's end costs any Python writer (Spark's commit of the
+        epoch, its next tasks, their Python runners), before a sink does anything."""
+        spans: dict[int, list[tuple[float, float]]] = {}
+        for path in self.directory.glob("*.txt"):
+            pairs = [line.split(" ") for line in path.read_text().splitlines() if " " in line]
+            if not pairs:
+                continue
+            times = [float(at) for _, at in pairs]
+            partition = int(pairs[0][0].lstrip("swtue").rpartition("e")[2]) % 2
+            spans.setdefault(partition, []).append((min(times), max(times)))
+        gaps = []
+        for tasks in spans.values():
+            tasks.sort()
+            gaps += [round(b[0] - a[1], 3) for a, b in zip(tasks, tasks[1:], strict=False)]
+        return sorted(gaps)
+
 
 class KafkaVisible(Visible):
     """A confluent-kafka ``read_committed`` consumer of the output topic."""
@@ -329,6 +347,8 @@ def run_path(
                     **cpu_figures(cpu, len(sent) + len(tail)),
                 }
             )
+        if isinstance(watcher, ArrivalVisible) and results:
+            results[-1]["epoch_gaps_s"] = watcher.epoch_gaps()
     finally:
         Path(f"{checkpoint}.stop").touch()
         try:
@@ -357,6 +377,10 @@ def figures(
         "missing": len(sent) - len(latencies),
         "max_s_by_second": max_by_second(sent, seen),
     }
+    # the typical second's slowest event: a commit interval plus a commit, away from the
+    # few epoch-end seconds (what p99 adds on top of it comes from those)
+    by_second = sorted(out["max_s_by_second"])
+    out["steady_max_s"] = by_second[len(by_second) // 2] if by_second else None
     progress(f"{path}: p50 {out['p50_s']} s, p99 {out['p99_s']} s, max {out['max_s']} s")
     return out
 
@@ -375,7 +399,8 @@ def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     headline figures under ``runs``."""
     ordered = sorted(runs, key=lambda r: r["p99_s"])
     median = ordered[len(ordered) // 2]
-    keys = ("p50_s", "p99_s", "max_s", "events_per_s", "missing", "cpu_s_per_million")
+    keys = ("p50_s", "p99_s", "max_s", "steady_max_s", "events_per_s", "missing",
+            "cpu_s_per_million")  # fmt: skip
     return {**median, "runs": [{k: r.get(k) for k in keys} for r in runs]}
 
 
@@ -542,7 +567,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "arrival_p99 is what each sink adds on top.",
             "max_s_by_second shows where the tail comes from: the slow seconds are epoch ends "
             "(every real_time), where Spark commits the epoch and starts new tasks, for its own "
-            "sink too.",
+            "sink too. steady_max_s is its median: the slowest event of a typical second (a "
+            "commit interval plus a commit for ours). epoch_gaps_s (rtm_arrow_arrival): per "
+            "source partition, the time from one task's last row in Python to the next task's "
+            "first, which every Python writer waits at each epoch's end.",
             "Each path ran `repeats` times in rounds (every path once per round, in a rotated "
             "order); its figures are its median run's by p99, `runs` has every run's. Each run "
             "first sent warmup_s at the rate, not measured. cpu_s_per_million: user + system "

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.realtime import (
+    ArrivalVisible,
     cpu_figures,
     figures,
     judged,
@@ -21,6 +24,7 @@ def test_figures_count_missing_events_and_rate_over_the_send_window() -> None:
     out = figures("rtm_kafka", sent, seen, 100.0)
     assert out["missing"] == 1 and out["events"] == 100
     assert abs(out["p50_s"] - 0.2) < 1e-6 and abs(out["max_s"] - 0.2) < 1e-6
+    assert out["steady_max_s"] == 0.2  # the median second's slowest event
     assert 80 < out["events_per_s"] <= 100
 
 
@@ -111,3 +115,14 @@ def test_cpu_is_reported_per_million_events_sent() -> None:
     out = cpu_figures({"spark": 3.0, "kafka": 1.0, "total": 4.0, "wall": 61.0}, 120_000)
     assert out["cpu_s_per_million"] == {"spark": 25.0, "kafka": 8.33, "total": 33.33}
     assert cpu_figures({}, 10) == {}
+
+
+def test_epoch_gaps_are_between_one_tasks_last_row_and_the_next_tasks_first(
+    tmp_path: Path,
+) -> None:
+    # event index i went to source partition i % 2; one file per task
+    (tmp_path / "a.txt").write_text("s0e0 10.0\ns0e2 10.5\n")
+    (tmp_path / "b.txt").write_text("s0e4 10.8\ns0e6 11.0\n")
+    (tmp_path / "c.txt").write_text("s0e1 10.1\n")
+    (tmp_path / "d.txt").write_text("w3 10.4\n")
+    assert ArrivalVisible(tmp_path).epoch_gaps() == [0.3, 0.3]

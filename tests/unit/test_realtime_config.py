@@ -52,3 +52,16 @@ def test_resume_from_sink_needs_real_time_mode() -> None:
         load({**pipeline(), "trigger": {"processing_time": "1 second"}, "resume": "from_sink"})
     cfg = load(with_trigger({"real_time": "5 seconds"}, resume="from_sink"))
     assert cfg.resume == "from_sink"
+
+
+def test_every_sinks_realtime_has_the_one_default_commit_interval() -> None:
+    import inspect
+
+    from exactlyonce.connectors import KafkaSink, PostgresSink, RedisSink
+    from exactlyonce.connectors.base.realtime import COMMIT_INTERVAL_S, RealtimeOptions
+    from exactlyonce.connectors.search.sink import SearchSink
+
+    assert RealtimeOptions().commit_interval == COMMIT_INTERVAL_S
+    for sink in (KafkaSink, PostgresSink, RedisSink, SearchSink):
+        default = inspect.signature(sink.realtime).parameters["commit_interval"].default
+        assert default == COMMIT_INTERVAL_S, sink.__name__

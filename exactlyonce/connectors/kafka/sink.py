@@ -18,7 +18,12 @@ from exactlyonce.connectors.base.config import (
 )
 from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.realtime import RealtimeWriter, realtime_options, writer_for
+from exactlyonce.connectors.base.realtime import (
+    COMMIT_INTERVAL_S,
+    RealtimeWriter,
+    realtime_options,
+    writer_for,
+)
 from exactlyonce.connectors.base.rewind import Refused, Rewind
 from exactlyonce.connectors.kafka import check as _check
 from exactlyonce.connectors.kafka import preflight as _preflight
@@ -94,7 +99,7 @@ class KafkaSink(ExactlyOnceSink):
     .trigger(realTime="5 seconds")``, Apache Kafka only, a Kafka source whose topic, partition
     and offset columns reach the writer, ``value="json"`` or a column): every source record is
     in the topic exactly once for a plain ``read_committed`` consumer, visible within the
-    commit interval (0.1 s by default), through task re-runs, driver crashes and a deleted
+    commit interval (0.05 s by default), through task re-runs, driver crashes and a deleted
     checkpoint. Mechanism (:mod:`exactlyonce.connectors.kafka.realtime`): per source partition
     one transactional producer, whose stable ``transactional.id`` fences the older writers of
     that partition before it reads the partition's frontier (the next source offset to write)
@@ -330,7 +335,7 @@ class KafkaSink(ExactlyOnceSink):
         self,
         schema: StructType | None = None,
         *,
-        commit_interval: float = 0.1,
+        commit_interval: float = COMMIT_INTERVAL_S,
         max_pending_rows: int = 10_000,
         rows_per_source_record: RowsPerRecord = "one",
         source_columns: Sequence[str] = ("topic", "partition", "offset"),

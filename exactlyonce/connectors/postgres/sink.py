@@ -20,7 +20,12 @@ from exactlyonce.connectors.base.config import (
 )
 from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.realtime import RealtimeWriter, realtime_options, writer_for
+from exactlyonce.connectors.base.realtime import (
+    COMMIT_INTERVAL_S,
+    RealtimeWriter,
+    realtime_options,
+    writer_for,
+)
 from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.postgres import check as _check
@@ -98,7 +103,7 @@ class PostgresSink(ExactlyOnceSink):
     .trigger(realTime="5 seconds")``, ``mode="insert"`` or ``"append"``, a Kafka source whose
     ``topic``, ``partition`` and ``offset`` columns reach the sink, no shuffle in between).
     Guarantee: every source record's rows are in the table exactly once, visible within about
-    ``commit_interval`` (default 0.1 s) of their arrival rather than at the epoch's end, through
+    ``commit_interval`` (default 0.05 s) of their arrival rather than at the epoch's end, through
     task retries, driver crashes, restarts from the checkpoint and a deleted checkpoint
     (restarted at earlier offsets). Mechanism (:mod:`exactlyonce.connectors.postgres.realtime`):
     each task commits small chunks, cut at source-offset boundaries, each in ONE transaction
@@ -325,7 +330,7 @@ class PostgresSink(ExactlyOnceSink):
         self,
         schema: StructType | None = None,
         *,
-        commit_interval: float = 0.1,
+        commit_interval: float = COMMIT_INTERVAL_S,
         max_pending_rows: int = 10_000,
         rows_per_source_record: RowsPerRecord = "one",
         source_columns: Sequence[str] = ("topic", "partition", "offset"),

@@ -23,7 +23,12 @@ from exactlyonce.connectors.base.config import (
 )
 from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.realtime import RealtimeWriter, realtime_options, writer_for
+from exactlyonce.connectors.base.realtime import (
+    COMMIT_INTERVAL_S,
+    RealtimeWriter,
+    realtime_options,
+    writer_for,
+)
 from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.redis import check as _check
@@ -86,7 +91,7 @@ class RedisSink(ExactlyOnceSink):
     Spark Real-time Mode (``df.writeStream.foreach(sink.realtime(schema=df.schema))
     .trigger(realTime="5 seconds")``, ``mode="insert"``, a Kafka source whose topic, partition
     and offset columns reach the writer): every source record is applied exactly once, visible
-    within the commit interval (0.1 s by default), through task re-runs, driver crashes and a
+    within the commit interval (0.05 s by default), through task re-runs, driver crashes and a
     deleted checkpoint. Mechanism (:mod:`exactlyonce.connectors.redis.realtime`): each chunk of
     a task's rows is applied by ONE Lua script together with its source partitions' frontiers
     (the next offset to write, in ``<prefix>:rtm:frontiers``), which the script first checks
@@ -278,7 +283,7 @@ class RedisSink(ExactlyOnceSink):
         self,
         schema: StructType | None = None,
         *,
-        commit_interval: float = 0.1,
+        commit_interval: float = COMMIT_INTERVAL_S,
         max_pending_rows: int = 10_000,
         rows_per_source_record: RowsPerRecord = "one",
         source_columns: Sequence[str] = ("topic", "partition", "offset"),

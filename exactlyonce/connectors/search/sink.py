@@ -21,7 +21,12 @@ from exactlyonce.connectors.base.config import (
 )
 from exactlyonce.connectors.base.frontier import RowsPerRecord, SourceKey
 from exactlyonce.connectors.base.guarantee import CheckOf
-from exactlyonce.connectors.base.realtime import RealtimeWriter, realtime_options, writer_for
+from exactlyonce.connectors.base.realtime import (
+    COMMIT_INTERVAL_S,
+    RealtimeWriter,
+    realtime_options,
+    writer_for,
+)
 from exactlyonce.connectors.base.rewind import Rewind, RewindOf
 from exactlyonce.connectors.base.upsert import UpsertSpec
 from exactlyonce.connectors.search import check as _check
@@ -224,7 +229,7 @@ class SearchSink(ExactlyOnceSink):
         self,
         schema: StructType | None = None,
         *,
-        commit_interval: float = 0.1,
+        commit_interval: float = COMMIT_INTERVAL_S,
         max_pending_rows: int = 10_000,
         rows_per_source_record: RowsPerRecord = "one",
         source_columns: Sequence[str] = ("topic", "partition", "offset"),
