@@ -65,12 +65,8 @@ def start_server() -> Server:
     given = search.given_server(ENGINE, "opensearch", "genuine")
     if given is not None:
         return given
-    from tests.support.opensearch_node import (
-        HEAP,
-        OpenSearchNode,
-        OpenSearchUnavailable,
-        resolve,
-    )
+    from exactlyonce.integration.lab.services.opensearch import HEAP
+    from tests.support.opensearch_node import OpenSearchNode, OpenSearchUnavailable, resolve
 
     try:
         resolved = resolve()
@@ -84,7 +80,7 @@ def start_server() -> Server:
         return (
             f"genuine OpenSearch {s.version} node, single-node cluster started here "
             f"(tests/support/opensearch_node.py: the server's jars from Maven Central, "
-            f"own JVM process pid {pid}, {HEAP})"
+            f"own JVM process pid {pid}, {' '.join(HEAP)})"
         )
 
     return Server(ENGINE, node.url, "opensearch", describe, pid=pid, stop=node.stop)

@@ -79,7 +79,7 @@ NOTES = {
     "pg-ks-source": _PRODUCED,
     "pg-ks-columns": _PRODUCED,
     "es": "stand-in server, not restarted",
-    "os": "genuine OpenSearch node, not restarted; catalog Redis is",
+    "os": "genuine OpenSearch node (opensearch) restarted, hard and clean; catalog Redis too",
     "redis": "sink's own AOF Redis (redis-aof) restarted, hard and clean; catalog Redis too",
     "redis-ks-source": f"sink's own AOF Redis restarted, hard and clean; {_PRODUCED}",
     "kafka3": "3-node KRaft cluster; its server restarts are broker failovers",

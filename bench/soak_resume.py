@@ -28,7 +28,8 @@ SOAK_FILES = (
     "bench/soak_servers.py",
     "tests/support/es_server/server.py",  # the Elasticsearch cell's server
     "tests/support/es_server/__main__.py",
-    "tests/support/opensearch_node.py",  # the OpenSearch cell's node
+    # the OpenSearch cell's node: the package's service (its pom, main class and module are
+    # in the package, fingerprinted as PACKAGE)
 )
 SOAK_GLOBS = ("examples/soak/*.yaml",)
 FINGERPRINT_CHARS = 16

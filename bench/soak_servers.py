@@ -3,9 +3,10 @@ chaos restarts:
 
 - the Elasticsearch stand-in (``python -m tests.support.es_server``): there is no Elasticsearch
   server here; chaos does not restart it (not a local service), so its faults are skipped;
-- a genuine OpenSearch node (``tests/support/opensearch_node.py``: its jars from Maven
-  Central) for the OpenSearch cell; not a local service either, so chaos does not restart it
-  (the catalog's Redis is restarted, as in every other cell);
+- a genuine OpenSearch node for the OpenSearch cell: the home's ``opensearch`` service (its
+  jars from Maven Central, data on disk), started here if it is not up and left running, so
+  chaos restarts it (the sink's own server first: a hard and a clean restart per cell) beside
+  the catalog's Redis;
 - the 3-node Kafka cluster of the ``kafka3`` cell, a local service of the home
   (``services up --only kafka3``; started here if it is not up, and left running like the
   other local services): chaos fails its brokers over (``chaos/brokers.py``);
@@ -30,6 +31,7 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 30.0
+OPENSEARCH_TIMEOUT_S = 900.0  # the first start resolves its jars with Maven
 
 
 def free_port() -> int:
@@ -86,28 +88,32 @@ def es_stand_in(root: Path) -> Iterator[str]:
         yield f"http://{HOST}:{port}"
 
 
+def _home_service(root: Path, name: str, timeout: float) -> int:
+    """Start the local service ``name`` of the home ``root.parent`` (``root`` is its
+    ``soak/``) unless it is up, in a subprocess with that home; return its port."""
+    env = dict(os.environ, EXACTLYONCE_HOME=str(root.parent))
+    code = (
+        "from exactlyonce.integration.lab.services import port, up; "
+        f"up([{name!r}]); print(port({name!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"soak: the local service {name} did not start:\n{done.stderr[-2000:]}")
+    return int(done.stdout.strip().splitlines()[-1])
+
+
 @contextlib.contextmanager
 def opensearch_node(root: Path) -> Iterator[str]:
-    """A genuine OpenSearch node on free ports (data in a temporary directory, removed at
-    the end); yields its URL."""
-    from tests.support.opensearch_node import OpenSearchNode, OpenSearchUnavailable, resolve
-
-    try:
-        node = OpenSearchNode(resolve()).start()
-    except OpenSearchUnavailable as exc:
-        raise SystemExit(f"soak: the OpenSearch node did not start: {exc}") from exc
-    print(f"SOAK started an OpenSearch node (pid {node.pid}) at {node.url}", flush=True)
-    try:
-        yield node.url
-    finally:
-        node.stop()
-        print("SOAK stopped the OpenSearch node", flush=True)
-
-
-_REDIS_AOF_UP = (
-    "from exactlyonce.integration.lab.services import port, up; "
-    "up(['redis-aof']); print(port('redis-aof'))"
-)
+    """The OpenSearch sink's server: the genuine OpenSearch node of the home ``root.parent``
+    (service ``opensearch``: its jars from Maven Central, data on disk), started if it is not
+    up; yields its URL. Left running: chaos restarts it as a local service of that home, hard
+    and clean, as the sink's own server."""
+    port = _home_service(root, "opensearch", OPENSEARCH_TIMEOUT_S)
+    print(f"SOAK the OpenSearch node (opensearch) of {root.parent} is up on {HOST}:{port}")
+    yield f"http://{HOST}:{port}"
 
 
 @contextlib.contextmanager
@@ -115,14 +121,7 @@ def sink_redis(root: Path) -> Iterator[str]:
     """The Redis sink's server: the persistent Redis (``redis-aof``: AOF, fsync always) of
     the home ``root.parent``, started if it is not up; yields its URL. Left running: chaos
     restarts it as a local service of that home, hard and clean, as the sink's own server."""
-    env = dict(os.environ, EXACTLYONCE_HOME=str(root.parent))
-    done = subprocess.run(
-        [sys.executable, "-c", _REDIS_AOF_UP], env=env, capture_output=True, text=True,
-        timeout=START_TIMEOUT_S * 2, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"soak: the persistent Redis did not start:\n{done.stderr[-2000:]}")
-    port = int(done.stdout.strip().splitlines()[-1])
+    port = _home_service(root, "redis-aof", START_TIMEOUT_S * 2)
     print(f"SOAK the persistent Redis (redis-aof) of {root.parent} is up on {HOST}:{port}")
     yield f"redis://{HOST}:{port}/0"
 

@@ -2,14 +2,15 @@
 it, and tests/support/es_server/ is checked against it.
 
 There is no Elasticsearch server in any registry this project can reach (ENVIRONMENT.md), but
-OpenSearch's server jars are on Maven Central. :func:`resolve` copies them (and their
-dependencies) with Maven from ``tests/support/opensearch/pom.xml`` into a cache directory, once, and
-compiles ``tests/support/opensearch/OpenSearchNode.java`` (a ``Node`` with the netty4 plugin on the
-classpath) next to them. :class:`OpenSearchNode` runs one single-node cluster on loopback with
-free HTTP and transport ports, ``-Xmx512m``, data in a temporary directory.
-:meth:`OpenSearchNode.kill` (SIGKILL) and :meth:`OpenSearchNode.shut_down` (a clean close) end
-the process and keep its data; :meth:`OpenSearchNode.start` brings it back on the same ports
-(the crash tests restart the node mid-bulk).
+OpenSearch's server jars are on Maven Central. :func:`resolve` takes the class path of the
+local service ``opensearch`` (:mod:`exactlyonce.integration.lab.services.opensearch`: the jars
+of ``exactlyonce/integration/jars/opensearch-node.xml`` resolved with Maven and its
+``OpenSearchNode.java`` compiled next to them, once). :class:`OpenSearchNode` runs one
+single-node cluster of its own on loopback with free HTTP and transport ports, ``-Xmx512m``,
+data in a temporary directory. :meth:`OpenSearchNode.kill` (SIGKILL) and
+:meth:`OpenSearchNode.shut_down` (a clean close) end the process and keep its data;
+:meth:`OpenSearchNode.start` brings it back on the same ports (the crash tests restart the node
+mid-bulk).
 
 Guarantees: a missing ``mvn``, ``java`` or ``javac``, a failed resolution or a node that does not
 answer within :data:`START_TIMEOUT` raises :class:`OpenSearchUnavailable` with the reason
@@ -19,7 +20,6 @@ Maven Central is contacted, and only when the cache lacks the jars or the pom ch
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -34,94 +34,35 @@ from pathlib import Path
 
 import pytest
 
-VERSION = "2.19.6"
-HERE = Path(__file__).resolve().parent / "opensearch"
-POM = HERE / "pom.xml"
-MAIN = HERE / "OpenSearchNode.java"
-START_TIMEOUT = 120.0
-HEAP = "-Xmx512m"
+from exactlyonce.integration.lab.services import opensearch as service
+
+VERSION = service.VERSION
+START_TIMEOUT = service.START_TIMEOUT_S
 
 
 class OpenSearchUnavailable(RuntimeError):
     """The node could not be resolved or started; the message says why."""
 
 
-def cache_dir() -> Path:
-    """Where the jars and the compiled main class live (``EXACTLYONCE_OPENSEARCH_CACHE``)."""
-    given = os.environ.get("EXACTLYONCE_OPENSEARCH_CACHE")
-    if given:
-        return Path(given)
-    return Path.home() / ".cache" / "exactlyonce" / f"opensearch-{VERSION}"
-
-
-def _tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        raise OpenSearchUnavailable(
-            f"`{name}` is not on PATH: the OpenSearch check needs Java 17 (java, javac) and "
-            "Maven 3 (mvn) to resolve and run OpenSearch from Maven Central"
-        )
-    return found
-
-
-def _stamp() -> str:
-    """Changes whenever the pom or the main class changes: then both are redone."""
-    return hashlib.sha256(POM.read_bytes() + MAIN.read_bytes()).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class Resolved:
-    lib: Path
-    classes: Path
+    classpath: str
     jars: int
     megabytes: float
     seconds: float  # spent resolving now; 0.0 when the cache was used
 
-    def classpath(self) -> str:
-        return f"{self.classes}{os.pathsep}{self.lib}{os.sep}*"
-
 
 def resolve() -> Resolved:
-    """The node's jars and compiled main class, resolved and compiled on first use.
-
-    They live in a directory named after the pom and main class (:func:`_stamp`), built
-    under a temporary name and renamed into place, so concurrent sessions never see half.
-    """
-    root = cache_dir()
-    ready = root / _stamp()
+    """The node's class path (jars and compiled main class), resolved on first use."""
     began = time.monotonic()
-    fresh = not ready.is_dir()
-    if fresh:
-        mvn, javac = _tool("mvn"), _tool("javac")
-        root.mkdir(parents=True, exist_ok=True)
-        build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
-        lib, classes = build / "lib", build / "classes"
-        _run(
-            [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-             f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
-            "resolving OpenSearch's jars from Maven Central",
-        )  # fmt: skip
-        classes.mkdir()
-        _run(
-            [javac, "-d", str(classes), "-cp", f"{lib}{os.sep}*", str(MAIN)],
-            "compiling tests/support/opensearch/OpenSearchNode.java",
-        )
-        try:
-            build.rename(ready)
-        except OSError:  # another session got there first: use its copy
-            shutil.rmtree(build, ignore_errors=True)
-    jars = sorted((ready / "lib").glob("*.jar"))
+    try:
+        classpath = service.node_classpath()
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+        raise OpenSearchUnavailable(str(exc)) from None
+    seconds = time.monotonic() - began
+    jars = [Path(p) for p in classpath.split(os.pathsep) if p.endswith(".jar")]
     size = sum(j.stat().st_size for j in jars) / 1e6
-    seconds = time.monotonic() - began if fresh else 0.0
-    return Resolved(ready / "lib", ready / "classes", len(jars), size, seconds)
-
-
-def _run(cmd: list[str], what: str) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise OpenSearchUnavailable(
-            f"{what} failed (exit {done.returncode}): {(done.stdout + done.stderr)[-3000:]}"
-        )
+    return Resolved(classpath, len(jars), size, seconds if seconds > 1.0 else 0.0)
 
 
 def _free_port() -> int:
@@ -148,14 +89,17 @@ class OpenSearchNode:
         return f"http://127.0.0.1:{self.http_port}"
 
     def start(self) -> OpenSearchNode:
-        java = _tool("java")
+        try:
+            argv = service.node_argv(
+                self.resolved.classpath, self.home, self.http_port, self.transport_port
+            )
+        except RuntimeError as exc:  # no java
+            raise OpenSearchUnavailable(str(exc)) from None
         began = time.monotonic()
         with self._log.open("ab") as out:
             self._proc = subprocess.Popen(
-                [java, "-Xms256m", HEAP, "-cp", self.resolved.classpath(), "OpenSearchNode",
-                 str(self.home), str(self.http_port), str(self.transport_port)],
-                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT
+            )
         while not self._answers():
             if self._proc.poll() is not None:
                 raise OpenSearchUnavailable(

@@ -490,3 +490,33 @@ def test_servers_restricts_the_restarts_to_the_services_it_names() -> None:
     assert _chosen_servers(argparse.Namespace(servers=None), found, []) == (found, [])
     with pytest.raises(ConfigError, match="--servers.*pg: not a local service.*kafka3, redis"):
         _chosen_servers(argparse.Namespace(servers="pg"), found, [])
+
+
+def test_a_running_opensearch_node_is_the_opensearch_sinks_restartable_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactlyonce.integration.lab.chaos import servers as chaos_servers
+
+    monkeypatch.setenv("EXACTLYONCE_OPENSEARCH_PORT", "19392")
+    write_elsewhere_env(tmp_path)
+    cfg = PipelineConfig.model_validate(
+        {
+            "query_name": "q",
+            "checkpoint": "/tmp/ckpt",
+            "source": {"type": "files", "path": "/tmp/in", "schema": "e STRING"},
+            "sink": {
+                "type": "opensearch",
+                "hosts": ["http://localhost:19392"],
+                "index": "events",
+                "op_type": "index",
+                "id_columns": ["e"],
+            },
+        }
+    )
+    running = {"opensearch": 4243}
+    monkeypatch.setattr(chaos_servers, "service_pid", lambda name, root: running.get(name))
+    servers, _ = restartable(cfg, tmp_path)
+    assert [(s.service, s.roles) for s in servers] == [("opensearch", ("sink",))]
+    running.clear()  # not running: named as skipped, with the reason
+    servers, skipped = restartable(cfg, tmp_path)
+    assert servers == [] and [k.address for k in skipped if k.role == "sink"] == ["127.0.0.1:19392"]

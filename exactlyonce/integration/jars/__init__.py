@@ -1,9 +1,12 @@
 """Java dependencies from Maven Central, resolved once into a cache folder.
 
-Two jar sets, each a small pom beside this module:
+Three jar sets, each a small pom beside this module:
 
 - ``kafka-broker`` (:data:`KAFKA_BROKER`): the genuine Apache Kafka broker the local services
   run (:mod:`exactlyonce.integration.lab.services.kafka`);
+- ``opensearch-node`` (:data:`OPENSEARCH_NODE`): a genuine OpenSearch node's server jars, for
+  the local service ``opensearch`` (:mod:`exactlyonce.integration.lab.services.opensearch`)
+  and the OpenSearch tests;
 - ``spark-connectors`` (:data:`SPARK_CONNECTORS`): Spark's own Kafka source and sink
   (``spark-sql-kafka-0-10`` with ``kafka-clients`` and ``commons-pool2``) and ``spark-avro``,
   for the installed pyspark's Spark version, handed to Spark as ``spark.jars``.
@@ -51,6 +54,7 @@ class JarSet:
 
 
 KAFKA_BROKER = JarSet("kafka-broker")
+OPENSEARCH_NODE = JarSet("opensearch-node")
 # pyspark ships Spark, Scala, Hadoop and the compression codecs; two copies on one class
 # path would be a conflict, so only the connectors and what they add are kept.
 SPARK_CONNECTORS = JarSet(

@@ -1,7 +1,8 @@
 """Which of a pipeline's servers ``exactlyonce chaos`` may restart, and restarting one.
 
 A server is restarted only when it is a local service of ``exactlyonce services`` (``make
-services``, or ``redis-aof``, the persistent Redis a Redis sink writes to, started on demand)
+services``, or one started on demand: ``redis-aof``, the persistent Redis a Redis sink writes
+to, and ``opensearch``, a genuine OpenSearch node)
 under this checkout's services home (``EXACTLYONCE_HOME``, else
 ``./.exactlyonce``): the pipeline's address (the sink's DSN or URL, the catalog's Redis, the
 Kafka source's or buffer's brokers) matches the address in that home's ``services.env``, its
@@ -57,6 +58,8 @@ _ENV_OF = {
 }
 GONE_TIMEOUT_S = 60.0
 AOF = "redis-aof"  # the persistent Redis, a Redis sink's server (``services up --only``)
+OPENSEARCH = "opensearch"  # a genuine OpenSearch node, an OpenSearch sink's server (the same)
+ON_DEMAND = (AOF, OPENSEARCH)  # local services not in services.env, restarted when they run
 # The servers whose faults strike the node holding a role, the roles taken in turn.
 FAILOVER_ROLES: dict[str, tuple[str, ...]] = {SERVICE: ROLES}
 
@@ -171,8 +174,9 @@ def _local_services(home: Path | None) -> tuple[dict[str, str], str]:
         if name == "kafka" and not _kafka_ports_kept(root):
             continue
         found[address] = name
-    if service_pid(AOF, root) is not None:  # on demand; not in services.env
-        found[f"127.0.0.1:{port(AOF)}"] = AOF
+    for name in ON_DEMAND:
+        if service_pid(name, root) is not None:
+            found[f"127.0.0.1:{port(name)}"] = name
     return {**found, **cluster_addresses(root)}, ""
 
 

@@ -19,11 +19,12 @@ from urllib.parse import urlsplit
 from exactlyonce.integration.envfile import home_dir
 
 # Started by ``up`` when no names are given; ``tansu`` (a Kafka-protocol broker that does not
-# hide aborted records), ``kafka3`` (a 3-node Kafka cluster, for failover) and ``redis-aof``
-# (a Redis with an append-only file, for a Redis sink whose server is restarted) only when
-# named.
+# hide aborted records), ``kafka3`` (a 3-node Kafka cluster, for failover), ``redis-aof``
+# (a Redis with an append-only file, for a Redis sink whose server is restarted) and
+# ``opensearch`` (a genuine OpenSearch node, for an OpenSearch sink whose server is restarted)
+# only when named.
 SERVICES: tuple[str, ...] = ("pg", "redis", "kafka")
-KNOWN_SERVICES: tuple[str, ...] = (*SERVICES, "tansu", "kafka3", "redis-aof")
+KNOWN_SERVICES: tuple[str, ...] = (*SERVICES, "tansu", "kafka3", "redis-aof", "opensearch")
 HOST = "127.0.0.1"
 DEFAULT_PORTS: dict[str, int] = {
     "pg": 54329,
@@ -33,6 +34,8 @@ DEFAULT_PORTS: dict[str, int] = {
     "tansu": 19094,
     "kafka3": 19100,  # the first of a block of 9 (kafka_cluster.block_ports)
     "redis-aof": 63791,
+    "opensearch": 19200,
+    "opensearch-transport": 19300,
 }
 PORT_ENV: dict[str, str] = {
     "pg": "EXACTLYONCE_PG_PORT",
@@ -42,6 +45,8 @@ PORT_ENV: dict[str, str] = {
     "tansu": "EXACTLYONCE_TANSU_PORT",
     "kafka3": "EXACTLYONCE_KAFKA3_PORT",
     "redis-aof": "EXACTLYONCE_REDIS_AOF_PORT",
+    "opensearch": "EXACTLYONCE_OPENSEARCH_PORT",
+    "opensearch-transport": "EXACTLYONCE_OPENSEARCH_TRANSPORT_PORT",
 }
 PORTS_FILE = "ports.json"
 PG_USER = PG_DB = "exactlyonce"

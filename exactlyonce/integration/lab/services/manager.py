@@ -2,8 +2,8 @@
 
 Starts and stops are serialized between processes sharing one home dir (a file lock), so
 tests and ``make services`` can run side by side. Each service module (``postgres``,
-``redis``, ``redis_aof``, ``kafka``, ``tansu``, ``kafka_cluster``) has ``start``, ``stop``,
-``pid`` and ``answers``.
+``redis``, ``redis_aof``, ``kafka``, ``tansu``, ``kafka_cluster``, ``opensearch``) has
+``start``, ``stop``, ``pid`` and ``answers``.
 """
 
 from __future__ import annotations
@@ -18,12 +18,18 @@ from exactlyonce.integration.envfile import home_dir, service_env, write_env_fil
 from exactlyonce.integration.lab.services import (
     kafka,
     kafka_cluster,
+    opensearch,
     postgres,
     redis,
     redis_aof,
     tansu,
 )
-from exactlyonce.integration.lab.services.docker import docker_down, docker_up, use_docker
+from exactlyonce.integration.lab.services.docker import (
+    DOCKER_NAMES,
+    docker_down,
+    docker_up,
+    use_docker,
+)
 from exactlyonce.integration.lab.services.env import KNOWN_SERVICES, SERVICES, local_env
 from exactlyonce.integration.lab.services.processes import pid_alive
 from exactlyonce.integration.locking import exclusive
@@ -48,6 +54,7 @@ _MODULES: dict[str, _Service] = {
     "tansu": tansu,
     "kafka3": kafka_cluster,
     "redis-aof": redis_aof,
+    "opensearch": opensearch,
 }
 
 
@@ -85,6 +92,12 @@ def up(names: Sequence[str] = SERVICES, home: Path | None = None) -> dict[str, s
     wanted = _validate(names)
     root = home_dir(home)
     if use_docker():
+        local_only = [n for n in wanted if n not in DOCKER_NAMES]
+        if local_only:
+            raise ValueError(
+                f"{', '.join(local_only)}: not in docker-compose.yml, only a local process; "
+                "set EXACTLYONCE_USE_DOCKER=0 to start it"
+            )
         return docker_up(wanted, root)
     if os.environ.get("EXACTLYONCE_USE_DOCKER") == "1":
         print("note: no Docker engine answers; starting local processes", file=sys.stderr)
@@ -101,7 +114,7 @@ def down(names: Sequence[str] = KNOWN_SERVICES, home: Path | None = None) -> Non
     wanted = _validate(names)
     root = home_dir(home)
     if use_docker():
-        docker_down(wanted)
+        docker_down([n for n in wanted if n in DOCKER_NAMES])  # the others never run there
         return
     with exclusive(root / "services.lock"):
         for name in reversed(wanted):
