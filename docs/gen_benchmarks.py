@@ -44,6 +44,7 @@ TITLES = {
     "session_start": "Spark session start (class-data archive)",
     "realtime": "Real-time Mode latency",
     "realtime_sparse": "Real-time Mode latency, sparse traffic (a row waits for the next)",
+    "kafka_txn": "Kafka: how soon a transaction is visible, against a plain produce",
 }
 
 
