@@ -446,31 +446,43 @@ def test_a_running_3_node_cluster_is_one_server_whose_faults_are_failovers(
     assert not [s for s in skipped if s.role == "sink"]
 
 
-def test_a_running_persistent_redis_is_the_redis_sinks_restartable_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+ON_DEMAND_SINKS = {
+    "redis-aof": (
+        "EXACTLYONCE_REDIS_AOF_PORT",
+        {"type": "redis", "url": "redis://localhost:19391/0", "write": "stream",
+         "key_template": "events", "id_columns": ["e"]},
+    ),
+    "opensearch": (
+        "EXACTLYONCE_OPENSEARCH_PORT",
+        {"type": "opensearch", "hosts": ["http://localhost:19391"], "index": "events",
+         "op_type": "index", "id_columns": ["e"]},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("service", sorted(ON_DEMAND_SINKS))
+def test_a_running_on_demand_service_is_its_sinks_restartable_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service: str
 ) -> None:
+    """redis-aof (a Redis sink's server) and opensearch (an OpenSearch sink's) are started
+    on demand, not written to services.env: restartable while they run, else skipped."""
     from exactlyonce.integration.lab.chaos import servers as chaos_servers
 
-    monkeypatch.setenv("EXACTLYONCE_REDIS_AOF_PORT", "19391")
+    port_env, sink = ON_DEMAND_SINKS[service]
+    monkeypatch.setenv(port_env, "19391")
     write_elsewhere_env(tmp_path)
     cfg = PipelineConfig.model_validate(
         {
             "query_name": "q",
             "checkpoint": "/tmp/ckpt",
             "source": {"type": "files", "path": "/tmp/in", "schema": "e STRING"},
-            "sink": {
-                "type": "redis",
-                "url": "redis://localhost:19391/0",
-                "write": "stream",
-                "key_template": "events",
-                "id_columns": ["e"],
-            },
+            "sink": sink,
         }
     )
-    running = {"redis-aof": 4242}
+    running = {service: 4242}
     monkeypatch.setattr(chaos_servers, "service_pid", lambda name, root: running.get(name))
     servers, _ = restartable(cfg, tmp_path)
-    assert [(s.service, s.roles) for s in servers] == [("redis-aof", ("sink",))]
+    assert [(s.service, s.roles) for s in servers] == [(service, ("sink",))]
     running.clear()  # not running: named as skipped, with the reason
     servers, skipped = restartable(cfg, tmp_path)
     assert servers == [] and [k.address for k in skipped if k.role == "sink"] == ["127.0.0.1:19391"]
@@ -490,33 +502,3 @@ def test_servers_restricts_the_restarts_to_the_services_it_names() -> None:
     assert _chosen_servers(argparse.Namespace(servers=None), found, []) == (found, [])
     with pytest.raises(ConfigError, match="--servers.*pg: not a local service.*kafka3, redis"):
         _chosen_servers(argparse.Namespace(servers="pg"), found, [])
-
-
-def test_a_running_opensearch_node_is_the_opensearch_sinks_restartable_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from exactlyonce.integration.lab.chaos import servers as chaos_servers
-
-    monkeypatch.setenv("EXACTLYONCE_OPENSEARCH_PORT", "19392")
-    write_elsewhere_env(tmp_path)
-    cfg = PipelineConfig.model_validate(
-        {
-            "query_name": "q",
-            "checkpoint": "/tmp/ckpt",
-            "source": {"type": "files", "path": "/tmp/in", "schema": "e STRING"},
-            "sink": {
-                "type": "opensearch",
-                "hosts": ["http://localhost:19392"],
-                "index": "events",
-                "op_type": "index",
-                "id_columns": ["e"],
-            },
-        }
-    )
-    running = {"opensearch": 4243}
-    monkeypatch.setattr(chaos_servers, "service_pid", lambda name, root: running.get(name))
-    servers, _ = restartable(cfg, tmp_path)
-    assert [(s.service, s.roles) for s in servers] == [("opensearch", ("sink",))]
-    running.clear()  # not running: named as skipped, with the reason
-    servers, skipped = restartable(cfg, tmp_path)
-    assert servers == [] and [k.address for k in skipped if k.role == "sink"] == ["127.0.0.1:19392"]
