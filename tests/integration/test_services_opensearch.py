@@ -6,7 +6,6 @@ OpenSearch sink's own server. A genuine node in a temporary home."""
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +16,7 @@ import pytest
 from exactlyonce.integration.lab.chaos.servers import restart
 from exactlyonce.integration.lab.services import down, up
 from exactlyonce.integration.lab.services import opensearch as node
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.private_kafka import free_port  # below the ephemeral range: safe to restart on
 
 
 @pytest.fixture

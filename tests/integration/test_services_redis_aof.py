@@ -4,7 +4,6 @@ lets chaos restart a Redis sink's own server. A real redis-server in a temporary
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,12 +12,7 @@ import redis
 
 from exactlyonce.integration.lab.chaos.servers import restart
 from exactlyonce.integration.lab.services import down, port, up
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.private_kafka import free_port  # below the ephemeral range: safe to restart on
 
 
 @pytest.fixture
