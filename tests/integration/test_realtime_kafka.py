@@ -173,43 +173,96 @@ def test_a_frontier_committed_above_another_writers_open_transaction_is_read(
     assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(30)}
 
 
-def test_the_next_epoch_keeps_the_producer_and_trusts_its_frontier_after_a_barrier(
-    bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def counted(monkeypatch: pytest.MonkeyPatch, method: str) -> list[Any]:
+    """Every call of a KafkaFrontierStore method, from now on."""
     from exactlyonce.connectors.kafka.realtime import KafkaFrontierStore
 
+    calls: list[Any] = []
+    real = getattr(KafkaFrontierStore, method)
+    monkeypatch.setattr(
+        KafkaFrontierStore, method, lambda *a, **k: calls.append(a[1:]) or real(*a, **k)
+    )
+    return calls
+
+
+def test_the_next_epoch_keeps_the_producer_and_trusts_its_frontier_unread(
+    bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept producer's frontier is the one it committed: no barrier, no scan; its first
+    data commit is what proves no newer producer moved it (it would have been fenced)."""
     first = writer_of(bootstrap, unique_name)
     run_epoch(first, 0, rows(range(10)))
-    scans: list[Any] = []
-    scan = KafkaFrontierStore._stored_frontier
-    monkeypatch.setattr(
-        KafkaFrontierStore, "_stored_frontier", lambda *a, **k: scans.append(a) or scan(*a, **k)
-    )
+    scans, barriers = counted(monkeypatch, "_stored_frontier"), counted(monkeypatch, "_barrier")
     second = writer_of(bootstrap, unique_name)
     run_epoch(second, 1, rows(range(20)))
-    assert second.store is first.store and scans == []  # kept: no producer start, no scan
+    assert second.store is first.store  # kept: no producer start
+    assert (scans, barriers) == ([], [])  # and one transaction: the epoch's rows
     assert second.tracker.skipped == 10
     assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(20)}
+
+
+def kept_by_worker_a(bootstrap: str, unique_name: str, epoch_rows: int) -> tuple[Any, Any]:
+    """Worker A writes epoch 0 and keeps its store; returns the parked entries and A's
+    producer, with no store parked (the next writer is another worker's)."""
+    from exactlyonce.connectors.base import realtime
+
+    run_epoch(writer_of(bootstrap, unique_name), 0, rows(range(epoch_rows)))
+    kept = dict(realtime._parked)
+    ((a_store, _),) = kept.values()
+    realtime._parked.clear()
+    return kept, a_store.producers[("t", 0)]
+
+
+def back_on_worker_a(kept: Any) -> None:
+    from exactlyonce.connectors.base import realtime
+
+    close_parked()
+    realtime._parked.update(kept)
 
 
 def test_a_kept_producer_fenced_by_another_worker_is_replaced_and_the_frontier_read(
     bootstrap: str, unique_name: str
 ) -> None:
-    run_epoch(writer_of(bootstrap, unique_name), 0, rows(range(10)))  # worker A keeps it
-    from exactlyonce.connectors.base import realtime
-
-    kept = dict(realtime._parked)
-    ((a_store, _),) = kept.values()
-    a_producer = a_store.producers[("t", 0)]
-    realtime._parked.clear()  # worker B: a fresh store, whose producer fences A's
-    run_epoch(writer_of(bootstrap, unique_name), 1, rows(range(15)))
-    close_parked()
-    realtime._parked.update(kept)  # back on worker A: its producer was fenced
+    kept, a_producer = kept_by_worker_a(bootstrap, unique_name, 10)
+    run_epoch(writer_of(bootstrap, unique_name), 1, rows(range(15)))  # B fences A, moves it
+    back_on_worker_a(kept)
     again = writer_of(bootstrap, unique_name)
     run_epoch(again, 2, rows(range(25)))
-    assert again.store is a_store and a_store.producers[("t", 0)] is not a_producer
+    assert again.store is not None and again.store.producers[("t", 0)] is not a_producer
     assert again.tracker.skipped == 15  # the frontier B committed, read, not A's 10
     assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(25)}
+    assert sink_of(bootstrap, unique_name).source_frontiers() == {("t", 0): 25}
+
+
+def test_a_kept_producer_fenced_by_a_writer_that_wrote_nothing_writes_its_chunk(
+    bootstrap: str, unique_name: str
+) -> None:
+    kept, a_producer = kept_by_worker_a(bootstrap, unique_name, 10)
+    b = writer_of(bootstrap, unique_name)
+    b.open(0, 1)
+    b.process(rows(range(10, 11))[0])  # B's producer started (A's fenced), nothing committed
+    b.close(RuntimeError("B's task failed"))
+    back_on_worker_a(kept)
+    again = writer_of(bootstrap, unique_name)
+    run_epoch(again, 1, rows(range(20)))
+    assert again.store is not None and again.store.producers[("t", 0)] is not a_producer
+    assert again.tracker.skipped == 10
+    assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(20)}
+
+
+def test_a_kept_producer_fenced_after_another_writer_passed_its_chunk_skips_what_it_wrote(
+    bootstrap: str, unique_name: str
+) -> None:
+    """B wrote further than A's first chunk reaches: the chunk writes nothing, and the rows
+    after it, up to B's frontier, are skipped too (A's tracker takes the sink's frontier)."""
+    kept, _ = kept_by_worker_a(bootstrap, unique_name, 10)
+    run_epoch(writer_of(bootstrap, unique_name), 1, rows(range(30)))
+    back_on_worker_a(kept)
+    again = writer_of(bootstrap, unique_name, max_pending_rows=5)
+    run_epoch(again, 1, rows(range(35)))  # a chunk of 10..14, fenced; then 15..34
+    assert again.tracker.skipped == 30
+    assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(35)}
+    assert sink_of(bootstrap, unique_name).source_frontiers() == {("t", 0): 35}
 
 
 def test_a_fenced_writer_writes_nothing(bootstrap: str, unique_name: str) -> None:

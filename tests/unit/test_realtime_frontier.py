@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from exactlyonce.connectors.base.frontier import SourceTracker, source_record_id, starting_offsets
-from exactlyonce.errors import ConfigError
+from exactlyonce.errors import ConfigError, FrontierMovedError
 
 P0 = ("t", 0)
 P1 = ("t", 1)
@@ -126,3 +126,44 @@ def test_starting_offsets_refuse_a_frontier_of_a_partition_the_topic_no_longer_h
 def test_starting_offsets_refuse_when_nothing_was_committed_by_frontier() -> None:
     with pytest.raises(ConfigError, match="no source frontiers"):
         starting_offsets({}, {"clicks": [0, 1]})
+
+
+def test_a_chunk_corrected_to_the_sinks_frontiers_drops_what_they_cover() -> None:
+    """A store that trusted a frontier unread and found another (StaleFrontier): the chunk's
+    rows below the sink's frontier are skipped, the rest committed against it, and a partition
+    whose rows are all covered leaves the chunk with the sink's frontier as its own."""
+    tracker = SourceTracker("one")
+    tracker.read(P0, 10)
+    tracker.read(P1, 0)
+    fed(tracker, [(P0, 10), (P0, 11), (P0, 12), (P1, 0), (P1, 1)])
+    chunk = tracker.take(final=False)
+    assert chunk is not None
+    fixed = tracker.correct(chunk, {P0: 12, P1: 5})
+    assert fixed is not None and fixed.rows == [(P0, 12)]
+    assert fixed.expected == {P0: 12} and fixed.next_offsets == {P0: 13}
+    assert tracker.skipped == 4 and tracker.frontier(P1) == 5
+    fed(tracker, [(P1, 4), (P1, 5)])  # the sink's frontier filters what comes next
+    assert tracker.skipped == 5
+    tracker.committed(fixed)
+    assert tracker.frontier(P0) == 13
+
+
+def test_a_correction_also_drops_pending_rows_it_covers() -> None:
+    tracker = SourceTracker("many")
+    tracker.read(P0, 0)
+    fed(tracker, [(P0, 0), (P0, 1), (P0, 1)])
+    chunk = tracker.take(final=False)  # offset 1's rows stay pending
+    assert chunk is not None and chunk.rows == [(P0, 0)]
+    assert tracker.correct(chunk, {P0: 2}) is None
+    assert tracker.pending == 0 and tracker.skipped == 3
+    assert tracker.take(final=True) is None and tracker.frontier(P0) == 2
+
+
+def test_a_sink_frontier_below_the_one_a_chunk_expects_is_refused() -> None:
+    tracker = SourceTracker("one")
+    tracker.read(P0, 10)
+    fed(tracker, [(P0, 10)])
+    chunk = tracker.take(final=False)
+    assert chunk is not None
+    with pytest.raises(FrontierMovedError, match="below"):
+        tracker.correct(chunk, {P0: 4})

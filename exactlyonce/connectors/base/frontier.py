@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from exactlyonce.errors import ConfigError
+from exactlyonce.errors import ConfigError, FrontierMovedError
 
 RowsPerRecord = Literal["one", "many"]
 ROWS_PER_RECORD: tuple[RowsPerRecord, ...] = get_args(RowsPerRecord)
@@ -42,11 +42,13 @@ def source_record_id(topic: str, partition: int, offset: int, n: int | None = No
 class Chunk:
     """Rows one commit writes: ``expected`` is each partition's frontier as this writer
     knows it (None: no frontier stored yet), which the sink must still hold when it commits;
-    ``next_offsets`` are the frontiers the commit stores."""
+    ``next_offsets`` are the frontiers the commit stores; ``taken`` the same rows with their
+    source offsets, per partition (for :meth:`SourceTracker.correct`)."""
 
     rows: list[Any]
     expected: dict[SourceKey, int | None]
     next_offsets: dict[SourceKey, int]
+    taken: dict[SourceKey, list[tuple[int, Any]]] = field(repr=False)
 
 
 @dataclass
@@ -118,9 +120,7 @@ class SourceTracker:
     def take(self, final: bool) -> Chunk | None:
         """The rows a commit may write now (``final``: at the epoch's end), or None. They
         leave the pending rows; the frontiers move only by :meth:`committed`."""
-        rows: list[Any] = []
-        expected: dict[SourceKey, int | None] = {}
-        next_offsets: dict[SourceKey, int] = {}
+        taken_by_key: dict[SourceKey, list[tuple[int, Any]]] = {}
         for key, part in self.parts.items():
             cut = len(part.pending)
             if not final and self.per_record == "many" and part.pending:
@@ -129,14 +129,49 @@ class SourceTracker:
                     cut -= 1
             if not cut:
                 continue
-            taken, part.pending = part.pending[:cut], part.pending[cut:]
-            rows.extend(row for _, row in taken)
-            expected[key] = part.frontier
-            next_offsets[key] = taken[-1][0] + 1
-        if not rows:
+            taken_by_key[key], part.pending = part.pending[:cut], part.pending[cut:]
+        chunk = self._chunk(taken_by_key)
+        if chunk is not None:
+            self.pending -= len(chunk.rows)
+        return chunk
+
+    def _chunk(self, taken: dict[SourceKey, list[tuple[int, Any]]]) -> Chunk | None:
+        if not taken:
             return None
-        self.pending -= len(rows)
-        return Chunk(rows, expected, next_offsets)
+        rows = [row for pairs in taken.values() for _, row in pairs]
+        expected = {key: self.parts[key].frontier for key in taken}
+        next_offsets = {key: pairs[-1][0] + 1 for key, pairs in taken.items()}
+        return Chunk(rows, expected, next_offsets, taken)
+
+    def correct(self, chunk: Chunk, frontiers: Mapping[SourceKey, int | None]) -> Chunk | None:
+        """``chunk`` (taken, not committed) against the frontiers the sink holds now for some
+        of its partitions, when they differ from what it was taken against (a store that
+        trusted a frontier unread: StaleFrontier). Each such partition takes the sink's
+        frontier; its rows below it, in the chunk and pending, are skipped and counted. The
+        rest, to commit against the new frontiers, or None. A frontier below the one a chunk
+        expects is refused: frontiers only grow, so the sink lost some."""
+        taken: dict[SourceKey, list[tuple[int, Any]]] = {}
+        for key, pairs in chunk.taken.items():
+            if key not in frontiers:
+                taken[key] = pairs
+                continue
+            frontier, known = frontiers[key], chunk.expected[key]
+            if known is not None and (frontier is None or frontier < known):
+                raise FrontierMovedError(
+                    f"source partition {key[0]}[{key[1]}]: the sink's frontier {frontier} is "
+                    f"below {known}, which it held before: its stored frontiers were lost"
+                )
+            part = self.parts[key]
+            part.frontier = frontier
+            kept = [pair for pair in pairs if frontier is None or pair[0] >= frontier]
+            pending = [pair for pair in part.pending if frontier is None or pair[0] >= frontier]
+            dropped = len(pairs) - len(kept) + len(part.pending) - len(pending)
+            self.skipped += dropped
+            self.pending -= len(part.pending) - len(pending)
+            part.pending = pending
+            if kept:
+                taken[key] = kept
+        return self._chunk(taken)
 
     def committed(self, chunk: Chunk) -> None:
         """``chunk`` is durably in the sink with its frontiers."""

@@ -113,6 +113,18 @@ class TaskInfo:
     writer: str
 
 
+class StaleFrontier(Exception):
+    """Raised by :meth:`FrontierStore.commit`, having written nothing more: a frontier the
+    store had returned from :meth:`FrontierStore.read` unread (trusted, see there) was not the
+    sink's. ``frontiers``: what the sink holds now, read, for those partitions and for any of
+    the chunk it committed before finding out. The writer drops the chunk's rows they cover
+    (:meth:`~.frontier.SourceTracker.correct`) and commits the rest."""
+
+    def __init__(self, frontiers: dict[SourceKey, int | None]) -> None:
+        super().__init__(frontiers)
+        self.frontiers = frontiers
+
+
 class FrontierStore(ABC):
     """One task's link to the sink, opened in the task at its first row."""
 
@@ -123,7 +135,10 @@ class FrontierStore(ABC):
 
     @abstractmethod
     def read(self, key: SourceKey) -> int | None:
-        """The frontier of ``key`` as the sink holds it now (None: none stored)."""
+        """The frontier of ``key`` as the sink holds it now (None: none stored). A store kept
+        from an earlier epoch may return the frontier it committed itself, unread, when its
+        next commit would fail if anyone else had moved it since: that commit then raises
+        :class:`StaleFrontier` instead of writing."""
 
     @abstractmethod
     def commit(self, chunk: Chunk) -> None:
@@ -379,11 +394,21 @@ class RealtimeWriter:
         if chunk is None:
             return
         crash_point("rtm_before_chunk", self.task.epoch)
-        self.store.commit(chunk)
-        self.tracker.committed(chunk)
-        self.commits += 1
-        self.written += len(chunk.rows)
-        crash_point("rtm_after_chunk", self.task.epoch)
+        for _ in range(len(chunk.taken) + 1):  # a store corrects each partition at most once
+            try:
+                self.store.commit(chunk)
+            except StaleFrontier as stale:
+                corrected = self.tracker.correct(chunk, stale.frontiers)
+                if corrected is None:
+                    return
+                chunk = corrected
+                continue
+            self.tracker.committed(chunk)
+            self.commits += 1
+            self.written += len(chunk.rows)
+            crash_point("rtm_after_chunk", self.task.epoch)
+            return
+        raise AssertionError(f"{self.target.query_name}: a store corrected a frontier twice")
 
     def _raise_failure(self) -> None:
         if self.failure is not None:

@@ -10,7 +10,10 @@ attempts and restarts of the query:
    has the broker end its open transaction (committed or aborted); only then is the frontier
    read: the last committed record under :func:`frontier_key` in the sink's control
    partition (``read_committed``, read back from its end). From here on no other writer can
-   move it: one that tries is fenced by the broker, not trusted to check;
+   move it: one that tries is fenced by the broker, not trusted to check. A producer kept
+   from the previous epoch skips the read: its frontier is the one it committed, unless a newer
+   producer fenced it, which its next commit finds out: then a new producer reads, and the
+   writer drops the rows that frontier covers (``StaleFrontier``);
 2. ``commit``: per source partition of the chunk, one transaction: its rows into the topic,
    each with the ``eo`` header (its record ID; :mod:`.protocol`), and its new frontier into the
    control partition, then ``commit_transaction()``. A chunk of two source partitions is two
@@ -41,7 +44,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from exactlyonce.connectors.base.frontier import Chunk, SourceKey
-from exactlyonce.connectors.base.realtime import FrontierStore, FrontierTarget, TaskInfo
+from exactlyonce.connectors.base.realtime import (
+    FrontierStore,
+    FrontierTarget,
+    StaleFrontier,
+    TaskInfo,
+)
 from exactlyonce.connectors.kafka.clients import client_log, init_transactions
 from exactlyonce.connectors.kafka.consume import (
     START,
@@ -158,6 +166,9 @@ class KafkaFrontierStore(FrontierStore):
         # per source partition, the frontier its producer last read or committed: true while
         # no newer producer of its transactional.id started (see read)
         self.known: dict[SourceKey, int | None] = {}
+        # the source partitions whose frontier read() returned from `known`, unread, and no
+        # commit of this producer has proved since (see read)
+        self.unverified: set[SourceKey] = set()
         self.names: tuple[str, ...] = ()
         self.positions: tuple[int, int, int | None, int] = (0, 0, None, 0)
 
@@ -183,11 +194,18 @@ class KafkaFrontierStore(FrontierStore):
         once the last stable offset passes it (another producer's open transaction on the
         control partition would otherwise hide it from a read_committed reader).
 
-        A producer kept from an earlier epoch (:meth:`renew`) that commits its barrier was
-        fenced by no newer one, so no other writer moved the frontier since it last read or
-        committed it: that frontier is the answer, unread. A kept producer that fails the
-        barrier (fenced: another worker took the source partition) is replaced by a new one,
-        which reads as above."""
+        A producer kept from an earlier epoch (:meth:`renew`) returns the frontier it last
+        read or committed, unread: only a newer producer of its ``transactional.id`` could
+        have moved it, and that one fenced this one. Its next commit proves it (it commits)
+        or fails, and then :meth:`_verify` reads the frontier with a new producer as above."""
+        if key in self.producers and key in self.known:
+            self.unverified.add(key)
+            return self.known[key]
+        return self._read_fenced(key)
+
+    def _read_fenced(self, key: SourceKey) -> int | None:
+        """The frontier, with every older producer of ``key`` fenced (a new producer, unless
+        one is kept without a frontier it knows), read below a barrier of this writer."""
         reused = key in self.producers
         try:
             barrier = self._barrier(self._producer(key), key)
@@ -196,9 +214,7 @@ class KafkaFrontierStore(FrontierStore):
                 raise
             self._discard(key)
             barrier = self._barrier(self._producer(key), key)
-            reused = False
-        if reused and key in self.known:
-            return self.known[key]
+        self.unverified.discard(key)
         stored = self._stored_frontier(key, end=barrier + 1)
         if stored is None:
             self.known[key] = None
@@ -219,12 +235,17 @@ class KafkaFrontierStore(FrontierStore):
         by_key: dict[SourceKey, list[tuple[Any, ...]]] = {k: [] for k in chunk.next_offsets}
         for row in chunk.rows:
             by_key[(str(row[t]), int(row[p]))].append(row)
+        committed: dict[SourceKey, int | None] = {}
         for key, next_offset in chunk.next_offsets.items():
-            self._commit_partition(key, by_key[key], next_offset)
+            try:
+                self._commit_partition(key, by_key[key], next_offset, chunk.expected[key])
+            except StaleFrontier as stale:
+                raise StaleFrontier({**committed, **stale.frontiers}) from None
+            committed[key] = next_offset
 
     def renew(self, task: TaskInfo) -> bool:
-        """Keep the producers for the next epoch's task when no transaction is open; each
-        commits a barrier before its frontier is trusted again (:meth:`read`)."""
+        """Keep the producers for the next epoch's task when no transaction is open; the
+        frontier each knows is trusted until its next commit says otherwise (:meth:`read`)."""
         if self.open:
             return False
         self.task = task
@@ -234,12 +255,14 @@ class KafkaFrontierStore(FrontierStore):
         producer = self.producers.pop(key, None)
         self.open.discard(key)
         self.known.pop(key, None)
+        self.unverified.discard(key)
         if producer is not None:
             with contextlib.suppress(Exception):
                 producer.flush(0)
 
     def close(self) -> None:
         self.known.clear()
+        self.unverified.clear()
         producers, self.producers = self.producers, {}
         for key, producer in producers.items():
             if key in self.open:
@@ -338,40 +361,61 @@ class KafkaFrontierStore(FrontierStore):
         )
 
     def _commit_partition(
-        self, key: SourceKey, rows: list[tuple[Any, ...]], next_offset: int
+        self, key: SourceKey, rows: list[tuple[Any, ...]], next_offset: int, expected: int | None
     ) -> None:
+        if key in self.unverified:
+            try:
+                self._transaction(key, rows, next_offset)
+                self.unverified.discard(key)
+                return
+            except KafkaException:
+                self._verify(key, expected)  # raises StaleFrontier unless it was right
+        try:
+            self._transaction(key, rows, next_offset)
+        except KafkaException as exc:
+            self.known.pop(key, None)
+            self._failed(self.producers[key], key, exc.args[0])
+
+    def _verify(self, key: SourceKey, trusted: int | None) -> None:
+        """A kept producer's commit failed (fenced, most likely: another worker took the
+        source partition, then maybe gave it back). A new producer reads the frontier below
+        its barrier, which also settles the failed transaction; the trusted frontier is
+        confirmed, or :class:`StaleFrontier` tells the writer the sink's."""
+        self._discard(key)  # the new producer's start aborts or completes its transaction
+        frontier = self._read_fenced(key)
+        if frontier != trusted:
+            raise StaleFrontier({key: frontier})
+
+    def _transaction(self, key: SourceKey, rows: list[tuple[Any, ...]], next_offset: int) -> None:
+        """Rows and the new frontier in one transaction of the source partition's producer."""
         producer = self._producer(key)
         t, task = self.t, self.task
         prefix = compact_prefix(t.query_name, task.epoch, key[1], task.writer.replace("|", ":"))
-        try:
-            producer.begin_transaction()
-            self.open.add(key)
-            for row in rows:
-                producer.produce(
-                    t.topic,
-                    value=self._value(row),
-                    key=self._key(row),
-                    headers=[(H_COMPACT, prefix + str(row[-2]).encode())],
-                )
-                producer.poll(0)
+        producer.begin_transaction()
+        self.open.add(key)
+        for row in rows:
             producer.produce(
-                t.control_topic,
-                key=frontier_key(t.query_name, t.sink_name, *key),
-                value=json.dumps(
-                    {
-                        "next_offset": next_offset,
-                        "epoch": task.epoch,
-                        "spark_query_id": task.query_id,
-                        "spark_partition": task.partition_id,
-                        "writer": task.writer,
-                    }
-                ),
-                partition=t.control_partition,
+                t.topic,
+                value=self._value(row),
+                key=self._key(row),
+                headers=[(H_COMPACT, prefix + str(row[-2]).encode())],
             )
-            self._end_transaction(producer, key)
-        except KafkaException as exc:
-            self.known.pop(key, None)
-            self._failed(producer, key, exc.args[0])
+            producer.poll(0)
+        producer.produce(
+            t.control_topic,
+            key=frontier_key(t.query_name, t.sink_name, *key),
+            value=json.dumps(
+                {
+                    "next_offset": next_offset,
+                    "epoch": task.epoch,
+                    "spark_query_id": task.query_id,
+                    "spark_partition": task.partition_id,
+                    "writer": task.writer,
+                }
+            ),
+            partition=t.control_partition,
+        )
+        self._end_transaction(producer, key)
         self.known[key] = next_offset
 
     def _end_transaction(self, producer: Producer, key: SourceKey) -> None:
