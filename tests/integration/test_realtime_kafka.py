@@ -220,14 +220,18 @@ def back_on_worker_a(kept: Any) -> None:
     realtime._parked.update(kept)
 
 
-def test_a_kept_producer_fenced_by_another_worker_is_replaced_and_the_frontier_read(
-    bootstrap: str, unique_name: str
+def test_a_kept_producer_that_sat_out_an_epoch_is_replaced_before_its_first_commit(
+    bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Spark ran epoch 1 of the partition in worker B (whose producer fenced A's): back on A
+    at epoch 2, the kept producer is not trusted; the frontier is read at the first row."""
     kept, a_producer = kept_by_worker_a(bootstrap, unique_name, 10)
     run_epoch(writer_of(bootstrap, unique_name), 1, rows(range(15)))  # B fences A, moves it
     back_on_worker_a(kept)
+    verified = counted(monkeypatch, "_verify")
     again = writer_of(bootstrap, unique_name)
     run_epoch(again, 2, rows(range(25)))
+    assert verified == []  # no commit of the fenced producer was tried
     assert again.store is not None and again.store.producers[("t", 0)] is not a_producer
     assert again.tracker.skipped == 15  # the frontier B committed, read, not A's 10
     assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(25)}
@@ -235,31 +239,39 @@ def test_a_kept_producer_fenced_by_another_worker_is_replaced_and_the_frontier_r
 
 
 def test_a_kept_producer_fenced_by_a_writer_that_wrote_nothing_writes_its_chunk(
-    bootstrap: str, unique_name: str
+    bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Epoch 1's task in worker B failed before its first commit; its re-run is on A, whose
+    producer wrote epoch 0 and is trusted: its commit fails (fenced), a new producer reads the
+    frontier, which is the trusted one, and the chunk is written."""
     kept, a_producer = kept_by_worker_a(bootstrap, unique_name, 10)
     b = writer_of(bootstrap, unique_name)
     b.open(0, 1)
     b.process(rows(range(10, 11))[0])  # B's producer started (A's fenced), nothing committed
     b.close(RuntimeError("B's task failed"))
     back_on_worker_a(kept)
+    verified = counted(monkeypatch, "_verify")
     again = writer_of(bootstrap, unique_name)
     run_epoch(again, 1, rows(range(20)))
+    assert len(verified) == 1  # its first commit failed, then the frontier was read
     assert again.store is not None and again.store.producers[("t", 0)] is not a_producer
     assert again.tracker.skipped == 10
     assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(20)}
 
 
 def test_a_kept_producer_fenced_after_another_writer_passed_its_chunk_skips_what_it_wrote(
-    bootstrap: str, unique_name: str
+    bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """B wrote further than A's first chunk reaches: the chunk writes nothing, and the rows
-    after it, up to B's frontier, are skipped too (A's tracker takes the sink's frontier)."""
+    """Epoch 1 ran in B, then is re-run on A (whose producer wrote epoch 0, trusted): B wrote
+    further than A's first chunk reaches, so the chunk writes nothing, and the rows after it,
+    up to B's frontier, are skipped too (A's tracker takes the sink's frontier)."""
     kept, _ = kept_by_worker_a(bootstrap, unique_name, 10)
     run_epoch(writer_of(bootstrap, unique_name), 1, rows(range(30)))
     back_on_worker_a(kept)
+    verified = counted(monkeypatch, "_verify")
     again = writer_of(bootstrap, unique_name, max_pending_rows=5)
     run_epoch(again, 1, rows(range(35)))  # a chunk of 10..14, fenced; then 15..34
+    assert len(verified) == 1
     assert again.tracker.skipped == 30
     assert counts(bootstrap, unique_name) == {f"e{o}": 1 for o in range(35)}
     assert sink_of(bootstrap, unique_name).source_frontiers() == {("t", 0): 35}

@@ -132,3 +132,28 @@ def test_at_most_max_parked_stores_wait_the_oldest_closed() -> None:
     assert [s.closed for s in OPENED] == [1] + [0] * realtime.MAX_PARKED
     close_parked()
     assert all(s.closed == 1 for s in OPENED)
+
+
+def test_a_tasks_first_commit_comes_sooner_than_the_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At an epoch's start the rows that waited through Spark's epoch boundary reach the
+    writer together, and they are the oldest: the first commit comes after a fraction of the
+    interval (FIRST_COMMIT_FRACTION), the next ones every interval."""
+    import time
+
+    committed: list[float] = []
+    real = CountingStore.commit
+    monkeypatch.setattr(
+        CountingStore, "commit", lambda s, c: committed.append(time.monotonic()) or real(s, c)
+    )
+    live = RealtimeWriter(Target(), RealtimeOptions(commit_interval=1.0))
+    live.open(0, 1)
+    start = time.monotonic()
+    live.process(rows(range(1))[0])
+    time.sleep(realtime.FIRST_COMMIT_FRACTION + 0.3)
+    live.process(rows(range(1, 2))[0])
+    live.close(None)
+    first, last = (t - start for t in committed)
+    assert realtime.FIRST_COMMIT_FRACTION - 0.05 <= first < 0.9  # not a whole interval
+    assert last < 1.0  # the second row: committed at close

@@ -169,6 +169,7 @@ class KafkaFrontierStore(FrontierStore):
         # the source partitions whose frontier read() returned from `known`, unread, and no
         # commit of this producer has proved since (see read)
         self.unverified: set[SourceKey] = set()
+        self.last_epoch: dict[SourceKey, int] = {}  # the epoch its producer last wrote or read
         self.names: tuple[str, ...] = ()
         self.positions: tuple[int, int, int | None, int] = (0, 0, None, 0)
 
@@ -197,8 +198,13 @@ class KafkaFrontierStore(FrontierStore):
         A producer kept from an earlier epoch (:meth:`renew`) returns the frontier it last
         read or committed, unread: only a newer producer of its ``transactional.id`` could
         have moved it, and that one fenced this one. Its next commit proves it (it commits)
-        or fails, and then :meth:`_verify` reads the frontier with a new producer as above."""
-        if key in self.producers and key in self.known:
+        or fails, and then :meth:`_verify` reads the frontier with a new producer as above.
+        Only a producer that wrote the source partition's previous epoch is trusted: one that
+        sat out an epoch was most likely fenced meanwhile (Spark ran that epoch's task in
+        another worker), so it reads at once, while the first rows wait for the interval,
+        instead of failing its first commit after it."""
+        kept = key in self.producers and key in self.known
+        if kept and self.last_epoch.get(key) == self.task.epoch - 1:
             self.unverified.add(key)
             return self.known[key]
         return self._read_fenced(key)
@@ -215,6 +221,7 @@ class KafkaFrontierStore(FrontierStore):
             self._discard(key)
             barrier = self._barrier(self._producer(key), key)
         self.unverified.discard(key)
+        self.last_epoch[key] = self.task.epoch
         stored = self._stored_frontier(key, end=barrier + 1)
         if stored is None:
             self.known[key] = None
@@ -256,6 +263,7 @@ class KafkaFrontierStore(FrontierStore):
         self.open.discard(key)
         self.known.pop(key, None)
         self.unverified.discard(key)
+        self.last_epoch.pop(key, None)
         if producer is not None:
             with contextlib.suppress(Exception):
                 producer.flush(0)
@@ -263,6 +271,7 @@ class KafkaFrontierStore(FrontierStore):
     def close(self) -> None:
         self.known.clear()
         self.unverified.clear()
+        self.last_epoch.clear()
         producers, self.producers = self.producers, {}
         for key, producer in producers.items():
             if key in self.open:
@@ -417,6 +426,7 @@ class KafkaFrontierStore(FrontierStore):
         )
         self._end_transaction(producer, key)
         self.known[key] = next_offset
+        self.last_epoch[key] = task.epoch
 
     def _end_transaction(self, producer: Producer, key: SourceKey) -> None:
         deadline = time.monotonic() + self.t.timeout_s
