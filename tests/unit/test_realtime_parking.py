@@ -157,3 +157,27 @@ def test_a_tasks_first_commit_comes_sooner_than_the_interval(
     first, last = (t - start for t in committed)
     assert realtime.FIRST_COMMIT_FRACTION - 0.05 <= first < 0.9  # not a whole interval
     assert last < 1.0  # the second row: committed at close
+
+
+def test_the_first_commits_wait_starts_once_the_first_row_is_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first row's frontier read can take longer than the first commit's wait (a Kafka
+    producer's start): the wait starts after it, so the rows that queued behind the read go
+    in the first commit, not one row alone with the rest an interval later."""
+    import time
+
+    chunks: list[int] = []
+    real_read, real_commit = CountingStore.read, CountingStore.commit
+    monkeypatch.setattr(CountingStore, "read", lambda s, k: time.sleep(0.6) or real_read(s, k))
+    monkeypatch.setattr(
+        CountingStore, "commit", lambda s, c: chunks.append(len(c.rows)) or real_commit(s, c)
+    )
+    live = RealtimeWriter(Target(), RealtimeOptions(commit_interval=1.0))
+    live.open(0, 1)
+    for row in rows(range(4)):
+        live.process(row)
+        time.sleep(0.01)  # rows come from Spark's socket: the flusher may take the lock
+    time.sleep(0.5)
+    assert chunks == [4]
+    live.close(None)

@@ -244,6 +244,7 @@ class RealtimeWriter:
             if self.store is None:
                 self._first_row(list(row.__fields__))
             self._add(row)
+            self._start_flusher()
             if self.tracker.pending >= self.options.max_pending_rows:
                 self._commit(final=False)
 
@@ -271,6 +272,7 @@ class RealtimeWriter:
                         self._first_row(batch.schema.names)
                     for row in arrow_rows(batch):
                         self._add(row)
+                    self._start_flusher()
                     if self.tracker.pending >= self.options.max_pending_rows:
                         self._commit(final=False)
         except BaseException as exc:
@@ -329,7 +331,6 @@ class RealtimeWriter:
         assert self.task is not None
         self.columns = tuple(names)
         self.store = self._store()
-        self._start_flusher()
 
     def _store(self) -> FrontierStore:
         """The store an earlier epoch of this target parked in this worker, renewed for this
@@ -347,6 +348,10 @@ class RealtimeWriter:
         return store
 
     def _start_flusher(self) -> None:
+        """Once, after the first row is in (its frontier read, which may take a while, done):
+        the first commit's wait starts from there."""
+        if self.flusher is not None:
+            return
         self.stop = threading.Event()
         self.flusher = threading.Thread(
             target=self._flush_every_interval, name="exactlyonce-rtm-flusher", daemon=True
