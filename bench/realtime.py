@@ -66,6 +66,7 @@ from bench.common import (
     save_results,
     versions,
 )
+from exactlyonce.connectors.base.realtime import COMMIT_INTERVAL_S
 
 PATHS = (
     "rtm_arrow_arrival",
@@ -551,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "repeats": args.repeats, "master": "local[4]",
                        "partitions": 2, "real_time": args.real_time,
                        "foreach spark.buffer.size": 1, "sweep_rates": rates,
-                       "commit_interval": args.commit_interval or "the sinks' default (0.1)",
+                       "commit_interval": args.commit_interval or COMMIT_INTERVAL_S,
                        "sweep_seconds": args.sweep_seconds},
         "measure": "visible minus sent, per event: a producer stamps each event; independent "
         "readers (a read_committed consumer, LISTEN on a per-row pg_notify trigger, XREAD) "
