@@ -173,6 +173,7 @@ def test_the_first_commits_wait_starts_once_the_first_row_is_in(
     monkeypatch.setattr(
         CountingStore, "commit", lambda s, c: chunks.append(len(c.rows)) or real_commit(s, c)
     )
+    monkeypatch.setattr(realtime, "CATCH_UP_S", 10.0)  # the timer alone, not a pause
     live = RealtimeWriter(Target(), RealtimeOptions(commit_interval=1.0))
     live.open(0, 1)
     for row in rows(range(4)):
@@ -181,3 +182,30 @@ def test_the_first_commits_wait_starts_once_the_first_row_is_in(
     time.sleep(0.5)
     assert chunks == [4]
     live.close(None)
+
+
+def test_the_first_commit_comes_at_the_first_pause_once_the_backlog_is_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At an epoch's start the rows that waited arrive back to back; the first pause between
+    two rows (CATCH_UP_S) says the writer caught up: those rows are committed at once, before
+    the next, without waiting for the first commit's timer."""
+    import time
+
+    chunks: list[int] = []
+    real = CountingStore.commit
+    monkeypatch.setattr(
+        CountingStore, "commit", lambda s, c: chunks.append(len(c.rows)) or real(s, c)
+    )
+    live = RealtimeWriter(Target(), RealtimeOptions(commit_interval=10.0))
+    live.open(0, 1)
+    for row in rows(range(3)):
+        live.process(row)
+    time.sleep(realtime.CATCH_UP_S * 5)
+    live.process(rows(range(3, 4))[0])
+    assert chunks == [3]  # the timer (4 s) has not fired
+    time.sleep(realtime.CATCH_UP_S * 5)
+    live.process(rows(range(4, 5))[0])
+    assert chunks == [3]  # only the first commit comes at a pause
+    live.close(None)
+    assert chunks == [3, 2]

@@ -8,8 +8,8 @@ together with the frontier (the next source offset to write) of every source par
 chunk; see :mod:`.frontier` for which rows a chunk may take.
 
 A chunk is committed every ``commit_interval`` seconds (a daemon thread; a task's first
-commit sooner, see FIRST_COMMIT_FRACTION), when ``max_pending_rows`` rows wait, and at
-``close(None)``. ``close(error)`` commits nothing more.
+commit sooner, see FIRST_COMMIT_FRACTION and CATCH_UP_S), when ``max_pending_rows`` rows
+wait, and at ``close(None)``. ``close(error)`` commits nothing more.
 A commit whose sink no longer holds the frontier this writer read fails with
 :class:`~exactlyonce.errors.FrontierMovedError` and writes nothing; Spark retries the task,
 whose writer reads the frontier again. Rows below a frontier are skipped and counted.
@@ -63,6 +63,9 @@ COMMIT_INTERVAL_S = 0.05
 # bench realtime's epoch_gaps_s) reach the writer together, within 8-31 ms of the first, and
 # they are the oldest rows; waiting a whole interval more is where an epoch's tail came from.
 FIRST_COMMIT_FRACTION = 0.4
+# ... or sooner, at the first pause of this long between two rows: the rows that waited are
+# in (they arrive back to back, tens of microseconds apart), the writer caught up.
+CATCH_UP_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,7 @@ class RealtimeWriter:
         self.nth = 0
         self.failure: BaseException | None = None
         self.commits = self.written = 0
+        self.last_row_at = 0.0  # when the last row (batch) was taken, after its frontier read
         self.lock: threading.Lock | None = None
         self.stop: threading.Event | None = None
         self.flusher: threading.Thread | None = None
@@ -239,12 +243,15 @@ class RealtimeWriter:
     def process(self, row: Any) -> None:
         """Called by Spark for each row, as it arrives."""
         assert self.lock is not None, "open() first"
+        arrived = time.monotonic()
         with self.lock:
             self._raise_failure()
             if self.store is None:
                 self._first_row(list(row.__fields__))
+            self._commit_if_caught_up(arrived)
             self._add(row)
             self._start_flusher()
+            self.last_row_at = time.monotonic()
             if self.tracker.pending >= self.options.max_pending_rows:
                 self._commit(final=False)
 
@@ -266,13 +273,16 @@ class RealtimeWriter:
             for batch in batches:
                 if not batch.num_rows:
                     continue
+                arrived = time.monotonic()
                 with self.lock:
                     self._raise_failure()
                     if self.store is None:
                         self._first_row(batch.schema.names)
+                    self._commit_if_caught_up(arrived)
                     for row in arrow_rows(batch):
                         self._add(row)
                     self._start_flusher()
+                    self.last_row_at = time.monotonic()
                     if self.tracker.pending >= self.options.max_pending_rows:
                         self._commit(final=False)
         except BaseException as exc:
@@ -346,6 +356,14 @@ class RealtimeWriter:
             store.close()
             raise
         return store
+
+    def _commit_if_caught_up(self, arrived: float) -> None:
+        """Before a task's first commit: a pause of CATCH_UP_S since the last row was taken
+        means the rows that waited through the epoch boundary are all in; commit them now."""
+        if self.commits or not self.tracker.pending:
+            return
+        if arrived - self.last_row_at >= CATCH_UP_S:
+            self._commit(final=False)
 
     def _start_flusher(self) -> None:
         """Once, after the first row is in (its frontier read, which may take a while, done):
