@@ -31,7 +31,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
@@ -243,17 +243,7 @@ class RealtimeWriter:
     def process(self, row: Any) -> None:
         """Called by Spark for each row, as it arrives."""
         assert self.lock is not None, "open() first"
-        arrived = time.monotonic()
-        with self.lock:
-            self._raise_failure()
-            if self.store is None:
-                self._first_row(list(row.__fields__))
-            self._commit_if_caught_up(arrived)
-            self._add(row)
-            self._start_flusher()
-            self.last_row_at = time.monotonic()
-            if self.tracker.pending >= self.options.max_pending_rows:
-                self._commit(final=False)
+        self._take(row.__fields__, (row,))
 
     def write_arrow(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The same writer as a ``mapInArrow`` function (:func:`arrow_transport_conf`): one
@@ -273,18 +263,7 @@ class RealtimeWriter:
             for batch in batches:
                 if not batch.num_rows:
                     continue
-                arrived = time.monotonic()
-                with self.lock:
-                    self._raise_failure()
-                    if self.store is None:
-                        self._first_row(batch.schema.names)
-                    self._commit_if_caught_up(arrived)
-                    for row in arrow_rows(batch):
-                        self._add(row)
-                    self._start_flusher()
-                    self.last_row_at = time.monotonic()
-                    if self.tracker.pending >= self.options.max_pending_rows:
-                        self._commit(final=False)
+                self._take(batch.schema.names, arrow_rows(batch))
         except BaseException as exc:
             self.close(exc)
             raise
@@ -327,6 +306,22 @@ class RealtimeWriter:
             self._raise_failure()
 
     # -- the steps ---------------------------------------------------------------------
+
+    def _take(self, names: Sequence[str], rows: Iterable[Any]) -> None:
+        """Rows that arrived together (one row, or an Arrow batch's), in order."""
+        assert self.lock is not None
+        arrived = time.monotonic()
+        with self.lock:
+            self._raise_failure()
+            if self.store is None:
+                self._first_row(list(names))
+            self._commit_if_caught_up(arrived)
+            for row in rows:
+                self._add(row)
+            self._start_flusher()
+            self.last_row_at = time.monotonic()
+            if self.tracker.pending >= self.options.max_pending_rows:
+                self._commit(final=False)
 
     def _first_row(self, names: list[str]) -> None:
         """Preconditions, then the store: nothing is written before both hold."""
