@@ -67,6 +67,7 @@ from bench.common import (
     versions,
 )
 from exactlyonce.connectors.base.realtime import COMMIT_INTERVAL_S
+from exactlyonce.connectors.kafka.consume import arrived
 
 PATHS = (
     "rtm_arrow_arrival",
@@ -198,7 +199,7 @@ class KafkaVisible(Visible):
                 return
             consumer.assign([TopicPartition(self.topic, p, 0) for p in meta.partitions])
             while not self.stop.is_set():
-                for msg in consumer.consume(num_messages=10_000, timeout=0.02):
+                for msg in arrived(consumer, 0.02, most=10_000):  # not a batch's wait
                     value = msg.value() if msg.error() is None else None
                     if value:
                         self.see(str(json.loads(value)["event_id"]))

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
+from typing import ClassVar
+
+import pytest
 
 from bench.realtime import (
     ArrivalVisible,
+    KafkaVisible,
     cpu_figures,
     figures,
     judged,
@@ -126,3 +132,58 @@ def test_epoch_gaps_are_between_one_tasks_last_row_and_the_next_tasks_first(
     (tmp_path / "c.txt").write_text("s0e1 10.1\n")
     (tmp_path / "d.txt").write_text("w3 10.4\n")
     assert ArrivalVisible(tmp_path).epoch_gaps() == [0.3, 0.3]
+
+
+def test_the_kafka_reader_takes_each_record_when_it_arrives_not_when_a_batch_fills(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """confluent-kafka's ``consume(n, timeout)`` waits until n records or the timeout: a
+    reader built on it saw records up to the timeout late (20 ms steps in bench realtime's
+    Kafka latencies). The reader waits in ``poll`` (which returns at the first record) and
+    takes what else was fetched without waiting."""
+    import confluent_kafka
+
+    class Record:
+        def __init__(self, event_id: str) -> None:
+            self.event_id = event_id
+
+        def error(self) -> None:
+            return None
+
+        def value(self) -> bytes:
+            return json.dumps({"event_id": self.event_id}).encode()
+
+    class Partitions:
+        partitions = {0: None}
+
+    class FakeConsumer:
+        waits: ClassVar[list[float]] = []
+
+        def __init__(self, config: dict[str, object]) -> None:
+            self.queue = [Record("e1"), Record("e2"), Record("e3")]
+
+        def list_topics(self, topic: str, timeout: float) -> object:
+            return type("Meta", (), {"topics": {topic: Partitions()}})()
+
+        def assign(self, partitions: object) -> None:
+            pass
+
+        def poll(self, timeout: float) -> Record | None:
+            return self.queue.pop(0) if self.queue else None
+
+        def consume(self, num_messages: int, timeout: float) -> list[Record]:
+            FakeConsumer.waits.append(timeout)
+            taken, self.queue = self.queue, []
+            return taken
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", FakeConsumer)
+    reader = KafkaVisible("broker:9092", "out").start()
+    deadline = time.monotonic() + 5
+    while len(reader.seen) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reader.close()
+    assert set(reader.seen) == {"e1", "e2", "e3"}
+    assert FakeConsumer.waits and set(FakeConsumer.waits) == {0}

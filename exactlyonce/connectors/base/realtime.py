@@ -7,15 +7,19 @@ end. This writer commits the rows in small chunks, each in ONE atomic step of th
 together with the frontier (the next source offset to write) of every source partition in the
 chunk; see :mod:`.frontier` for which rows a chunk may take.
 
-A chunk is committed every ``commit_interval`` seconds (a daemon thread; a task's first
-commit sooner, see FIRST_COMMIT_FRACTION and CATCH_UP_S), when ``max_pending_rows`` rows
+A chunk is committed every ``commit_interval`` seconds (a daemon thread; at a task's start
+sooner, see FIRST_COMMIT_FRACTION and CATCH_UP_INTERVALS), when ``max_pending_rows`` rows
 wait, and at ``close(None)``. ``close(error)`` commits nothing more.
 A commit whose sink no longer holds the frontier this writer read fails with
 :class:`~exactlyonce.errors.FrontierMovedError` and writes nothing; Spark retries the task,
 whose writer reads the frontier again. Rows below a frontier are skipped and counted.
 
 The sink provides a :class:`FrontierTarget` (picklable, config only) whose
-:class:`FrontierStore` (one per task, opened at its first row) does the I/O. The writer is
+:class:`FrontierStore` (one per task, opened at its first row) does the I/O. When an earlier
+task of the query run said which source partition this Spark partition reads
+(:mod:`.assignments`), ``open`` starts opening the store and reading that frontier in a
+thread, before the first row arrives; the first row uses that read only when it comes from
+that partition, with those columns. The writer is
 generic: a sink's Real-time Mode is one target; the Spark-facing lifecycle is written once.
 
 Why this lives under ``connectors/base`` and not ``integration/``: ``sink.realtime()`` returns
@@ -35,6 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
+from exactlyonce.connectors.base.assignments import Assignment, recall, remember
 from exactlyonce.connectors.base.frontier import (
     Chunk,
     RowsPerRecord,
@@ -63,9 +68,13 @@ COMMIT_INTERVAL_S = 0.05
 # bench realtime's epoch_gaps_s) reach the writer together, within 8-31 ms of the first, and
 # they are the oldest rows; waiting a whole interval more is where an epoch's tail came from.
 FIRST_COMMIT_FRACTION = 0.4
-# ... or sooner, at the first pause of this long between two rows: the rows that waited are
-# in (they arrive back to back, tens of microseconds apart), the writer caught up.
+# ... or sooner, at a pause of this long between two rows: the rows before it came back to
+# back (tens of microseconds apart), a burst of the rows that waited.
 CATCH_UP_S = 0.001
+# The waiting rows come in bursts for tens of milliseconds (Spark hands them to Python one
+# Arrow batch each: bench realtime saw 200-300 rows per partition within 35-50 ms of the
+# first), so for this many intervals after a task's first row every such pause commits.
+CATCH_UP_INTERVALS = 1.0
 
 
 @dataclass(frozen=True)
@@ -221,9 +230,14 @@ class RealtimeWriter:
         self.failure: BaseException | None = None
         self.commits = self.written = 0
         self.last_row_at = 0.0  # when the last row (batch) was taken, after its frontier read
+        self.first_row_at = 0.0  # when the first was: the catch-up starts
         self.lock: threading.Lock | None = None
         self.stop: threading.Event | None = None
         self.flusher: threading.Thread | None = None
+        self.hint: Assignment | None = None  # the source partition an earlier task read
+        self.early: threading.Thread | None = None  # opens the store and reads, at open()
+        self.early_read: tuple[FrontierStore, int | None] | None = None  # what it got
+        self.frontiers_read: dict[SourceKey, int | None] = {}  # read early, not yet used
 
     def __getstate__(self) -> dict[str, Any]:
         return {"target": self.target, "options": self.options, "id_columns": self.id_columns}
@@ -234,10 +248,13 @@ class RealtimeWriter:
     # -- Spark's calls -----------------------------------------------------------------
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
-        """Called by Spark in the task at the start of each epoch; no connection yet."""
+        """Called by Spark in the task at the start of each epoch: the early read starts
+        when an earlier task of the run said which source partition comes (see the module
+        docstring); nothing is written before the first row."""
         self._reset()
         self.task = _task_info(partition_id, epoch_id)
         self.lock = threading.Lock()
+        self._start_early_read()
         return True
 
     def process(self, row: Any) -> None:
@@ -278,6 +295,8 @@ class RealtimeWriter:
             self.stop.set()
         if self.flusher is not None:
             self.flusher.join()
+        if self.store is None:  # no row came: a store opened early is kept as any other
+            self._adopt_early_read(self.hint.columns if self.hint else ())
         ended_well = False
         try:
             if error is None and self.failure is None and self.store is not None:
@@ -334,30 +353,91 @@ class RealtimeWriter:
         topic, partition, offset = self.options.source_columns
         self.positions = (names.index(topic), names.index(partition), names.index(offset))
         assert self.task is not None
-        self.columns = tuple(names)
-        self.store = self._store()
+        self._adopt_early_read(tuple(names))
+        if self.store is None:
+            self.columns = tuple(names)
+            self.store = self._store(self.columns)
 
-    def _store(self) -> FrontierStore:
+    def _store(self, columns: tuple[str, ...]) -> FrontierStore:
         """The store an earlier epoch of this target parked in this worker, renewed for this
-        task, or a new one, checked for the stream's columns."""
+        task, or a new one, checked for the stream's ``columns``."""
         assert self.task is not None
-        parked = unpark(self.target, self.task, self.columns)
+        parked = unpark(self.target, self.task, columns)
         if parked is not None:
             return parked
         store = self.target.open_store(self.task)
         try:
-            store.prepare(self.columns)
+            store.prepare(columns)
         except BaseException:
             store.close()
             raise
         return store
 
-    def _commit_if_caught_up(self, arrived: float) -> None:
-        """Before a task's first commit: a pause of CATCH_UP_S since the last row was taken
-        means the rows that waited through the epoch boundary are all in; commit them now."""
-        if self.commits or not self.tracker.pending:
+    # -- the early read (see the module docstring) -------------------------------------
+
+    def _start_early_read(self) -> None:
+        assert self.task is not None
+        if self.task.query_id is None:  # outside a Spark query: no run to remember
             return
-        if arrived - self.last_row_at >= CATCH_UP_S:
+        self.hint = recall(self.task.query_id, self.target.query_name, self.task.partition_id)
+        if self.hint is None:
+            return
+        self.early = threading.Thread(
+            target=self._read_early, args=(self.hint,), name="exactlyonce-rtm-early", daemon=True
+        )
+        self.early.start()
+
+    def _read_early(self, hint: Assignment) -> None:
+        """In a thread: the store for the hinted columns, and the hinted frontier. A failure
+        only means the first row reads it again."""
+        store = None
+        try:
+            store = self._store(hint.columns)
+            self.early_read = (store, store.read(hint.key))
+        except BaseException as exc:
+            log.debug("%s: early frontier read failed: %s", self.target.query_name, exc)
+            if store is not None:
+                store.close()
+
+    def wait_for_early_read(self) -> None:
+        """Until the early read (if any) has ended."""
+        if self.early is not None:
+            self.early.join()
+
+    def _adopt_early_read(self, columns: tuple[str, ...]) -> None:
+        """Take the store opened early when it was checked for ``columns``; else close it."""
+        self.wait_for_early_read()
+        found, self.early_read = self.early_read, None
+        if found is None or self.hint is None:
+            return
+        store, frontier = found
+        if self.hint.columns != columns:
+            store.close()
+            return
+        self.store, self.columns = store, columns
+        self.frontiers_read = {self.hint.key: frontier}
+
+    def _read_frontier(self, key: SourceKey) -> int | None:
+        """A source partition's frontier at its first row: read early, or now. The task's
+        first partition is remembered for the next task of its Spark partition."""
+        assert self.store is not None and self.task is not None
+        if key in self.frontiers_read:
+            return self.frontiers_read.pop(key)
+        if self.task.query_id is not None and not self.tracker.parts:
+            assignment = Assignment(key, self.columns)
+            if assignment != self.hint:
+                remember(
+                    self.task.query_id, self.target.query_name, self.task.partition_id, assignment
+                )
+        return self.store.read(key)
+
+    def _commit_if_caught_up(self, arrived: float) -> None:
+        """While the rows that waited through the epoch boundary come (CATCH_UP_INTERVALS
+        after the first row): a pause of CATCH_UP_S since the last row was taken ends a
+        burst of them; commit it now."""
+        if not self.tracker.pending or arrived - self.last_row_at < CATCH_UP_S:
+            return
+        if arrived - self.first_row_at <= self.options.commit_interval * CATCH_UP_INTERVALS:
             self._commit(final=False)
 
     def _start_flusher(self) -> None:
@@ -365,6 +445,7 @@ class RealtimeWriter:
         the first commit's wait starts from there."""
         if self.flusher is not None:
             return
+        self.first_row_at = time.monotonic()
         self.stop = threading.Event()
         self.flusher = threading.Thread(
             target=self._flush_every_interval, name="exactlyonce-rtm-flusher", daemon=True
@@ -397,7 +478,7 @@ class RealtimeWriter:
             )
         key: SourceKey = (str(topic), int(partition))
         if not self.tracker.has_read(key):
-            self.tracker.read(key, self.store.read(key))
+            self.tracker.read(key, self._read_frontier(key))
         source = (key, int(offset))
         self.nth = self.nth + 1 if source == self.last_source else 0
         self.last_source = source

@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from exactlyonce.connectors.kafka.consume import arrived
 from exactlyonce.errors import SinkUnavailableError
 
 
@@ -62,7 +63,7 @@ class RangeReader:
                     f"reading {self.what} made no progress towards the end of {left} for "
                     f"{self.timeout_s:.0f}s"
                 )
-            batch: list[Any] = self.client.consume(num_messages=2000, timeout=0.02)
+            batch: list[Any] = arrived(self.client, 0.02, most=2000)
             if batch:
                 deadline = time.monotonic() + self.timeout_s  # a deadline for progress
             out = self._sort(batch, todo, starts)
