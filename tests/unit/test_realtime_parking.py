@@ -184,14 +184,12 @@ def test_the_first_commits_wait_starts_once_the_first_row_is_in(
     live.close(None)
 
 
-def test_while_the_backlog_comes_every_pause_commits_what_came_before_it(
+def test_the_first_commit_comes_at_the_first_pause_once_the_backlog_is_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At an epoch's start the rows that waited through the boundary arrive in bursts, back
-    to back, over tens of milliseconds (bench realtime: 200-300 rows per partition within
-    35-50 ms of the first); they are the oldest rows. For CATCH_UP_INTERVALS intervals after
-    the first row, each pause between two rows (CATCH_UP_S) commits the bursts before it, not
-    waiting for the timer; after that, rows wait for the interval."""
+    """At an epoch's start the rows that waited arrive back to back; the first pause between
+    two rows (CATCH_UP_S) says the writer caught up: those rows are committed at once, before
+    the next, without waiting for the first commit's timer."""
     import time
 
     chunks: list[int] = []
@@ -199,25 +197,15 @@ def test_while_the_backlog_comes_every_pause_commits_what_came_before_it(
     monkeypatch.setattr(
         CountingStore, "commit", lambda s, c: chunks.append(len(c.rows)) or real(s, c)
     )
-    monkeypatch.setattr(realtime, "CATCH_UP_INTERVALS", 1.0)
-    live = RealtimeWriter(Target(), RealtimeOptions(commit_interval=0.5))  # timer at 0.2 s
+    live = RealtimeWriter(Target(), RealtimeOptions(commit_interval=10.0))
     live.open(0, 1)
-    pause = realtime.CATCH_UP_S * 5
     for row in rows(range(3)):
         live.process(row)
-    time.sleep(pause)
+    time.sleep(realtime.CATCH_UP_S * 5)
     live.process(rows(range(3, 4))[0])
-    assert chunks == [3]  # the timer has not fired
-    for row in rows(range(4, 6)):
-        live.process(row)
-    time.sleep(pause)
-    live.process(rows(range(6, 7))[0])
-    assert chunks == [3, 3]  # a second burst, a second commit
-    time.sleep(0.6)  # the catch-up is over (and the timer committed the one row pending)
-    assert chunks == [3, 3, 1]
-    live.process(rows(range(7, 8))[0])
-    time.sleep(pause)
-    live.process(rows(range(8, 9))[0])
-    assert chunks == [3, 3, 1]  # no commit at a pause any more
+    assert chunks == [3]  # the timer (4 s) has not fired
+    time.sleep(realtime.CATCH_UP_S * 5)
+    live.process(rows(range(4, 5))[0])
+    assert chunks == [3]  # only the first commit comes at a pause
     live.close(None)
-    assert chunks == [3, 3, 1, 2]
+    assert chunks == [3, 2]

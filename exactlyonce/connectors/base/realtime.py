@@ -7,8 +7,8 @@ end. This writer commits the rows in small chunks, each in ONE atomic step of th
 together with the frontier (the next source offset to write) of every source partition in the
 chunk; see :mod:`.frontier` for which rows a chunk may take.
 
-A chunk is committed every ``commit_interval`` seconds (a daemon thread; at a task's start
-sooner, see FIRST_COMMIT_FRACTION and CATCH_UP_INTERVALS), when ``max_pending_rows`` rows
+A chunk is committed every ``commit_interval`` seconds (a daemon thread; a task's first
+commit sooner, see FIRST_COMMIT_FRACTION and CATCH_UP_S), when ``max_pending_rows`` rows
 wait, and at ``close(None)``. ``close(error)`` commits nothing more.
 A commit whose sink no longer holds the frontier this writer read fails with
 :class:`~exactlyonce.errors.FrontierMovedError` and writes nothing; Spark retries the task,
@@ -68,13 +68,9 @@ COMMIT_INTERVAL_S = 0.05
 # bench realtime's epoch_gaps_s) reach the writer together, within 8-31 ms of the first, and
 # they are the oldest rows; waiting a whole interval more is where an epoch's tail came from.
 FIRST_COMMIT_FRACTION = 0.4
-# ... or sooner, at a pause of this long between two rows: the rows before it came back to
-# back (tens of microseconds apart), a burst of the rows that waited.
+# ... or sooner, at the first pause of this long between two rows: the rows that waited are
+# in (they arrive back to back, tens of microseconds apart), the writer caught up.
 CATCH_UP_S = 0.001
-# The waiting rows come in bursts for tens of milliseconds (Spark hands them to Python one
-# Arrow batch each: bench realtime saw 200-300 rows per partition within 35-50 ms of the
-# first), so for this many intervals after a task's first row every such pause commits.
-CATCH_UP_INTERVALS = 1.0
 
 
 @dataclass(frozen=True)
@@ -230,7 +226,6 @@ class RealtimeWriter:
         self.failure: BaseException | None = None
         self.commits = self.written = 0
         self.last_row_at = 0.0  # when the last row (batch) was taken, after its frontier read
-        self.first_row_at = 0.0  # when the first was: the catch-up starts
         self.lock: threading.Lock | None = None
         self.stop: threading.Event | None = None
         self.flusher: threading.Thread | None = None
@@ -432,12 +427,11 @@ class RealtimeWriter:
         return self.store.read(key)
 
     def _commit_if_caught_up(self, arrived: float) -> None:
-        """While the rows that waited through the epoch boundary come (CATCH_UP_INTERVALS
-        after the first row): a pause of CATCH_UP_S since the last row was taken ends a
-        burst of them; commit it now."""
-        if not self.tracker.pending or arrived - self.last_row_at < CATCH_UP_S:
+        """Before a task's first commit: a pause of CATCH_UP_S since the last row was taken
+        means the rows that waited through the epoch boundary are all in; commit them now."""
+        if self.commits or not self.tracker.pending:
             return
-        if arrived - self.first_row_at <= self.options.commit_interval * CATCH_UP_INTERVALS:
+        if arrived - self.last_row_at >= CATCH_UP_S:
             self._commit(final=False)
 
     def _start_flusher(self) -> None:
@@ -445,7 +439,6 @@ class RealtimeWriter:
         the first commit's wait starts from there."""
         if self.flusher is not None:
             return
-        self.first_row_at = time.monotonic()
         self.stop = threading.Event()
         self.flusher = threading.Thread(
             target=self._flush_every_interval, name="exactlyonce-rtm-flusher", daemon=True
