@@ -9,10 +9,13 @@ start, a barrier and a scan (30-50 ms), which otherwise begins at the first row.
 
 A hint is never trusted for correctness: the frontier read at ``open`` is the same fenced
 read the first row would make, used only when the rows come from the hinted partition with
-the hinted columns. A wrong hint costs time (for Kafka, the hinted partition's producer is
-fenced and starts again), never a record. One small file per (query name, Spark partition)
-under the machine's temporary directory, holding the Spark query id: a hint of an earlier
-run of the query is ignored. Any failure to read or write one is ignored too.
+the hinted columns. A wrong hint costs time, never a record: for Kafka it fences the hinted
+partition's writer, whose next commit fails (a producer kept from the previous epoch then
+starts a new one and goes on; any other fails its task, which Spark runs again).
+
+One small file per (query name, Spark partition) under the machine's temporary directory,
+holding the Spark query id: a hint of an earlier run of the query is ignored. Any failure
+to read or write one is ignored too.
 """
 
 from __future__ import annotations

@@ -15,12 +15,13 @@ A commit whose sink no longer holds the frontier this writer read fails with
 whose writer reads the frontier again. Rows below a frontier are skipped and counted.
 
 The sink provides a :class:`FrontierTarget` (picklable, config only) whose
-:class:`FrontierStore` (one per task, opened at its first row) does the I/O. When an earlier
-task of the query run said which source partition this Spark partition reads
+:class:`FrontierStore` (one per task, opened at its first row) does the I/O. The writer is
+generic: a sink's Real-time Mode is one target; the Spark-facing lifecycle is written once.
+
+When an earlier task of the query run said which source partition this Spark partition reads
 (:mod:`.assignments`), ``open`` starts opening the store and reading that frontier in a
 thread, before the first row arrives; the first row uses that read only when it comes from
-that partition, with those columns. The writer is
-generic: a sink's Real-time Mode is one target; the Spark-facing lifecycle is written once.
+that partition, with those columns.
 
 Why this lives under ``connectors/base`` and not ``integration/``: ``sink.realtime()`` returns
 it, and connectors may not import the integration layer; like the ``foreachBatch`` protocol
