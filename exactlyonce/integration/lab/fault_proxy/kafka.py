@@ -109,6 +109,9 @@ class _KafkaConversation(Conversation):
             forward += piece
         return bytes(forward), None
 
+    def unanswered(self) -> int:
+        return len(self._doomed)
+
 
 class KafkaFaultProxy(FaultProxy):
     """A :class:`~.tcp.FaultProxy` for one Kafka broker that also loses the reply to a

@@ -53,7 +53,8 @@ class Conversation:
     """How one forwarded connection is read: byte patterns (a request whose bytes contain
     the armed pattern: the next read of replies is its reply). :meth:`request` sees each
     chunk of requests before it is forwarded; :meth:`reply` splits each chunk of replies
-    into what to forward and, once, the reply to lose (the connection is then cut)."""
+    into what to forward and, once, the reply to lose (the connection is then cut);
+    :meth:`unanswered` counts the matched requests whose reply never came."""
 
     def __init__(self, proxy: FaultProxy) -> None:
         self.proxy = proxy
@@ -66,9 +67,13 @@ class Conversation:
 
     def reply(self, data: bytes) -> tuple[bytes, DroppedReply | None]:
         if self.doomed:
-            pattern, head = self.doomed[0]
+            pattern, head = self.doomed.pop(0)
             return b"", DroppedReply(pattern, head, len(data))
         return data, None
+
+    def unanswered(self) -> int:
+        """Matched requests whose reply has not been lost (their connection ended first)."""
+        return len(self.doomed)
 
 
 class ThreadedProxy:
@@ -133,6 +138,7 @@ class FaultProxy(ThreadedProxy):
         self.cut = 0  # open connections cut by cut_open
         self.stalled = 0  # replies held by hold_replies
         self._arming: Arming | None = None
+        self._matched = 0  # requests taken whose reply is not yet lost
         self._refusing = False
         self._hold_until = 0.0  # time.monotonic() until which replies are held
         self._open: set[asyncio.StreamWriter] = set()  # both ends of each live connection
@@ -151,9 +157,11 @@ class FaultProxy(ThreadedProxy):
             self._arming = arming
 
     def armed(self) -> bool:
-        """True while replies are still to be dropped."""
+        """True while replies are still to be dropped: drops left to match, or a matched
+        request whose reply has not yet been lost."""
         with self._lock:
-            return self._arming is not None and self._arming.times > 0
+            left = self._arming is not None and self._arming.times > 0
+            return left or self._matched > 0
 
     def refuse(self, on: bool) -> None:
         """While on, every new connection is closed as soon as it is accepted (open ones
@@ -195,7 +203,22 @@ class FaultProxy(ThreadedProxy):
             if arming.pattern not in request:
                 return None
             arming.times -= 1
+            self._matched += 1
             return arming.pattern
+
+    def _lost(self, dropped: DroppedReply) -> None:
+        with self._lock:
+            self.dropped.append(dropped)
+            self._matched -= 1
+
+    def _unanswered(self, count: int) -> None:
+        """``count`` matched requests ended without a reply: their drops are armed again."""
+        if count == 0:
+            return
+        with self._lock:
+            self._matched -= count
+            if self._arming is not None:
+                self._arming.times += count
 
     def _conversation(self) -> Conversation:
         """The reader of one new connection."""
@@ -228,7 +251,7 @@ class FaultProxy(ThreadedProxy):
                     client_w.write(forward)
                     await client_w.drain()
                 if dropped is not None:
-                    self.dropped.append(dropped)
+                    self._lost(dropped)
                     break  # the server applied it; its client never hears
 
         # Whichever side ends first (EOF, a reset, a dropped reply) ends the connection on
@@ -242,3 +265,4 @@ class FaultProxy(ThreadedProxy):
         for writer in (up_w, client_w):
             self._open.discard(writer)
             writer.close()
+        self._unanswered(conversation.unanswered())
