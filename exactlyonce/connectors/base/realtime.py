@@ -60,11 +60,12 @@ log = logging.getLogger("exactlyonce.realtime")
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's local property: the task's epoch
 # The default commit interval: rows become visible about this long after they reach the writer.
-# 50 ms, not 100: measured by bench realtime (bench/results/realtime.json), half the interval
-# took about a tenth of a second off PostgreSQL's p99 at no measurable CPU per event (the
-# CPU at 2,000 events/s is Spark's and the broker's polling, not the commits).
-COMMIT_INTERVAL_S = 0.05
-# A task's first commit comes after this fraction of the interval (20 ms by default): at an
+# 20 ms: measured by bench realtime (bench/results/realtime.json), 50 ms against 100 took about
+# a tenth of a second off PostgreSQL's p99, and 20 against 50 about 0.04 s off Kafka's (4 runs
+# each in alternation: 0.199 s against 0.237, p50 0.023 against 0.039) for 2% more CPU per
+# event: at 2,000 events/s the CPU is Spark's and the broker's polling, not the commits.
+COMMIT_INTERVAL_S = 0.02
+# A task's first commit comes after this fraction of the interval (8 ms by default): at an
 # epoch's start, the rows that waited through Spark's epoch boundary (0.2-0.4 s, measured by
 # bench realtime's epoch_gaps_s) reach the writer together, within 8-31 ms of the first, and
 # they are the oldest rows; waiting a whole interval more is where an epoch's tail came from.

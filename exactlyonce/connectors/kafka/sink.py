@@ -99,7 +99,7 @@ class KafkaSink(ExactlyOnceSink):
     .trigger(realTime="5 seconds")``, Apache Kafka only, a Kafka source whose topic, partition
     and offset columns reach the writer, ``value="json"`` or a column): every source record is
     in the topic exactly once for a plain ``read_committed`` consumer, visible within the
-    commit interval (0.05 s by default), through task re-runs, driver crashes and a deleted
+    commit interval (0.02 s by default), through task re-runs, driver crashes and a deleted
     checkpoint. Mechanism (:mod:`exactlyonce.connectors.kafka.realtime`): per source partition
     one transactional producer, whose stable ``transactional.id`` fences the older writers of
     that partition before it reads the partition's frontier (the next source offset to write)

@@ -103,7 +103,7 @@ class PostgresSink(ExactlyOnceSink):
     .trigger(realTime="5 seconds")``, ``mode="insert"`` or ``"append"``, a Kafka source whose
     ``topic``, ``partition`` and ``offset`` columns reach the sink, no shuffle in between).
     Guarantee: every source record's rows are in the table exactly once, visible within about
-    ``commit_interval`` (default 0.05 s) of their arrival rather than at the epoch's end, through
+    ``commit_interval`` (default 0.02 s) of their arrival rather than at the epoch's end, through
     task retries, driver crashes, restarts from the checkpoint and a deleted checkpoint
     (restarted at earlier offsets). Mechanism (:mod:`exactlyonce.connectors.postgres.realtime`):
     each task commits small chunks, cut at source-offset boundaries, each in ONE transaction

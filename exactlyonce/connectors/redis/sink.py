@@ -91,7 +91,7 @@ class RedisSink(ExactlyOnceSink):
     Spark Real-time Mode (``df.writeStream.foreach(sink.realtime(schema=df.schema))
     .trigger(realTime="5 seconds")``, ``mode="insert"``, a Kafka source whose topic, partition
     and offset columns reach the writer): every source record is applied exactly once, visible
-    within the commit interval (0.05 s by default), through task re-runs, driver crashes and a
+    within the commit interval (0.02 s by default), through task re-runs, driver crashes and a
     deleted checkpoint. Mechanism (:mod:`exactlyonce.connectors.redis.realtime`): each chunk of
     a task's rows is applied by ONE Lua script together with its source partitions' frontiers
     (the next offset to write, in ``<prefix>:rtm:frontiers``), which the script first checks
