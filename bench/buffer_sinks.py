@@ -20,7 +20,7 @@ the same figures as PostgreSQL's, under the same keys:
     >= 0.8). Every target must end with exactly the rows written.
 
 Redis: a throwaway ``redis-server`` (:class:`bench.redis_sink.Server`), ``write="hash"``.
-Elasticsearch: ``$ELASTICSEARCH_URL``, else the stand-in ``tests/support/es_server/`` in its own
+Elasticsearch: ``$ELASTICSEARCH_URL``, else the stand-in ``lab/es_stand_in/`` in its own
 process (:func:`bench.elasticsearch.start_server`), ``op_type="create"``.
 """
 

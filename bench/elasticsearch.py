@@ -3,7 +3,7 @@
 ``python -m bench.elasticsearch --rows 200000`` writes the same N generated rows two ways, in
 one Spark session (``local[2]``), into one Elasticsearch: the cluster at ``$ELASTICSEARCH_URL``
 when it is set (``"server": "real"`` in the results), else the HTTP test server
-``tests/support/es_server/``, started here as its own process on a free port (``"server": "test"``),
+``lab/es_stand_in/``, started here as its own process on a free port (``"server": "test"``),
 as the tests do. The paths (``eos``: ``ElasticsearchSink``; ``plain``: elasticsearch-py's
 ``helpers.streaming_bulk`` in ``mapInArrow``; ``server_raw``, test server only: pre-built
 ``_bulk`` bodies over 2 connections), the documents, the warm-up, the interleaved best-of
@@ -65,7 +65,7 @@ def start_server() -> Server:
     if given is not None:
         return given
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.es_server", "--port", "0"],
+        [sys.executable, "-m", "exactlyonce.integration.lab.es_stand_in", "--port", "0"],
         cwd=common.PROJECT_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -82,7 +82,7 @@ def start_server() -> Server:
         ENGINE,
         line[len(prefix) :],
         "test",
-        lambda s: f"the test server tests/support/es_server/ (own process, pid {proc.pid})",
+        lambda s: f"the test server lab/es_stand_in/ (own process, pid {proc.pid})",
         pid=proc.pid,
         stop=lambda: common.stop_process(proc),
     )

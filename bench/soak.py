@@ -78,7 +78,8 @@ _PRODUCED = "input from chaos --events (its own re-sends, not --replay-fraction)
 NOTES = {
     "pg-ks-source": _PRODUCED,
     "pg-ks-columns": _PRODUCED,
-    "es": "stand-in server, not restarted",
+    "es": "Elasticsearch stand-in (es-stand-in, journaled) restarted, hard and clean; "
+    "catalog Redis too",
     "os": "genuine OpenSearch node (opensearch) restarted, hard and clean; catalog Redis too",
     "redis": "sink's own AOF Redis (redis-aof) restarted, hard and clean; catalog Redis too",
     "redis-ks-source": f"sink's own AOF Redis restarted, hard and clean; {_PRODUCED}",

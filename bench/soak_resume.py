@@ -26,10 +26,9 @@ SOAK_FILES = (
     "bench/soak_report.py",
     "bench/soak_resume.py",
     "bench/soak_servers.py",
-    "tests/support/es_server/server.py",  # the Elasticsearch cell's server
-    "tests/support/es_server/__main__.py",
-    # the OpenSearch cell's node: the package's service (its pom, main class and module are
-    # in the package, fingerprinted as PACKAGE)
+    # the Elasticsearch cell's stand-in and the OpenSearch cell's node are the package's
+    # services (the stand-in, the node's pom, main class and module are in the package,
+    # fingerprinted as PACKAGE)
 )
 SOAK_GLOBS = ("examples/soak/*.yaml",)
 FINGERPRINT_CHARS = 16

@@ -1,8 +1,10 @@
 """The soak's own servers, apart from the local services (``exactlyonce services``) that
 chaos restarts:
 
-- the Elasticsearch stand-in (``python -m tests.support.es_server``): there is no Elasticsearch
-  server here; chaos does not restart it (not a local service), so its faults are skipped;
+- the Elasticsearch cell's server: there is no Elasticsearch server here, so the home's
+  ``es-stand-in`` service (the lab's stand-in with its journal: what it acknowledged survives a
+  SIGKILL), started here if it is not up and left running, so chaos restarts it (the sink's
+  own server first: a hard and a clean restart per cell) beside the catalog's Redis;
 - a genuine OpenSearch node for the OpenSearch cell: the home's ``opensearch`` service (its
   jars from Maven Central, data on disk), started here if it is not up and left running, so
   chaos restarts it (the sink's own server first: a hard and a clean restart per cell) beside
@@ -21,11 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,67 +33,14 @@ START_TIMEOUT_S = 30.0
 OPENSEARCH_TIMEOUT_S = 900.0  # the first start resolves its jars with Maven
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_open(port: int, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=1):
-            return
-        if proc.poll() is not None or time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise SystemExit(f"soak: {what} did not start on port {port}:\n{tail}")
-        time.sleep(0.1)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
-
-
-@contextlib.contextmanager
-def _process(
-    argv: list[str], port: int, what: str, log: Path, cwd: Path | None = None
-) -> Iterator[None]:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
-        )
-    try:
-        _wait_open(port, proc, what, log)
-        print(f"SOAK started {what} (pid {proc.pid}) on {HOST}:{port}", flush=True)
-        yield
-    finally:
-        _stop(proc)
-        print(f"SOAK stopped {what} (pid {proc.pid})", flush=True)
-
-
-@contextlib.contextmanager
-def es_stand_in(root: Path) -> Iterator[str]:
-    """The Elasticsearch stand-in on a free port; yields its URL."""
-    port = free_port()
-    argv = [sys.executable, "-m", "tests.support.es_server", "--port", str(port)]
-    with _process(argv, port, "Elasticsearch stand-in (tests/support/es_server/)", root / "es.log"):
-        yield f"http://{HOST}:{port}"
-
-
-def _home_service(root: Path, name: str, timeout: float) -> int:
+def _home_service(root: Path, name: str, timeout: float, address: str = "") -> str:
     """Start the local service ``name`` of the home ``root.parent`` (``root`` is its
-    ``soak/``) unless it is up, in a subprocess with that home; return its port."""
+    ``soak/``) unless it is up, in a subprocess with that home; return what ``address`` (a
+    Python expression over ``port`` and ``kafka_cluster``; default: its port) gives there."""
     env = dict(os.environ, EXACTLYONCE_HOME=str(root.parent))
     code = (
-        "from exactlyonce.integration.lab.services import port, up; "
-        f"up([{name!r}]); print(port({name!r}))"
+        "from exactlyonce.integration.lab.services import kafka_cluster, port, up; "
+        f"up([{name!r}]); print({address or f'port({name!r})'})"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -102,7 +48,18 @@ def _home_service(root: Path, name: str, timeout: float) -> int:
     )  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"soak: the local service {name} did not start:\n{done.stderr[-2000:]}")
-    return int(done.stdout.strip().splitlines()[-1])
+    return done.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def es_stand_in(root: Path) -> Iterator[str]:
+    """The Elasticsearch sink's server: the durable stand-in of the home ``root.parent``
+    (service ``es-stand-in``: a journal fsynced before each reply), started if it is not up;
+    yields its URL. Left running: chaos restarts it as a local service of that home, hard and
+    clean, as the sink's own server. No Elasticsearch server is installable here."""
+    port = _home_service(root, "es-stand-in", START_TIMEOUT_S * 2)
+    print(f"SOAK the Elasticsearch stand-in (es-stand-in) of {root.parent} is up on {HOST}:{port}")
+    yield f"http://{HOST}:{port}"
 
 
 @contextlib.contextmanager
@@ -126,10 +83,6 @@ def sink_redis(root: Path) -> Iterator[str]:
     yield f"redis://{HOST}:{port}/0"
 
 
-_KAFKA3_UP = (
-    "from exactlyonce.integration.lab.services import kafka_cluster, up; "
-    "up(['kafka3']); print(kafka_cluster.bootstrap())"
-)
 KAFKA3_TIMEOUT_S = 300.0
 
 
@@ -139,14 +92,7 @@ def kafka3_cluster(root: Path) -> Iterator[str]:
     started if it is not up (its ports: ``EXACTLYONCE_KAFKA3_PORT``, else the home's
     ``ports.json``, else 19100); yields its bootstrap servers. Left running: chaos restarts
     its nodes as local services of that home."""
-    env = dict(os.environ, EXACTLYONCE_HOME=str(root.parent))
-    done = subprocess.run(
-        [sys.executable, "-c", _KAFKA3_UP], env=env, capture_output=True, text=True,
-        timeout=KAFKA3_TIMEOUT_S, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"soak: the 3-node Kafka cluster did not start:\n{done.stderr[-2000:]}")
-    bootstrap = done.stdout.strip().splitlines()[-1]
+    bootstrap = _home_service(root, "kafka3", KAFKA3_TIMEOUT_S, "kafka_cluster.bootstrap()")
     print(f"SOAK the 3-node Kafka cluster (kafka3) of {root.parent} is up at {bootstrap}")
     yield bootstrap
 

@@ -43,6 +43,8 @@ A test can also HOLD a run at a point, to do something to a service at a known m
 the sink's Redis while a task holds an open connection mid-write): with
 ``EXACTLYONCE_HOLD_AT=POINT@EPOCH``, the first process to reach it writes ``held-POINT`` into
 ``EXACTLYONCE_CRASH_DIR`` and waits until the test creates ``release-POINT`` there, then goes on.
+Several holds, for one run to be held more than once, are separated by commas
+(``after_shard_commit@2,mid_bulk@4``), each at a different point.
 """
 
 from __future__ import annotations
@@ -89,7 +91,12 @@ def crash_point(name: str, epoch: int) -> None:
 def armed(name: str) -> bool:
     """True when a crash or a hold is set for point ``name`` (at any epoch): a caller may
     then prepare the moment (flush what it wrote) before :func:`crash_point`."""
-    return any((os.environ.get(env) or "").partition("@")[0] == name for env in (_ENV, _HOLD_ENV))
+    return any(spec.partition("@")[0] == name for env in (_ENV, _HOLD_ENV) for spec in _specs(env))
+
+
+def _specs(env: str) -> list[str]:
+    """The ``POINT@EPOCH`` entries of ``env`` (comma-separated)."""
+    return [spec for spec in (os.environ.get(env) or "").split(",") if spec]
 
 
 def _matches(spec: str | None, name: str, epoch: int) -> bool:
@@ -116,7 +123,8 @@ def _first(marker_name: str, epoch: int) -> bool:
 
 def _hold(name: str, epoch: int) -> None:
     """Wait for the test's release file (at most 600 s) when this is the point to hold at."""
-    if not _matches(os.environ.get(_HOLD_ENV), name, epoch) or not _first(f"held-{name}", epoch):
+    held = any(_matches(spec, name, epoch) for spec in _specs(_HOLD_ENV))
+    if not held or not _first(f"held-{name}", epoch):
         return
     release = _marker_dir() / f"release-{name}"
     deadline = time.monotonic() + 600

@@ -4,7 +4,7 @@ make services && .venv/bin/python examples/elasticsearch_sink.py
 
 Uses the cluster at $ELASTICSEARCH_URL (``docker compose up -d elasticsearch``: security off,
 http://localhost:9200). Without it, it starts the repository's Elasticsearch test server
-(tests/support/es_server/), which speaks the part of the REST API the sink uses.
+(exactlyonce/integration/lab/es_stand_in/), which speaks the part of the REST API the sink uses.
 """
 
 import os
@@ -22,7 +22,7 @@ if not url:
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
-    from tests.support.es_server import EsTestServer
+    from exactlyonce.integration.lab.es_stand_in import EsTestServer
 
     url = EsTestServer().start().url
     print(f"no ELASTICSEARCH_URL: using the test server at {url}")

@@ -160,11 +160,12 @@ class Job:
         env.pop("EXACTLYONCE_HOLD_AT", None)
         if crash_at:
             env["EXACTLYONCE_CRASH_AT"] = crash_at
-        if hold_at:
+        if hold_at:  # one POINT@EPOCH, or several separated by commas
             env["EXACTLYONCE_HOLD_AT"] = hold_at
-            point = hold_at.partition("@")[0]
-            for stale in (f"held-{point}", f"release-{point}"):
-                (self.crash_dir / stale).unlink(missing_ok=True)
+            for spec in hold_at.split(","):
+                point = spec.partition("@")[0]
+                for stale in (f"held-{point}", f"release-{point}"):
+                    (self.crash_dir / stale).unlink(missing_ok=True)
         if crash_at or hold_at:
             env["EXACTLYONCE_CRASH_DIR"] = str(self.crash_dir)
         self.runs += 1

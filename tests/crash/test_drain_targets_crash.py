@@ -14,7 +14,7 @@ happened, the last one before the drain was done.
 
 The audit counts WRITES: Redis through the sink server's AOF (every HSET/SET/XADD a script ran,
 tests/support/redis_fixtures.py), plus the stream's entries per record ID; Elasticsearch (no
-server is installable here: the stand-in tests/support/es_server/, unless ELASTICSEARCH_URL)
+server is installable here: the stand-in lab/es_stand_in/, unless ELASTICSEARCH_URL)
 through the stand-in's per-``_id`` create attempts, 409s and successful writes, and
 ``_version`` (1 for every document); the append table through tests/support/audit.py's
 triggers (committed insert attempts and rows inserted; no unique index there hides a second

@@ -1,7 +1,7 @@
 """kill -9 the real PySpark job writing to Elasticsearch at every named point; restart; audit.
 
 No Elasticsearch server can be installed here: unless ``ELASTICSEARCH_URL`` names a real
-cluster, these run against the stand-in tests/support/es_server/ (in this pytest process).
+cluster, these run against the stand-in lab/es_stand_in/ (in this pytest process).
 
 The job (tests/crash/es_job.py) runs in its own session and is SIGKILLed whole (driver, JVM,
 Python workers); Elasticsearch (or the test server) is not. The audit counts successful writes
@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+from exactlyonce.integration.lab.chaos.servers import restart
+from exactlyonce.integration.lab.services import down, port, up
 from tests.crash.harness import Input, Job, crash_seed, make_input
-from tests.support.es_fixtures import EsHandle, read_index
+from tests.support.es_fixtures import EsHandle, EsServiceHandle, read_index
+from tests.support.private_kafka import free_port
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
@@ -200,6 +204,56 @@ def test_seeded_random_kills_with_429s_and_a_lost_bulk_reply(
         # A record is re-sent (a 409) at most once per kill and once per lost bulk reply.
         most = len(job.kills) + server.dropped_replies - dropped
         assert max(conflicts.values(), default=0) <= most, f"re-sent more than {most} times"
+
+
+@pytest.fixture
+def es_service(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[EsServiceHandle]:
+    """The durable stand-in as the local service ``es-stand-in`` of a home of its own (out
+    of the test's ``tmp_path``, which the secrets scan reads: a home's ``services.env`` holds
+    the local PostgreSQL's password by design)."""
+    home = tmp_path_factory.mktemp("es-home")
+    monkeypatch.setenv("EXACTLYONCE_ES_STAND_IN_PORT", str(free_port()))
+    up(["es-stand-in"], home)
+    try:
+        yield EsServiceHandle(f"http://127.0.0.1:{port('es-stand-in')}", None, home)
+    finally:
+        down(["es-stand-in"], home)
+
+
+def test_the_sink_server_restarted_under_a_held_run_writes_each_record_once(
+    tmp_path: Path, services: dict[str, str], es_service: EsServiceHandle, index: str
+) -> None:
+    """The sink's own server restarted twice under one run, which must ride both out by
+    itself: the stand-in as a process with its journal (service ``es-stand-in``; no
+    Elasticsearch is installable here), ``op_type="index"`` (a second write of a record
+    bumps its ``_version``, which plain HTTP reads), one shard.
+
+    - held at ``after_shard_commit@2`` (the shard marked, the head not yet): SIGKILLed and
+      started again on its journal; the marker must be there, or epoch 2 would be written
+      again;
+    - held at ``mid_bulk@4`` (the task's first bulk applied, the rest to come): stopped
+      cleanly and started again; the task sends the rest to the new process.
+
+    No pipeline kill: every record is written exactly once (the server's write counters over
+    its endpoint, and ``_version`` 1 read over HTTP), none refused."""
+    job, data = prepare(tmp_path, es_service, index, files=6, mode="index")
+    job.extra_args = ("--shards", "1")
+    home = es_service.home
+    holds = (("after_shard_commit", 2, True), ("mid_bulk", 4, False))
+    job.start(hold_at=",".join(f"{point}@{epoch}" for point, epoch, _ in holds))
+    restarts = []
+    for point, epoch, hard in holds:
+        job.wait_until_held(point, timeout=240)
+        restarts.append(restart("es-stand-in", hard=hard, down_s=0.5, home=home))
+        job.release(point)
+        job.wait_for_commit(epoch, timeout=240)  # the run rode it out by itself
+    job.finish(timeout=300)
+    assert [r.new_pid != r.old_pid for r in restarts] == [True, True]
+    assert job.kills == [], "no pipeline kill: the restarts alone"
+    conflicts = verify(job, data, es_service)
+    assert conflicts == {}, f"a write was refused: {conflicts}"
 
 
 # Spark's format API (format("exactlyonce")): no shard markers on this path, so a task killed

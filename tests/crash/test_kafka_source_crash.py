@@ -16,7 +16,7 @@ unique index: a duplicate is a second row), Kafka (a plain read_committed consum
 Redis ``write: stream`` (a duplicate is a second entry), and Elasticsearch with
 ``op_type: index`` (a second write of an ``_id`` leaves ``_version`` 2). No Elasticsearch
 server is installable here: its cells run against the stand-in the tests start
-(tests/support/es_server/, the ``es`` fixture), over HTTP like a real cluster.
+(exactlyonce/integration/lab/es_stand_in/, the ``es`` fixture), over HTTP like a real cluster.
 
 Every cell's schedule, on one checkpoint: ``exactlyonce run`` (``trigger: available_now``,
 a few epochs per run) SIGKILLed whole (its session: the CLI, Spark's JVM, the Python workers)

@@ -1,5 +1,5 @@
 """format("exactlyonce") into Elasticsearch: a real streaming query, the Elasticsearch
-stand-in (tests/support/es_server/, or a real cluster with ELASTICSEARCH_URL) and the real catalog.
+stand-in (lab/es_stand_in/, or a real cluster with ELASTICSEARCH_URL) and the real catalog.
 
 Writes are counted per ``_id`` (the stand-in's write counters, or ``_version``), so a second
 successful write of a document is caught though its ``_id`` is the same.

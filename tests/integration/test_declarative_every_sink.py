@@ -1,5 +1,5 @@
 """Spark Declarative Pipelines into every sink at once: one pipeline, five exactlyonce sinks
-(PostgreSQL, Kafka, Redis, Elasticsearch: the stand-in tests/support/es_server/, as no
+(PostgreSQL, Kafka, Redis, Elasticsearch: the stand-in lab/es_stand_in/, as no
 Elasticsearch server is installable here, and a genuine OpenSearch node), one flow each,
 running concurrently on the local Spark Connect server ``spark-pipelines run`` starts; a
 first run and a restart with more files. Each sink is audited by what counts its committed

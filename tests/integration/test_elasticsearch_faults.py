@@ -1,4 +1,4 @@
-"""Elasticsearch faults of issue 16, against the test server (tests/support/es_server/),
+"""Elasticsearch faults of issue 16, against the test server (lab/es_stand_in/),
 through real Spark: a document too large for the server (HTTP 413) goes to the dead letters and
 the rest of its batch is written; 429 and 5xx storms and refused connections (F7) strike at
 seeded moments WHILE the batches are written, and every ``_id`` ends written exactly once
@@ -20,9 +20,9 @@ from pyspark.sql import functions as F
 
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
 from exactlyonce.dedup.ids import record_id
+from exactlyonce.integration.lab.es_stand_in import EsTestServer
 from tests.crash.harness import crash_seed
 from tests.support.es_fixtures import EsHandle
-from tests.support.es_server import EsTestServer
 from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 """ElasticsearchSink through real Spark (local[2]), batch by batch.
 
-Runs against a real cluster when ELASTICSEARCH_URL is set, else against tests/support/es_server/
+Runs against a real cluster when ELASTICSEARCH_URL is set, else against lab/es_stand_in/
 (the pytest summary says which). Write counts are per-``_id`` write counters (test server)
 or ``_version`` (real cluster): a second write of an ``_id`` is seen even when it overwrote
 the first. Fault injection (429s, lost replies) needs the test server; against a real
@@ -18,8 +18,8 @@ from pyspark.sql import functions as F
 from exactlyonce.connectors.elasticsearch import ElasticsearchSink, RetryPolicy
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.errors import ConfigError, SinkUnavailableError
+from exactlyonce.integration.lab.es_stand_in import EsTestServer
 from tests.support.es_fixtures import EsHandle
-from tests.support.es_server import EsTestServer
 from tests.support.events import events, ids
 
 pytestmark = pytest.mark.integration

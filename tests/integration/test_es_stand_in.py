@@ -1,4 +1,4 @@
-"""tests/support/es_server/ (the Elasticsearch stand-in) checked against a genuine engine,
+"""lab/es_stand_in/ (the Elasticsearch stand-in) checked against a genuine engine,
 OpenSearch.
 
 No Elasticsearch server can be installed here (ENVIRONMENT.md); OpenSearch 2.19.6, a fork of
@@ -37,7 +37,7 @@ from exactlyonce.connectors.search.schema import (
     DEAD_LETTER_MAPPING,
     target_mapping,
 )
-from tests.support.es_server import EsTestServer
+from exactlyonce.integration.lab.es_stand_in import EsTestServer
 from tests.support.opensearch_node import OpenSearchNode
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """The Elasticsearch family's Real-time Mode writer (``realtime()``): records by ``_id``,
 then the source frontiers, each moved only from the version the writer read. Against a GENUINE
 OpenSearch node (OpenSearchSink), and against the Elasticsearch stand-in
-(tests/support/es_server/: no Elasticsearch server is installable here) for ElasticsearchSink.
+(lab/es_stand_in/: no Elasticsearch server is installable here) for ElasticsearchSink.
 
 Drives the writer as Spark's task does (``open``/``process``/``close``). ``op_type="index"``,
 so a second write of a record is a second ``_version``; versions and documents are read over

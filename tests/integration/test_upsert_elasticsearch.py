@@ -1,6 +1,6 @@
 """ElasticsearchSink(mode="upsert") through real Spark (local[2]).
 
-Runs against a real cluster when ELASTICSEARCH_URL is set, else against tests/support/es_server/,
+Runs against a real cluster when ELASTICSEARCH_URL is set, else against lab/es_stand_in/,
 whose external versioning is checked against OpenSearch (tests/integration/test_es_stand_in.py).
 ``sink(df, epoch)`` runs the whole protocol; ``sink._write_epoch(df, epoch, shards)`` runs an
 epoch's executor tasks again after the head passed it (a crashed driver's late tasks; the

@@ -4,11 +4,11 @@
 import.
 Which backend ran is printed, recorded as a ``user_properties`` entry of every test that uses
 it, and repeated in pytest's terminal summary, so a run says plainly whether it checked real
-Elasticsearch or ``tests/support/es_server/``.
+Elasticsearch or ``exactlyonce/integration/lab/es_stand_in/``.
 
 No Elasticsearch server can be installed on the machines this project is tested on, so
 unless ``ELASTICSEARCH_URL`` names a real cluster every Elasticsearch test runs against the
-stand-in, ``tests/support/es_server/``.
+stand-in, ``exactlyonce/integration/lab/es_stand_in/``.
 
 Write counts come from the test server's per-``_id`` write counters; against a real cluster
 they come from ``_version`` (every successful index/create of an ``_id`` bumps it, a 409 does
@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from tests.support.es_server import EsTestServer
+from exactlyonce.integration.lab.es_stand_in import EsTestServer
 
 _RAN_AGAINST: set[str] = set()
 
@@ -49,7 +49,9 @@ class EsHandle:
 
     def describe(self) -> str:
         if self.server is not None:
-            return f"the in-process test server tests/support/es_server/ at {self.url}"
+            return (
+                f"the in-process test server exactlyonce/integration/lab/es_stand_in/ at {self.url}"
+            )
         return f"REAL Elasticsearch at {self.url} (ELASTICSEARCH_URL)"
 
     def client(self) -> Elasticsearch:
@@ -87,6 +89,35 @@ class EsHandle:
                 return {}
             es.indices.refresh(index=index)
             return {hit["_id"]: hit["_source"] for hit in helpers.scan(es, index=index, size=2000)}
+
+
+@dataclass
+class EsServiceHandle(EsHandle):
+    """The stand-in run as the local service ``es-stand-in`` of ``home`` (a process of its
+    own, with its journal, which chaos's ``restart`` restarts): its write counters read over
+    its test-only endpoint ``GET /_stand_in/writes/<index>``."""
+
+    home: Path | None = None
+
+    @property
+    def kind(self) -> str:
+        return "stand-in service"
+
+    def describe(self) -> str:
+        return f"the Elasticsearch stand-in as the local service es-stand-in at {self.url}"
+
+    def writes(self, index: str) -> dict[str, int]:
+        docs = self._report(index)["docs"]
+        return {i: int(d["written"]) for i, d in docs.items() if d["written"]}
+
+    def conflicts(self, index: str) -> dict[str, int] | None:
+        docs = self._report(index)["docs"]
+        return {i: int(d["conflicts"]) for i, d in docs.items() if d["conflicts"]}
+
+    def _report(self, index: str) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}/_stand_in/writes/{index}", timeout=30) as resp:
+            report: dict[str, Any] = json.loads(resp.read())
+        return report
 
 
 def read_index(url: str, index: str) -> dict[str, tuple[int, dict[str, Any]]]:

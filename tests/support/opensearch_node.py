@@ -1,5 +1,5 @@
 """A genuine OpenSearch 2.19.6 node as a plain process: the OpenSearch sink's tests run against
-it, and tests/support/es_server/ is checked against it.
+it, and exactlyonce/integration/lab/es_stand_in/ is checked against it.
 
 There is no Elasticsearch server in any registry this project can reach (ENVIRONMENT.md), but
 OpenSearch's server jars are on Maven Central. :func:`resolve` takes the class path of the

@@ -53,6 +53,29 @@ def test_a_hold_waits_for_its_release_and_fires_once(
     assert time.monotonic() - began < 1
 
 
+def test_several_holds_each_hold_their_point_and_epoch(
+    crash_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exactlyonce.faults import armed
+
+    monkeypatch.setenv("EXACTLYONCE_HOLD_AT", "after_shard_commit@2,mid_bulk@4")
+    assert armed("after_shard_commit") and armed("mid_bulk") and not armed("mid_write")
+    crash_point("mid_bulk", 2)  # the other hold's epoch: goes on
+    assert list(crash_dir.iterdir()) == []
+    for point, epoch in (("after_shard_commit", 2), ("mid_bulk", 4)):
+        held = threading.Thread(target=crash_point, args=(point, epoch), daemon=True)
+        held.start()
+        marker = crash_dir / f"held-{point}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (marker.exists() and marker.read_text()):
+            time.sleep(0.01)
+        assert marker.read_text().split()[1] == str(epoch)
+        assert held.is_alive(), f"{point}@{epoch} holds until released"
+        (crash_dir / f"release-{point}").touch()
+        held.join(timeout=5)
+        assert not held.is_alive()
+
+
 def test_a_crash_point_that_fired_already_lets_the_restarted_run_go_on(
     crash_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,6 +1,6 @@
 """The Elasticsearch test server, checked with the official client over a real socket.
 
-These run against tests/support/es_server/ only (never a real cluster): they check the server that
+These run against lab/es_stand_in/ only (never a real cluster): they check the server that
 stands in for Elasticsearch where none can be installed.
 """
 
@@ -29,7 +29,7 @@ from elasticsearch import (
     helpers,
 )
 
-from tests.support.es_server import EsTestServer
+from exactlyonce.integration.lab.es_stand_in import EsTestServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -227,7 +227,7 @@ def test_basic_auth() -> None:
 
 def test_standalone_process() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.es_server", "--port", "0"],
+        [sys.executable, "-m", "exactlyonce.integration.lab.es_stand_in", "--port", "0"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
-from tests.support.es_server import EsTestServer
+from exactlyonce.integration.lab.es_stand_in import EsTestServer
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ class ElasticsearchSink(SearchSink):
     external version (``version_type=external_gte``), so Elasticsearch applies the guard; a
     409 is a no-op counted ``stale``. Deletes are guarded only for ``index.gc_deletes``.
 
-    Tested against the stand-in ``tests/support/es_server/`` (no Elasticsearch server can be
+    Tested against the stand-in ``lab/es_stand_in/`` (no Elasticsearch server can be
     installed where the tests run) and, through the same protocol code, against a genuine
     OpenSearch node (:class:`~exactlyonce.connectors.opensearch.OpenSearchSink`).
 

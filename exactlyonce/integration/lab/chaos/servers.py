@@ -2,7 +2,8 @@
 
 A server is restarted only when it is a local service of ``exactlyonce services`` (``make
 services``, or one started on demand: ``redis-aof``, the persistent Redis a Redis sink writes
-to, and ``opensearch``, a genuine OpenSearch node)
+to, ``opensearch``, a genuine OpenSearch node, and ``es-stand-in``, the durable Elasticsearch
+stand-in)
 under this checkout's services home (``EXACTLYONCE_HOME``, else
 ``./.exactlyonce``): the pipeline's address (the sink's DSN or URL, the catalog's Redis, the
 Kafka source's or buffer's brokers) matches the address in that home's ``services.env``, its
@@ -59,7 +60,12 @@ _ENV_OF = {
 GONE_TIMEOUT_S = 60.0
 AOF = "redis-aof"  # the persistent Redis, a Redis sink's server (``services up --only``)
 OPENSEARCH = "opensearch"  # a genuine OpenSearch node, an OpenSearch sink's server (the same)
-ON_DEMAND = (AOF, OPENSEARCH)  # local services not in services.env, restarted when they run
+ES_STAND_IN = "es-stand-in"  # the durable Elasticsearch stand-in, an Elasticsearch sink's server
+ON_DEMAND = (
+    AOF,
+    OPENSEARCH,
+    ES_STAND_IN,
+)  # local services not in services.env, restarted when they run
 # The servers whose faults strike the node holding a role, the roles taken in turn.
 FAILOVER_ROLES: dict[str, tuple[str, ...]] = {SERVICE: ROLES}
 

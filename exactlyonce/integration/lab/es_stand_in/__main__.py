@@ -1,5 +1,6 @@
-"""``python -m tests.support.es_server [--host H] [--port N] [--user U --password P]``."""
+"""``python -m exactlyonce.integration.lab.es_stand_in [--host H] [--port N] [--user U
+--password P] [--data DIR]``."""
 
-from tests.support.es_server.server import main
+from exactlyonce.integration.lab.es_stand_in.server import main
 
 main()

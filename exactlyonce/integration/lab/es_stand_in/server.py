@@ -57,7 +57,10 @@ reads the write log over HTTP, for a server run as its own process: ``GET
 /_stand_in/writes/<index>`` (:meth:`~EsTestServer.write_report`; Elasticsearch answers 400).
 
 ``with EsTestServer() as es: ...`` runs it in a background thread; ``python -m
-tests.support.es_server --port 9200`` runs it as its own process until SIGTERM/SIGINT.
+exactlyonce.integration.lab.es_stand_in --port 9200`` runs it as its own process until
+SIGTERM/SIGINT. In memory by default; with ``data`` (``--data DIR``) every acknowledged change is
+journaled and fsynced before the reply and loaded again at start (:mod:`.journal`), so the
+process survives a SIGKILL as Elasticsearch does (the local service ``es-stand-in`` runs it so).
 """
 
 from __future__ import annotations
@@ -67,8 +70,10 @@ import base64
 import collections
 import contextlib
 import datetime
+import functools
 import json
 import math
+import operator
 import re
 import signal
 import socket
@@ -78,8 +83,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from exactlyonce.integration.lab.es_stand_in.journal import Journal, Record
 
 VERSION = "8.15.0"
 _COMPAT = re.compile(r"compatible-with=(\d+)")
@@ -287,12 +295,16 @@ class Index:
     versions: dict[str, list[int]] = field(default_factory=dict)  # every applied write's
     # per _id: every write request's "op status" ("create 201", "create 409", "index 429")
     outcomes: dict[str, collections.Counter[str]] = field(default_factory=dict)
+    # what changed since the journal last took it (:meth:`EsTestServer._persist`)
+    dirty: set[str] = field(default_factory=set, compare=False, repr=False)
+    meta_dirty: bool = field(default=False, compare=False, repr=False)
 
     def note(self, op: str, doc_id: str, status: int) -> None:
         """Count one write request of ``doc_id`` (a bulk item or the document API), whatever
         its outcome: a 409, a 400 and an injected 429 are attempts too."""
         self.attempts[doc_id] += 1
         self.outcomes.setdefault(doc_id, collections.Counter())[f"{op} {status}"] += 1
+        self.dirty.add(doc_id)
 
     def mappings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"properties": self.properties}
@@ -400,6 +412,7 @@ class Index:
         updates = check_document(self, doc_id, source)
         for path, mapping in updates:
             _put_path(self.properties, path, mapping)
+            self.meta_dirty = True
         self.seq_no += 1
         self.docs[doc_id] = Doc(source, new_version, self.seq_no)
         self.tombstones.pop(doc_id, None)
@@ -660,11 +673,11 @@ def matches(query: dict[str, Any] | None, doc_id: str, source: dict[str, Any]) -
         if kind == "terms":
             return any(_same(v, w) for v in values for w in want)
         if kind == "range":
-            bounds = {
-                "gt": lambda a, b: a > b,
-                "gte": lambda a, b: a >= b,
-                "lt": lambda a, b: a < b,
-                "lte": lambda a, b: a <= b,
+            bounds: dict[str, Callable[[Any, Any], bool]] = {
+                "gt": operator.gt,
+                "gte": operator.ge,
+                "lt": operator.lt,
+                "lte": operator.le,
             }
             return any(
                 all(
@@ -697,6 +710,11 @@ def matches(query: dict[str, Any] | None, doc_id: str, source: dict[str, Any]) -
     raise EsError(400, "parsing_exception", f"unknown query [{kind}]", line=1, col=13)
 
 
+def _hit_key(field_name: str, hit: tuple[str, str, dict[str, Any]]) -> tuple[int, Any]:
+    """A search hit's sort key on ``field_name`` (a hit that has the field)."""
+    return _cmp_key(_field(hit[1], hit[2], field_name)[0])
+
+
 def _sort_spec(sort: Any) -> list[tuple[str, bool]]:
     out: list[tuple[str, bool]] = []
     for item in sort if isinstance(sort, list) else [sort]:
@@ -713,6 +731,93 @@ def _sort_spec(sort: Any) -> list[tuple[str, bool]]:
 # -- the server -------------------------------------------------------------------------
 
 
+# -- the journal's records (:mod:`.journal`): states, not requests --------------------------
+# After a request, each index it touched is written whole but for its documents (name, uuid,
+# mapping, sequence number), then each ``_id`` it touched: the document (or none), its
+# tombstone and the test counters, so a restarted server answers the same ``_version`` and
+# ``_seq_no`` and reports the same write counts as one that never stopped. A dropped index is
+# a record of its own. Replayed in order, the last state of an ``_id`` wins; recovery ends
+# with a refresh, as Elasticsearch's does. A journal holding more than twice the records its
+# state needs is rewritten as that state at start, so restarts stay quick.
+
+
+def index_record(index: Index) -> Record:
+    return ("index", index.name, index.uuid, index.properties, index.dynamic, index.seq_no)
+
+
+def doc_record(index: Index, doc_id: str) -> Record:
+    doc = index.docs.get(doc_id)
+    return (
+        "doc",
+        index.name,
+        doc_id,
+        None if doc is None else (doc.source, doc.version, doc.seq_no),
+        index.tombstones.get(doc_id),
+        index.writes.get(doc_id, 0),
+        list(index.versions.get(doc_id, ())),
+        index.attempts.get(doc_id, 0),
+        dict(index.outcomes.get(doc_id, {})),
+    )
+
+
+def drop_record(name: str) -> Record:
+    return ("drop", name)
+
+
+def restore(journal: Journal) -> dict[str, Index]:
+    """The indices ``journal`` holds (compacted when it holds over twice what they need)."""
+    indices: dict[str, Index] = {}
+    read = 0
+    for record in journal.records():
+        read += 1
+        _apply(indices, record)
+    for index in indices.values():
+        index.refresh()
+        index.dirty.clear()
+        index.meta_dirty = False
+    state = [
+        record
+        for index in indices.values()
+        for record in (index_record(index), *(doc_record(index, i) for i in _known_ids(index)))
+    ]
+    if read > 2 * len(state):
+        journal.rewrite(state)
+    return indices
+
+
+def _apply(indices: dict[str, Index], record: Record) -> None:
+    kind, name = record[0], record[1]
+    if kind == "drop":
+        indices.pop(name, None)
+        return
+    if kind == "index":
+        _, _, uuid_, properties, dynamic, seq_no = record
+        index = indices.get(name)
+        if index is None or index.uuid != uuid_:
+            index = indices[name] = Index(name, uuid=uuid_)
+        index.properties, index.dynamic, index.seq_no = properties, dynamic, seq_no
+        return
+    _, _, doc_id, doc, tombstone, writes, versions, attempts, outcomes = record
+    index = indices[name]
+    if doc is None:
+        index.docs.pop(doc_id, None)
+    else:
+        index.docs[doc_id] = Doc(*doc)
+    if tombstone is None:
+        index.tombstones.pop(doc_id, None)
+    else:
+        index.tombstones[doc_id] = tombstone
+    index.writes[doc_id] = writes
+    index.versions[doc_id] = versions
+    index.attempts[doc_id] = attempts
+    index.outcomes[doc_id] = collections.Counter(outcomes)
+
+
+def _known_ids(index: Index) -> set[str]:
+    """Every ``_id`` the index holds anything of: a document, a tombstone or a count."""
+    return set(index.docs) | set(index.tombstones) | set(index.attempts)
+
+
 class EsTestServer:
     """The server object: start/stop, state, counters and fault injection."""
 
@@ -725,12 +830,15 @@ class EsTestServer:
         api_key: str | None = None,
         max_content_length: int = 100 * 1024 * 1024,
         version: str = VERSION,
+        data: Path | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.basic_auth, self.api_key = basic_auth, api_key
         self.max_content_length = max_content_length
         self.version_number = version
-        self.indices: dict[str, Index] = {}
+        # ``data``: the journal's directory (:mod:`.journal`); what it holds is loaded now
+        self.journal = Journal(data) if data is not None else None
+        self.indices: dict[str, Index] = restore(self.journal) if self.journal else {}
         self.lock = threading.RLock()
         # scroll id -> (hits still to send, page size): a snapshot taken by the first search
         self.scrolls: dict[str, tuple[list[dict[str, Any]], int]] = {}
@@ -797,6 +905,27 @@ class EsTestServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _persist(self) -> None:
+        """Under the lock, before the reply: what the request changed, to the journal (with
+        none, only forgotten)."""
+        records: list[Record] = []
+        for index in self.indices.values():
+            if not (index.dirty or index.meta_dirty):
+                continue
+            if self.journal is not None:
+                records.append(index_record(index))
+                records += [doc_record(index, doc_id) for doc_id in sorted(index.dirty)]
+            index.dirty.clear()
+            index.meta_dirty = False
+        if self.journal is not None:
+            self.journal.append(records)
+
+    def _drop_index(self, name: str) -> None:
+        self._persist()
+        del self.indices[name]
+        if self.journal is not None:
+            self.journal.append([drop_record(name)])
+
     # -- what tests read -----------------------------------------------------------------
 
     def index(self, name: str) -> Index:
@@ -848,7 +977,7 @@ class EsTestServer:
         """What the test-only endpoint ``GET /_stand_in/writes/<index>`` answers: per ``_id``,
         successful writes, 409s and every outcome; and their totals."""
         log, written = self.write_log(index), self.write_counts(index)
-        docs = {
+        docs: dict[str, dict[str, Any]] = {
             doc_id: {
                 "written": written.get(doc_id, 0),
                 "conflicts": sum(c for key, c in outcomes.items() if key.endswith(" 409")),
@@ -966,7 +1095,7 @@ class EsTestServer:
     def _auto_index(self, name: str) -> Index:
         if name not in self.indices:
             _check_index_name(name)
-            self.indices[name] = Index(name)
+            self.indices[name] = Index(name, meta_dirty=True)
         return self.indices[name]
 
     def create_index(self, name: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -984,7 +1113,9 @@ class EsTestServer:
             mappings = (body or {}).get("mappings") or {}
             _check_field_types(mappings.get("properties") or {})
             index = Index(name, dict(mappings.get("properties", {})), mappings.get("dynamic", True))
+            index.meta_dirty = True
             self.indices[name] = index
+            self._persist()
         return {"acknowledged": True, "shards_acknowledged": True, "index": name}
 
     def put_mapping(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -998,6 +1129,8 @@ class EsTestServer:
             index.properties = merged
             if "dynamic" in body:
                 index.dynamic = body["dynamic"]
+            index.meta_dirty = True
+            self._persist()
         return {"acknowledged": True}
 
     def info(self) -> dict[str, Any]:
@@ -1043,6 +1176,7 @@ class EsTestServer:
             if params.get("refresh") in _REFRESH:
                 for name in touched:
                     self.indices[name].refresh()
+            self._persist()
             drop = self._drop_after > 0
             if drop:
                 self._drop_after -= 1
@@ -1143,16 +1277,14 @@ class EsTestServer:
                 continue
             present = [h for h in hits if _field(h[1], h[2], field_name)]
             absent = [h for h in hits if not _field(h[1], h[2], field_name)]
-            present.sort(
-                key=lambda h, f=field_name: _cmp_key(_field(h[1], h[2], f)[0]), reverse=desc
-            )
+            present.sort(key=functools.partial(_hit_key, field_name), reverse=desc)
             hits = present + absent
         start = int(body.get("from", params.get("from", 0)))
         size = int(body.get("size", params.get("size", 10)))
         scrolling = "scroll" in params  # every hit now; pages after the first: _search/scroll
         page = hits if scrolling else hits[start : start + size]
         wants_version = body.get("version") is True or params.get("version") == "true"
-        found = {
+        found: dict[str, Any] = {
             "took": 1,
             "timed_out": False,
             "_shards": _SEARCH_SHARDS,
@@ -1364,7 +1496,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.send_header("Content-Length", str(0 if self.command == "HEAD" else len(data)))
         # Headers and body in one send: split writes meet Nagle + delayed ACK (40 ms each).
-        self._headers_buffer.append(b"\r\n" + (b"" if self.command == "HEAD" else data))
+        buffered: list[bytes] = self._headers_buffer  # type: ignore[attr-defined]
+        buffered.append(b"\r\n" + (b"" if self.command == "HEAD" else data))
         self.flush_headers()
 
     def _drop(self) -> None:
@@ -1511,7 +1644,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, es.create_index(name, body)
             if method == "DELETE":
                 es._get_index(name)
-                del es.indices[name]
+                es._drop_index(name)
                 return 200, {"acknowledged": True}
             if method == "GET":
                 index = es._get_index(name)
@@ -1556,10 +1689,12 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             except EsError as exc:
                 index.note(op, doc_id, exc.status)
+                es._persist()
                 raise
             index.note(op, doc_id, status)
             if params.get("refresh") in _REFRESH:
                 index.refresh()
+            es._persist()
             if es._drop_doc_after > 0:
                 es._drop_doc_after -= 1
                 es.dropped_replies += 1
@@ -1603,12 +1738,19 @@ def serve(
 
 def main(argv: Iterable[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.support.es_server", description="An Elasticsearch 8 test server."
+        prog="python -m exactlyonce.integration.lab.es_stand_in",
+        description="An Elasticsearch 8 test server.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--user", help="require basic auth with this user")
     parser.add_argument("--password", help="the password for --user")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="keep what is acknowledged in this directory's journal, and load it at start "
+        "(without it, the server starts empty and forgets everything when it stops)",
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     auth = (args.user, args.password or "") if args.user else None
     serve(
@@ -1616,6 +1758,7 @@ def main(argv: Iterable[str] | None = None) -> None:
         args.port,
         ready=lambda s: print(f"es_server listening on {s.url}", flush=True),
         basic_auth=auth,
+        data=args.data,
     )
 
 

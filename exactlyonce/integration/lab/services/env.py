@@ -22,9 +22,17 @@ from exactlyonce.integration.envfile import home_dir
 # hide aborted records), ``kafka3`` (a 3-node Kafka cluster, for failover), ``redis-aof``
 # (a Redis with an append-only file, for a Redis sink whose server is restarted) and
 # ``opensearch`` (a genuine OpenSearch node, for an OpenSearch sink whose server is restarted)
-# only when named.
+# and ``es-stand-in`` (the durable Elasticsearch stand-in, for an Elasticsearch sink whose server
+# is restarted) only when named.
 SERVICES: tuple[str, ...] = ("pg", "redis", "kafka")
-KNOWN_SERVICES: tuple[str, ...] = (*SERVICES, "tansu", "kafka3", "redis-aof", "opensearch")
+KNOWN_SERVICES: tuple[str, ...] = (
+    *SERVICES,
+    "tansu",
+    "kafka3",
+    "redis-aof",
+    "opensearch",
+    "es-stand-in",
+)
 HOST = "127.0.0.1"
 DEFAULT_PORTS: dict[str, int] = {
     "pg": 54329,
@@ -36,6 +44,7 @@ DEFAULT_PORTS: dict[str, int] = {
     "redis-aof": 63791,
     "opensearch": 19200,
     "opensearch-transport": 19300,
+    "es-stand-in": 19201,
 }
 PORT_ENV: dict[str, str] = {
     "pg": "EXACTLYONCE_PG_PORT",
@@ -47,6 +56,7 @@ PORT_ENV: dict[str, str] = {
     "redis-aof": "EXACTLYONCE_REDIS_AOF_PORT",
     "opensearch": "EXACTLYONCE_OPENSEARCH_PORT",
     "opensearch-transport": "EXACTLYONCE_OPENSEARCH_TRANSPORT_PORT",
+    "es-stand-in": "EXACTLYONCE_ES_STAND_IN_PORT",
 }
 PORTS_FILE = "ports.json"
 PG_USER = PG_DB = "exactlyonce"

@@ -2,7 +2,8 @@
 
 Starts and stops are serialized between processes sharing one home dir (a file lock), so
 tests and ``make services`` can run side by side. Each service module (``postgres``,
-``redis``, ``redis_aof``, ``kafka``, ``tansu``, ``kafka_cluster``, ``opensearch``) has
+``redis``, ``redis_aof``, ``kafka``, ``tansu``, ``kafka_cluster``, ``opensearch``,
+``es_stand_in``) has
 ``start``, ``stop``, ``pid`` and ``answers``.
 """
 
@@ -16,6 +17,7 @@ from typing import Protocol
 
 from exactlyonce.integration.envfile import home_dir, service_env, write_env_file
 from exactlyonce.integration.lab.services import (
+    es_stand_in,
     kafka,
     kafka_cluster,
     opensearch,
@@ -55,6 +57,7 @@ _MODULES: dict[str, _Service] = {
     "kafka3": kafka_cluster,
     "redis-aof": redis_aof,
     "opensearch": opensearch,
+    "es-stand-in": es_stand_in,
 }
 
 
