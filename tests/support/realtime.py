@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg import sql
 
@@ -83,12 +83,34 @@ def make_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
 def end_offsets(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{topic}"})
     try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)
-        }
+        return {p: high_watermark(consumer, TopicPartition(topic, p)) for p in range(partitions)}
     finally:
         consumer.close()
+
+
+# A new topic's partitions answer these until their leader is known to the client: transient.
+NO_LEADER_YET = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+
+def high_watermark(
+    consumer: Consumer, tp: TopicPartition, wait_s: float = 0.2, deadline_s: float = 30.0
+) -> int:
+    """The partition's high watermark, read again while it has no leader yet (a topic just
+    created); any other error, or no leader after ``deadline_s``, is raised."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException as exc:
+            if exc.args[0].code() not in NO_LEADER_YET or time.monotonic() > deadline:
+                raise
+        time.sleep(wait_s)
 
 
 @dataclass
