@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exactlyonce.integration.lab.services import tansu
+from exactlyonce.integration.lab.services import processes, tansu
 
 
 class Moved(Exception):
@@ -22,9 +22,9 @@ def test_a_taken_tansu_port_moves_tansu_not_kafka(
         moved.append(name)
         raise Moved
 
-    monkeypatch.setattr(tansu, "adopt_running", lambda *args: False)
-    monkeypatch.setattr(tansu, "tcp_open", lambda port: True)
-    monkeypatch.setattr(tansu, "port_taken", port_taken)
+    monkeypatch.setattr(processes, "adopt_running", lambda *args: False)
+    monkeypatch.setattr(processes, "tcp_open", lambda port: True)
+    monkeypatch.setattr(processes, "port_taken", port_taken)
     with pytest.raises(Moved):
         tansu.start(tmp_path)
     assert moved == ["tansu"]

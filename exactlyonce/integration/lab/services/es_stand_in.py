@@ -19,30 +19,12 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from exactlyonce.integration.lab.services.env import HOST, port, port_taken
-from exactlyonce.integration.lab.services.processes import (
-    adopt_running,
-    read_pid,
-    signal_and_wait,
-    spawn_detached,
-    tcp_open,
-    wait_until,
-)
+from exactlyonce.integration.lab.services.env import HOST, port
+from exactlyonce.integration.lab.services.processes import DetachedService
 
 NAME = "es-stand-in"
 PROCESS_NAME = "exactlyonce.integration.lab.es_stand_in"  # in its command line
 START_TIMEOUT_S = 60.0
-
-
-def paths(home: Path) -> tuple[Path, Path, Path]:
-    """(dir, pid file, log file)."""
-    base = home / NAME
-    return base, base / "es-stand-in.pid", base / "es-stand-in.log"
-
-
-def pid(home: Path) -> int | None:
-    """The pid from the pid file (it may be stale)."""
-    return read_pid(paths(home)[1])
 
 
 def url() -> str:
@@ -58,25 +40,16 @@ def answers() -> bool:
         return False
 
 
-def start(home: Path) -> None:
-    """Start the stand-in on its journal unless it runs, detached; return once it answers."""
-    base, pidfile, log = paths(home)
-    if adopt_running(NAME, pidfile, PROCESS_NAME, answers, log):
-        return
-    if tcp_open(port(NAME)):
-        port_taken(NAME, home)
-    base.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", PROCESS_NAME, "--host", HOST, "--port", str(port(NAME)),
+SERVICE = DetachedService(NAME, PROCESS_NAME, answers, start_timeout=START_TIMEOUT_S)
+paths, pid, stop = SERVICE.paths, SERVICE.pid, SERVICE.stop
+
+
+def _argv(base: Path) -> list[str]:
+    return [sys.executable, "-m", PROCESS_NAME, "--host", HOST, "--port", str(port(NAME)),
             "--data", str(base / "data")]  # fmt: skip
-    started = spawn_detached(argv, log, cwd=base)
-    pidfile.write_text(f"{started}\n")
-    wait_until(NAME, answers, log, timeout=START_TIMEOUT_S, pid=lambda: started)
 
 
-def stop(home: Path) -> None:
-    """Stop the stand-in with SIGTERM (SIGKILL after 15 s); its journal is kept."""
-    _, pidfile, _ = paths(home)
-    running = read_pid(pidfile)
-    if running is not None:
-        signal_and_wait(running, PROCESS_NAME)
-    pidfile.unlink(missing_ok=True)
+def start(home: Path) -> None:
+    """Start the stand-in on its journal unless it runs, detached; return once it answers.
+    (``stop``: SIGTERM, SIGKILL after 15 s; the journal is kept.)"""
+    SERVICE.start(home, _argv)

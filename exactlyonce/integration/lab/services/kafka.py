@@ -18,17 +18,8 @@ import shutil
 from pathlib import Path
 
 from exactlyonce.integration.jars import KAFKA_BROKER, classpath, require_java
-from exactlyonce.integration.lab.services.env import HOST, port, port_taken
-from exactlyonce.integration.lab.services.processes import (
-    adopt_running,
-    check,
-    read_pid,
-    run,
-    signal_and_wait,
-    spawn_detached,
-    tcp_open,
-    wait_until,
-)
+from exactlyonce.integration.lab.services.env import HOST, port
+from exactlyonce.integration.lab.services.processes import DetachedService, check, run, tcp_open
 
 PROCESS_NAME = "kafka.Kafka"
 CLUSTER_ID = "4L0IXjZJQjmtGq3bdqpDNQ"
@@ -73,17 +64,6 @@ logger.txn.level = INFO
 """
 
 
-def paths(home: Path) -> tuple[Path, Path, Path]:
-    """(dir, pid file, log file)."""
-    base = home / "kafka"
-    return base, base / "kafka.pid", base / "kafka.log"
-
-
-def pid(home: Path) -> int | None:
-    """The pid from the pid file (it may be stale)."""
-    return read_pid(paths(home)[1])
-
-
 def bootstrap() -> str:
     return f"{HOST}:{port('kafka')}"
 
@@ -122,15 +102,14 @@ def server_properties(data: Path) -> str:
 
 def start(home: Path) -> None:
     """Start the broker unless it runs, detached from this process; return once it answers.
-    Resolves its jars with Maven the first time."""
-    base, pidfile, log = paths(home)
-    if adopt_running("kafka", pidfile, PROCESS_NAME, answers, log):
-        return
-    for name in ("kafka", "kafka-controller"):
-        if tcp_open(port(name)):
-            port_taken(name, home)
+    Resolves its jars with Maven the first time. (``stop``: SIGTERM, a clean shutdown;
+    SIGKILL after 30 s; data is kept.)"""
+    SERVICE.start(home, _argv)
+
+
+def _argv(base: Path) -> list[str]:
+    """The broker's command, its config written and its storage formatted (once)."""
     java, cp = require_java(), classpath(KAFKA_BROKER)
-    base.mkdir(parents=True, exist_ok=True)
     config = base / "server.properties"
     config.write_text(server_properties(base / "data"))
     _format_once(java, cp, config, base)
@@ -138,9 +117,7 @@ def start(home: Path) -> None:
     logging.write_text(LOG4J2)
     argv = [java, HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true"]
     argv += [f"-Dlog4j2.configurationFile={logging}", "-cp", cp]
-    started = spawn_detached([*argv, PROCESS_NAME, str(config)], log, cwd=base)
-    pidfile.write_text(f"{started}\n")
-    wait_until("kafka", answers, log, timeout=START_TIMEOUT_S, pid=lambda: started)
+    return [*argv, PROCESS_NAME, str(config)]
 
 
 def _format_once(java: str, cp: str, config: Path, base: Path) -> None:
@@ -157,10 +134,12 @@ def _format_once(java: str, cp: str, config: Path, base: Path) -> None:
     stamp.write_text(ports)
 
 
-def stop(home: Path) -> None:
-    """Stop the broker with SIGTERM (a clean shutdown; SIGKILL after 30 s); data is kept."""
-    _, pidfile, _ = paths(home)
-    running = read_pid(pidfile)
-    if running is not None:
-        signal_and_wait(running, PROCESS_NAME, timeout=30.0)
-    pidfile.unlink(missing_ok=True)
+SERVICE = DetachedService(
+    "kafka",
+    PROCESS_NAME,
+    answers,
+    ports=("kafka", "kafka-controller"),
+    start_timeout=START_TIMEOUT_S,
+    stop_timeout=30.0,
+)
+paths, pid, stop = SERVICE.paths, SERVICE.pid, SERVICE.stop

@@ -23,17 +23,8 @@ import urllib.request
 from pathlib import Path
 
 from exactlyonce.integration.jars import OPENSEARCH_NODE, folder, require_java, resolve
-from exactlyonce.integration.lab.services.env import HOST, port, port_taken
-from exactlyonce.integration.lab.services.processes import (
-    adopt_running,
-    check,
-    read_pid,
-    run,
-    signal_and_wait,
-    spawn_detached,
-    tcp_open,
-    wait_until,
-)
+from exactlyonce.integration.lab.services.env import HOST, port
+from exactlyonce.integration.lab.services.processes import DetachedService, check, run
 from exactlyonce.integration.locking import exclusive
 
 PROCESS_NAME = "OpenSearchNode"
@@ -80,17 +71,6 @@ def node_argv(classpath: str, home: Path, http_port: int, transport_port: int) -
             str(transport_port)]  # fmt: skip
 
 
-def paths(home: Path) -> tuple[Path, Path, Path]:
-    """(dir, pid file, log file)."""
-    base = home / "opensearch"
-    return base, base / "opensearch.pid", base / "opensearch.log"
-
-
-def pid(home: Path) -> int | None:
-    """The pid from the pid file (it may be stale)."""
-    return read_pid(paths(home)[1])
-
-
 def url() -> str:
     return f"http://{HOST}:{port('opensearch')}"
 
@@ -104,27 +84,24 @@ def answers() -> bool:
         return False
 
 
+SERVICE = DetachedService(
+    "opensearch",
+    PROCESS_NAME,
+    answers,
+    ports=("opensearch", "opensearch-transport"),
+    start_timeout=START_TIMEOUT_S,
+    stop_timeout=STOP_TIMEOUT_S,
+)
+paths, pid, stop = SERVICE.paths, SERVICE.pid, SERVICE.stop
+
+
+def _argv(base: Path) -> list[str]:
+    argv = node_argv(node_classpath(), base, port("opensearch"), port("opensearch-transport"))
+    return [*argv, "until-signal"]
+
+
 def start(home: Path) -> None:
     """Start the node unless it runs, detached; return once it answers. Resolves its jars
-    and compiles its main class the first time."""
-    base, pidfile, log = paths(home)
-    if adopt_running("opensearch", pidfile, PROCESS_NAME, answers, log):
-        return
-    for name in ("opensearch", "opensearch-transport"):
-        if tcp_open(port(name)):
-            port_taken(name, home)
-    classpath = node_classpath()
-    base.mkdir(parents=True, exist_ok=True)
-    argv = node_argv(classpath, base, port("opensearch"), port("opensearch-transport"))
-    started = spawn_detached([*argv, "until-signal"], log, cwd=base)
-    pidfile.write_text(f"{started}\n")
-    wait_until("opensearch", answers, log, timeout=START_TIMEOUT_S, pid=lambda: started)
-
-
-def stop(home: Path) -> None:
-    """Stop the node with SIGTERM (its hook closes it; SIGKILL after 60 s); data is kept."""
-    _, pidfile, _ = paths(home)
-    running = read_pid(pidfile)
-    if running is not None:
-        signal_and_wait(running, PROCESS_NAME, timeout=STOP_TIMEOUT_S)
-    pidfile.unlink(missing_ok=True)
+    and compiles its main class the first time. (``stop``: SIGTERM, which its hook closes
+    it on; SIGKILL after 60 s; data is kept.)"""
+    SERVICE.start(home, _argv)

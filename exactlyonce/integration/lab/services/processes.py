@@ -1,7 +1,9 @@
 """Small process helpers for the local services: pids, commands, waiting, signals, spawning.
 
-Nothing here knows a particular service. Waiting (for a service to answer, for a process to
-exit) polls with :class:`exactlyonce.retry.RetryPolicy`: a fixed interval up to a deadline.
+Nothing here knows a particular service; :class:`DetachedService` is the shape most of them
+share (one detached process of ours, a pid file, a log, a readiness probe). Waiting (for a
+service to answer, for a process to exit) polls with :class:`exactlyonce.retry.RetryPolicy`:
+a fixed interval up to a deadline.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from exactlyonce.integration.lab.services.env import HOST
+from exactlyonce.integration.lab.services.env import HOST, port, port_taken
 from exactlyonce.retry import RetryPolicy
 
 START_TIMEOUT_S = 60.0
@@ -186,3 +189,54 @@ def spawn_detached(argv: Sequence[str], log: Path, cwd: Path) -> int:
     result = run([sys.executable, "-c", _SPAWN, str(log), str(cwd), *argv], timeout=30)
     check(result, f"starting {argv[0]}")
     return int(result.stdout.strip())
+
+
+@dataclass(frozen=True)
+class DetachedService:
+    """A local service run as one detached process of ours under ``<home>/<folder>``: its pid
+    in ``<stem>.pid``, its output in ``<stem>.log``. ``start`` adopts a running one (alive,
+    ours by ``process_name`` in its command line, answering ``answers``), refuses when one of
+    its ``ports`` is held by something else, and otherwise spawns the command ``argv(base)``
+    gives (``argv`` may prepare the folder first: configs, a format, a build) and waits until
+    it answers. ``stop`` is SIGTERM, then SIGKILL after ``stop_timeout`` seconds."""
+
+    name: str  # the service: its default folder, its port, its messages
+    process_name: str  # in its command line, so a recycled pid is not taken for it
+    answers: Callable[[], bool]
+    ports: tuple[str, ...] = ()  # the ports it listens on (default: the one named ``name``)
+    folder: str = ""  # default: ``name``
+    stem: str = ""  # of the pid and log files; default: ``folder``
+    start_timeout: float = START_TIMEOUT_S
+    stop_timeout: float = 15.0
+
+    def paths(self, home: Path) -> tuple[Path, Path, Path]:
+        """(dir, pid file, log file)."""
+        base = home / (self.folder or self.name)
+        stem = self.stem or base.name
+        return base, base / f"{stem}.pid", base / f"{stem}.log"
+
+    def pid(self, home: Path) -> int | None:
+        """The pid from the pid file (it may be stale)."""
+        return read_pid(self.paths(home)[1])
+
+    def start(self, home: Path, argv: Callable[[Path], Sequence[str]]) -> None:
+        """Start it unless it runs, detached; return once it answers."""
+        base, pidfile, log = self.paths(home)
+        if adopt_running(self.name, pidfile, self.process_name, self.answers, log):
+            return
+        for name in self.ports or (self.name,):
+            if tcp_open(port(name)):
+                port_taken(name, home)
+        base.mkdir(parents=True, exist_ok=True)
+        command = argv(base)
+        started = spawn_detached(command, log, cwd=base)
+        pidfile.write_text(f"{started}\n")
+        wait_until(self.name, self.answers, log, timeout=self.start_timeout, pid=lambda: started)
+
+    def stop(self, home: Path) -> None:
+        """SIGTERM (SIGKILL after ``stop_timeout`` s); what it keeps on disk stays."""
+        _, pidfile, _ = self.paths(home)
+        running = read_pid(pidfile)
+        if running is not None:
+            signal_and_wait(running, self.process_name, timeout=self.stop_timeout)
+        pidfile.unlink(missing_ok=True)

