@@ -91,7 +91,8 @@ STREAM_TABLES = {
     "raw_copy_stream": "bench_raw_copy_stream",
 }
 QUERY_PREFIX = "bench-postgres-"
-TARGETS = {"eos_vs_spark_jdbc": 1.0, "eos_vs_raw_copy": 0.9}  # issue 34: >= 0.9x a plain COPY, dedup on
+# issue 34: >= 0.9x a plain COPY, dedup on
+TARGETS = {"eos_vs_spark_jdbc": 1.0, "eos_vs_raw_copy": 0.9}
 MAX_DISTURBED = 3  # re-runs of a timing disturbed by someone else restarting Redis
 ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
