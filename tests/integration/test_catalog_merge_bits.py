@@ -88,3 +88,30 @@ def test_a_task_sends_few_new_ids_as_bits_and_the_workers_cache_stays_complete(
     assert again.keep(zeros, replay).tolist() == [False] * 2000 + [True] * 3000
     assert again.stats.bloom_negatives > 0 and again.stats.catalog_duplicates == 2000
     again.close()
+
+
+@pytest.mark.parametrize("expected_ids", [50_000, 5_000_000], ids=["whole-delta", "bits"])
+def test_a_task_of_many_batches_persists_the_filter_of_all_its_ids(
+    services: dict[str, str], unique_name: str, expected_ids: int
+) -> None:
+    """Batch by batch (a part per ``keep``, some re-marked without positions), whether sent as
+    a whole delta or as bits: the persisted filter is the one of all the task's IDs."""
+    from exactlyonce.dedup.shard import DedupPlan, TaskDedup
+
+    config = DedupConfig(services["EXACTLYONCE_REDIS_URL"], expected_ids=expected_ids)
+    layout = Layout.plan(config, 1)
+    catalog = RedisCatalog(config, unique_name, "test-sink")
+    instance = catalog.create(layout)
+    plan = DedupPlan(config, unique_name, "test-sink", instance, layout)
+    task = TaskDedup(plan, 3)
+    batches = [random_ids(n) for n in (3000, 1, 2500)]
+    for ids in batches:
+        assert task.keep(np.zeros(len(ids), dtype=np.int64), ids).all()
+    again = random_ids(40)  # an earlier attempt's, re-marked: no positions
+    task.remember_committed(np.zeros(len(again), dtype=np.int64), again)
+    task.after_commit()
+    task.close()
+    whole = layout.bloom.empty()
+    whole.add(np.concatenate([*batches, again]))
+    persisted = catalog.load_blooms(instance, layout, 0, layout.live(3), {})
+    assert persisted[layout.gen(3)][1].to_bytes() == whole.to_bytes()
