@@ -17,6 +17,7 @@ import binascii
 import importlib.util
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -135,6 +136,11 @@ class BloomFilter(ABC):
     def add(self, ids: Ids, positions: Positions | None = None) -> None:
         """Add ``ids``; ``positions``: theirs from ``spec.positions(ids)``, if computed."""
 
+    def add_parts(self, parts: Sequence[tuple[Ids, Positions | None]]) -> None:
+        """Add each part's IDs (as :meth:`add`), without joining them first."""
+        for ids, positions in parts:
+            self.add(ids, positions)
+
     @abstractmethod
     def contains(self, ids: Ids, positions: Positions | None = None) -> npt.NDArray[np.bool_]:
         """True where the ID may be present, False where it certainly is not."""
@@ -168,18 +174,24 @@ class NumpyBloom(BloomFilter):
         return _numpy_positions(self.spec, ids)
 
     def add(self, ids: Ids, positions: Positions | None = None) -> None:
-        if not len(ids):
+        self.add_parts([(ids, positions)])
+
+    def add_parts(self, parts: Sequence[tuple[Ids, Positions | None]]) -> None:
+        parts = [(ids, at) for ids, at in parts if len(ids)]
+        if not parts:
             return
-        at = self._positions(ids, positions)
         if self.spec.bits <= _UNPACKED_ADD_MAX_BITS:
-            # Scatter into one bool per bit and pack: 2x faster than ``bitwise_or.at``
-            # (150k IDs, 7.2M bits: 0.33 s instead of 0.70 s on a loaded 2-core machine).
+            # Scatter into one bool per bit and pack, once for all parts: 2x faster than
+            # ``bitwise_or.at`` (150k IDs, 7.2M bits: 0.33 s instead of 0.70 s on a loaded
+            # 2-core machine).
             flat = np.zeros(self.spec.bits, dtype=bool)
-            flat[at.indexes.ravel()] = True
+            for ids, given in parts:
+                flat[self._positions(ids, given).indexes.ravel()] = True
             self.bits |= np.packbits(flat, bitorder="little")
             return
-        byte, bit = at.byte_and_bit
-        np.bitwise_or.at(self.bits, byte, np.left_shift(np.uint8(1), bit))
+        for ids, given in parts:
+            byte, bit = self._positions(ids, given).byte_and_bit
+            np.bitwise_or.at(self.bits, byte, np.left_shift(np.uint8(1), bit))
 
     def contains(self, ids: Ids, positions: Positions | None = None) -> npt.NDArray[np.bool_]:
         if not len(ids):

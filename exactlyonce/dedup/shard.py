@@ -235,8 +235,7 @@ class TaskDedup:
                 # Part by part: joining the parts' positions first copied them all (500k
                 # IDs: 28 MB, 5% of a PostgreSQL task's CPU).
                 delta = spec.empty()
-                for part_ids, part_at in parts:
-                    delta.add(part_ids, part_at)
+                delta.add_parts(parts)
                 version = self.catalog.merge_bloom(p.instance, shard, gen, delta, tracked)
                 self._update_cache(shard, gen, version, ids, None, delta)
             self.catalog.mark(p.instance, p.layout, shard, self.epoch, ids)

@@ -122,3 +122,22 @@ def test_positions_computed_once_give_the_same_answers_and_bits() -> None:
     wrong = other.positions(probe)
     assert (plain.contains(probe, wrong) == plain.contains(probe)).all()
     assert spec.positions(ids) is not None and BloomSpec(10, 0.01, "rbloom").positions(ids) is None
+
+
+@pytest.mark.parametrize("unpacked", [True, False], ids=["unpacked", "scatter"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parts_added_one_by_one_set_the_bits_of_all_of_them(
+    backend: str, unpacked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``add_parts`` (a task's batches, some with positions computed, some without) sets the
+    bits one ``add`` of them all sets."""
+    from exactlyonce.dedup import bloom as bloom_module
+
+    if not unpacked:
+        monkeypatch.setattr(bloom_module, "_UNPACKED_ADD_MAX_BITS", 0)
+    spec = BloomSpec(20_000, 0.01, backend)  # type: ignore[arg-type]
+    parts = [ids(0, 3_000), ids(3_000, 3_000), ids(3_000, 7_000), ids(7_000, 7_001)]
+    whole, by_parts = spec.empty(), spec.empty()
+    whole.add(np.concatenate(parts))
+    by_parts.add_parts([(p, spec.positions(p) if n % 2 else None) for n, p in enumerate(parts)])
+    assert by_parts.to_bytes() == whole.to_bytes()
