@@ -462,7 +462,7 @@ def run_eos_format_stream(
     sink = new_sink(dsn, table, "format", shards, schema, {})
     options = {
         "sink": "postgres",
-        "dsn": dsn,
+        "secret.dsn": dsn,  # a credential: under a name Spark redacts
         "table": table,
         "id_columns": "id",
         "query_name": sink.query_name,
