@@ -288,6 +288,9 @@ def _joined_ids(parts: list[tuple[Ids, Positions | None]]) -> Ids:
 def _joined_positions(spec: BloomSpec, parts: list[tuple[Ids, Positions | None]]) -> Positions:
     """A shard's new IDs' Bloom positions in one piece (computed for a part without them;
     a numpy filter's ``spec``)."""
-    known = [at if at is not None else spec.positions(ids) for ids, at in parts]
-    assert all(at is not None for at in known), f"{spec.backend}: no positions"
-    return Positions.join([at for at in known if at is not None])
+    joined = []
+    for ids, at in parts:
+        at = at if at is not None else spec.positions(ids)
+        assert at is not None, f"{spec.backend}: no positions"
+        joined.append(at)
+    return Positions.join(joined)

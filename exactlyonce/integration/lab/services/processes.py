@@ -193,8 +193,8 @@ def spawn_detached(argv: Sequence[str], log: Path, cwd: Path) -> int:
 
 @dataclass(frozen=True)
 class DetachedService:
-    """A local service run as one detached process of ours under ``<home>/<folder>``: its pid
-    in ``<stem>.pid``, its output in ``<stem>.log``. ``start`` adopts a running one (alive,
+    """A local service run as one detached process of ours under ``<home>/<name>``: its pid
+    in ``<name>.pid``, its output in ``<name>.log``. ``start`` adopts a running one (alive,
     ours by ``process_name`` in its command line, answering ``answers``), refuses when one of
     its ``ports`` is held by something else, and otherwise spawns the command ``argv(base)``
     gives (``argv`` may prepare the folder first: configs, a format, a build) and waits until
@@ -204,16 +204,13 @@ class DetachedService:
     process_name: str  # in its command line, so a recycled pid is not taken for it
     answers: Callable[[], bool]
     ports: tuple[str, ...] = ()  # the ports it listens on (default: the one named ``name``)
-    folder: str = ""  # default: ``name``
-    stem: str = ""  # of the pid and log files; default: ``folder``
     start_timeout: float = START_TIMEOUT_S
     stop_timeout: float = 15.0
 
     def paths(self, home: Path) -> tuple[Path, Path, Path]:
         """(dir, pid file, log file)."""
-        base = home / (self.folder or self.name)
-        stem = self.stem or base.name
-        return base, base / f"{stem}.pid", base / f"{stem}.log"
+        base = home / self.name
+        return base, base / f"{self.name}.pid", base / f"{self.name}.log"
 
     def pid(self, home: Path) -> int | None:
         """The pid from the pid file (it may be stale)."""
