@@ -352,6 +352,87 @@ def _sigkill_table(matrix: list[dict[str, Any]], notes: dict[str, Any]) -> list[
     )
 
 
+def planned_cells(data: dict[str, Any]) -> list[tuple[str, int, str]]:
+    """The full soak's cells (sink, seed, mode), as ``bench.soak`` plans them."""
+    _import_bench()
+    from bench.soak import FULL, SINKS, build_parser, plan
+
+    seeds = int((data.get("full_parameters") or FULL)["seeds"])
+    return plan(build_parser().parse_args(["--seeds", str(seeds), "--only", ",".join(SINKS)]))
+
+
+def _coverage(data: dict[str, Any]) -> list[str]:
+    """How much of the full soak this code has run, and which cells are still to run: the
+    matrix sums only what ran."""
+    full = planned_cells(data)
+    done = {
+        (str(c.get("sink")), int(c.get("seed") or 0), str(c.get("mode")))
+        for c in data.get("cells") or []
+    }
+    todo = [cell for cell in full if cell not in done]
+    if not todo:
+        return [f"All {len(full)} cells of the full soak ran on this code.", ""]
+    left: dict[str, list[str]] = {}
+    for sink, seed, mode in todo:
+        left.setdefault(sink, []).append(f"seed {seed}" if mode == "seed" else "the duration run")
+    return [
+        f"**Incomplete: {len(full) - len(todo)} of the full soak's {len(full)} cells have run "
+        "on this code**; the rows below sum only those. Not run yet: "
+        + "; ".join(f"{sink} ({', '.join(cells)})" for sink, cells in left.items())
+        + ".",
+        "",
+    ]
+
+
+def _cells_table(cells: list[dict[str, Any]]) -> list[str]:
+    """One row per cell: what ran, what it survived, what the independent reader and the
+    negative control found."""
+    _import_bench()
+    from bench.soak_report import cell_verdict
+
+    rows = [
+        (
+            str(c.get("sink")),
+            str(c.get("write_mode") or "-"),
+            str(c.get("seed")) if c.get("mode") == "seed" else f"{c.get('seed')} (duration)",
+            number(bool(c.get("cluster"))),
+            number(c.get("ids")),
+            f"{number(c.get('pipeline_kills'))} ({number(c.get('commit_window_kills'))})",
+            number(c.get("worker_kills")),
+            number(c.get("server_restarts")),
+            number(c.get("faults_missed")),
+            f"{number(c.get('duplicates'))} / {number(c.get('missing'))} / "
+            f"{number(c.get('unexpected'))}",
+            number(c.get("reader")),
+            number(c.get("control_duplicates")),
+            f"{number(c.get('wall_seconds'))} s",
+            f"**{cell_verdict(c)}**",
+        )
+        for c in sorted(
+            cells, key=lambda c: (str(c.get("sink")), str(c.get("mode")), int(c.get("seed") or 0))
+        )
+    ]
+    return table(
+        (
+            "sink",
+            "mode",
+            "seed",
+            "cluster",
+            "IDs",
+            "pipeline kills (in the commit window)",
+            "worker kills",
+            "server restarts",
+            "faults missed",
+            "duplicates / missing / unexpected",
+            "independent reader",
+            "control duplicates",
+            "time",
+            "verdict",
+        ),  # fmt: skip
+        rows,
+    )
+
+
 def soak_section(data: dict[str, Any]) -> list[str]:
     """The soak's matrix. Rows written since the negative control (``pipeline_kills``,
     ``control_duplicates``) get its columns; older rows (``sigkills``) the columns they had."""
@@ -385,7 +466,11 @@ def soak_section(data: dict[str, Any]) -> list[str]:
             "",
         ]
     notes = data.get("notes") or {}
+    if controlled:
+        out += _coverage(data)
     out += _controlled_table(matrix, notes) if controlled else _sigkill_table(matrix, notes)
+    if controlled:
+        out += ["Cell by cell:", ""] + _cells_table(data.get("cells") or [])
     stale = data.get("stale_cells") or []
     if stale:
         out += [
