@@ -103,8 +103,8 @@ soak: services
 	$(BIN)/python -m bench soak $(SOAK_ARGS)
 
 # ruff (lint), mypy --strict on the package, import-linter's contracts (pyproject.toml), no
-# import cycle between the package's modules (tools/check_cycles.py: function-level and
-# TYPE_CHECKING imports count too), and the docs site (mkdocs.yml) built with --strict: a
+# import cycle between the modules of the package or of the benchmarks (tools/check_cycles.py:
+# function-level and TYPE_CHECKING imports count too), and the docs site (mkdocs.yml) built with --strict: a
 # broken link or a docstring mkdocstrings cannot render fails the build. It builds offline,
 # into the virtualenv.
 lint: install
@@ -112,6 +112,7 @@ lint: install
 	$(BIN)/mypy exactlyonce
 	$(BIN)/lint-imports
 	$(BIN)/python tools/check_cycles.py exactlyonce
+	PYTHONPATH=. $(BIN)/python tools/check_cycles.py bench
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true \
 	  $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 

@@ -48,7 +48,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bench.common import progress, ratio
+from bench.batch_timing import timed_batches
+from bench.common import progress, ratio, service
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,17 +57,6 @@ if TYPE_CHECKING:
 SLOW_FACTOR = 10.0
 TARGET_BUFFERED_VS_FAST_P99 = 1.2
 TARGET_DRAIN_VS_DIRECT = 0.8
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = (len(ordered) - 1) * q / 100
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def _pg(dsn: str) -> Any:
@@ -119,27 +109,6 @@ def drop(dsn: str, tables: Sequence[str], queries: Sequence[str]) -> None:
                 sql.SQL("DELETE FROM {} WHERE query_name = ANY(%s)").format(sql.Identifier(name)),
                 [list(queries)],
             )
-
-
-def timed_batches(
-    sink: Callable[[DataFrame, int], None], batches: Sequence[DataFrame]
-) -> list[float]:
-    """Epoch 0 untimed (the sink's start: preflight, head, catalog), the rest timed."""
-    sink(batches[0], 0)
-    out = []
-    for epoch, df in enumerate(batches[1:], start=1):
-        began = time.perf_counter()
-        sink(df, epoch)
-        out.append(time.perf_counter() - began)
-    return out
-
-
-def summary(runs: list[float]) -> dict[str, Any]:
-    return {
-        "p50_s": round(statistics.median(runs), 4),
-        "p99_s": round(percentile(runs, 99), 4),
-        "runs_seconds": [round(s, 4) for s in runs],
-    }
 
 
 def pipeline(dsn: str, table: str, bootstrap: str, redis_url: str) -> tuple[Any, Any]:
@@ -335,7 +304,6 @@ def run_sinks(
     from bench import buffer_sinks
     from bench.common import generate_rows
     from bench.elasticsearch import start_server as start_es_server
-    from bench.kafka import service
     from bench.redis_sink import Server as RedisServer
 
     out: dict[str, dict[str, Any]] = {}
@@ -399,7 +367,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     import logging
 
     from bench.common import RESULTS_DIR, load_average, machine_with_load, now_utc, write_results
-    from bench.kafka import service
     from exactlyonce.integration.spark import session
 
     parser = argparse.ArgumentParser(prog="python -m bench.buffer", description=__doc__)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from bench.buffer import summary, timed_batches
+from bench.batch_timing import summary, timed_batches
 from bench.common import BenchError, forget_catalog, progress, ratio
 from bench.slow_proxy import LatencyProxy
 

@@ -448,3 +448,14 @@ def forget_catalog(sink: Any) -> None:
         pass  # no Redis, no catalog to forget
     finally:
         catalog.close()
+
+
+def service(key: str) -> str:
+    if os.environ.get(key):
+        return os.environ[key]
+    from exactlyonce.integration.envfile import service_env
+
+    try:
+        return service_env()[key]
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from None

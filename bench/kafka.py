@@ -65,6 +65,7 @@ from bench.common import (
     progress,
     ratio,
     read_results,
+    service,
     timed,
     versions,
     write_results,
@@ -83,17 +84,6 @@ PRODUCER_TUNING = {
     "batch.num.messages": 10_000,
     "queue.buffering.max.messages": 500_000,
 }
-
-
-def service(key: str) -> str:
-    if os.environ.get(key):
-        return os.environ[key]
-    from exactlyonce.integration.envfile import service_env
-
-    try:
-        return service_env()[key]
-    except RuntimeError as exc:
-        raise BenchError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.common import add_results_dir_argument, progress, read_results, write_figures
-from bench.kafka import PRODUCER_TUNING, create_topic, service
+from bench.common import add_results_dir_argument, progress, read_results, service, write_figures
+from bench.kafka import PRODUCER_TUNING, create_topic
 
 NAME = "kafka_headers"
 PREFIX = b"1|0|0|abcdef0123456789|"  # the shape of a shard task's compact prefix

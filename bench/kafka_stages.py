@@ -39,11 +39,12 @@ from bench.common import (
     machine_info,
     now_utc,
     progress,
+    service,
     timed,
     versions,
     write_results,
 )
-from bench.kafka import create_topic, service, write_plain, write_spark
+from bench.kafka import create_topic, write_plain, write_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

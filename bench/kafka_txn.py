@@ -36,9 +36,9 @@ from bench.common import (
     progress,
     ratio,
     save_results,
+    service,
     versions,
 )
-from bench.kafka import service
 from bench.realtime import make_topic, percentile
 
 NAME = "kafka_txn"
