@@ -375,11 +375,16 @@ def _coverage(data: dict[str, Any]) -> list[str]:
     left: dict[str, list[str]] = {}
     for sink, seed, mode in todo:
         left.setdefault(sink, []).append(f"seed {seed}" if mode == "seed" else "the duration run")
+    per_sink = len(full) // len({sink for sink, _, _ in full})
+    untouched = [sink for sink, cells in left.items() if len(cells) == per_sink]
+    partly = [
+        f"{sink} ({', '.join(cells)})" for sink, cells in left.items() if sink not in untouched
+    ]
+    if untouched:
+        partly.append(f"every cell of {', '.join(untouched)}")
     return [
         f"**Incomplete: {len(full) - len(todo)} of the full soak's {len(full)} cells have run "
-        "on this code**; the rows below sum only those. Not run yet: "
-        + "; ".join(f"{sink} ({', '.join(cells)})" for sink, cells in left.items())
-        + ".",
+        "on this code**; the rows below sum only those. Not run yet: " + "; ".join(partly) + ".",
         "",
     ]
 
@@ -447,7 +452,7 @@ def soak_section(data: dict[str, Any]) -> list[str]:
         "## Soak: the fault matrix at scale { #soak }",
         "",
         f"`bench/results/chaos.json` (`make soak`): code fingerprint `{data.get('fingerprint')}`, "
-        f"{len(data.get('cells') or [])} cells, {' to '.join(map(str, dates))}; per sink "
+        f"{len(data.get('cells') or [])} cell(s), {' to '.join(map(str, dates))}; per sink "
         f"{params.get('seeds')} seeded runs of {number(params.get('events'))} events with at least "
         f"{params.get('kills')} {kills} each, and one {number(params.get('duration'))} s run. "
         "How the soak runs: [Chaos, audit and soak](operations/chaos.md#soak).",
