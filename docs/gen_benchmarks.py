@@ -365,10 +365,9 @@ def _coverage(data: dict[str, Any]) -> list[str]:
     """How much of the full soak this code has run, and which cells are still to run: the
     matrix sums only what ran."""
     full = planned_cells(data)
-    done = {
-        (str(c.get("sink")), int(c.get("seed") or 0), str(c.get("mode")))
-        for c in data.get("cells") or []
-    }
+    from bench.soak_resume import key_of
+
+    done = {key_of(c) for c in data.get("cells") or []}
     todo = [cell for cell in full if cell not in done]
     if not todo:
         return [f"All {len(full)} cells of the full soak ran on this code.", ""]
@@ -433,7 +432,7 @@ def _cells_table(cells: list[dict[str, Any]]) -> list[str]:
             "control duplicates",
             "time",
             "verdict",
-        ),  # fmt: skip
+        ),
         rows,
     )
 
