@@ -9,6 +9,11 @@ reply to a ``_bulk`` the node applied (through chaos's fault proxy). The same sc
 against the negative control (a plain ``_bulk`` of each batch, without ``_id``), which must
 show duplicates where ours shows none. The node is not a service chaos may restart (it is
 the test's own): the command must say it skipped it.
+
+The input is sized for the faster side, the control: a fault waits up to 3 epochs + 2 s and
+then for a commit, about 10 of the control's epochs per run, so three runs need ~21 files;
+with 16, a control whose commit kill landed late ran out of input before its lost reply was
+armed, and chaos rightly called the cell INCONCLUSIVE (seed 416356559).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from tests.crash.test_chaos_command import _assert_no_credentials, _chaos, _even
 from tests.support.opensearch_node import OpenSearchNode
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
+
+FILES = 32  # enough input for the control's three runs to reach every fault (see above)
 
 PIPELINE = """\
 query_name: {name}
@@ -55,7 +62,7 @@ def test_chaos_on_a_genuine_opensearch_node_ends_exactly_once_where_the_control_
     tmp_path: Path, opensearch: OpenSearchNode, unique_name: str
 ) -> None:
     seed = crash_seed("chaos opensearch")
-    data = make_input(tmp_path / "input", files=16, rows=10, seed=seed)
+    data = make_input(tmp_path / "input", files=FILES, rows=10, seed=seed)
     config = tmp_path / "pipeline.yaml"
     config.write_text(
         PIPELINE.format(
