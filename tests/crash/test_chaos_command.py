@@ -72,7 +72,11 @@ from tests.support.secrets_scan import assert_no_secrets, event_log_conf
 
 pytestmark = [pytest.mark.crash, pytest.mark.integration]
 
-FILES, ROWS = 30, 12
+# Sized for the schedule's longest waits: 6 faults, each up to 3 epochs + 2 s after the one
+# before (the worst seed of those with a hard restart, 760, waits 14 epochs + 7.4 s in all),
+# with kills replaying epochs. With 30 files seed 760 ran out before its last fault (MISSED,
+# the test failed); with 40 it passes.
+FILES, ROWS = 40, 12
 KILLS, POINT = 6, "mid_copy"
 PROXY_KINDS = (LOST_REPLY, REFUSE, STALL)
 SERVICES_HOME = "services"  # the private Redis's services home, under the test's tmp_path
