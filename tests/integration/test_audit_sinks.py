@@ -6,16 +6,14 @@ into the destination itself and the audit fails (exit 1), naming both."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import redis
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from exactlyonce.connectors.kafka.consume import headers_of
 from exactlyonce.dedup.ids import record_id
 from exactlyonce.integration import cli
 from exactlyonce.integration.config import load_config
@@ -27,6 +25,7 @@ from exactlyonce.integration.lab.demo import (
 from tests.crash.harness import service_passwords, wait_until
 from tests.integration.test_rewind import EPOCHS, postgres_pipeline, run_query, write_pipeline
 from tests.support.es_fixtures import EsHandle
+from tests.support.kafka_audit import named_headers, read_topic_confluent
 from tests.support.pipelines import buffered_pipeline, fill_buffer
 
 pytestmark = pytest.mark.integration
@@ -150,8 +149,9 @@ def test_kafka_audit_on_a_broker_that_shows_aborted_records_follows_the_recipe(
     producer.abort_transaction(30)
 
     def copies_in_the_log() -> int:  # what a reader that does not filter aborts counts
-        in_log = _headers_read_uncommitted(tansu_bootstrap, unique_name)
-        return sum(h.get("eo-record-id") == record_id(["e3"]).encode() for h in in_log)
+        in_log = read_topic_confluent(tansu_bootstrap, unique_name, "read_uncommitted")
+        rid = record_id(["e3"]).encode()
+        return sum(named_headers(h).get("eo-record-id") == rid for _, _, h, _ in in_log)
 
     # Tansu does not filter aborted records, so a read_committed consumer counts this copy
     # too, when Tansu's last stable offset lets it get that far: under load it once did not
@@ -271,35 +271,3 @@ def test_a_buffered_pipelines_dead_letters_are_counted_in_the_buffer(
         ["audit", str(config), "--expected-ids", str(ids), "--expected-dead-letters", "1"]
     )
     assert code == 0, capsys.readouterr().out
-
-
-def _headers_read_uncommitted(bootstrap: str, topic: str) -> list[dict[str, bytes]]:
-    """Every record's headers (both wire formats, as ``headers_of`` reads them), committed,
-    aborted or open, every partition from offset 0."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "exactlyonce-test-log",  # required by librdkafka; nothing committed
-            "isolation.level": "read_uncommitted",
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in sorted(partitions)])
-        out: list[dict[str, bytes]] = []
-        at_end: set[int] = set()
-        deadline = time.monotonic() + 30
-        while len(at_end) < len(partitions):
-            assert time.monotonic() < deadline, f"reading {topic} timed out"
-            for msg in consumer.consume(num_messages=1_000, timeout=0.5):
-                err = msg.error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                    continue
-                assert err is None, err
-                out.append(headers_of(msg))
-        return out
-    finally:
-        consumer.close()
