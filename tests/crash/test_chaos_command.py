@@ -76,11 +76,12 @@ pytestmark = [pytest.mark.crash, pytest.mark.integration]
 # Sized for the schedule's longest waits: 6 faults, each up to 3 epochs + 2 s after the one
 # before, with kills replaying epochs. Seed 760 waits 15 epochs (the point kill's nominal 1
 # counted) + 7.4 s in all: with 30 files it ran out before its last fault (MISSED, the test
-# failed); with 40 it passes. Its waits are the bound a seed must keep (WAIT_BOUND, in epochs
-# with a second counted as EPOCH_S of them): 0.18% of seeds with a hard restart wait longer
-# (the longest of 200,000: 16 epochs + 8.4 s), and the test passes them by for the next seed.
+# failed); with 40 it passes. Its waits are the bound a seed must keep (WAIT_BOUND, in epochs,
+# a second counted as 1/EPOCH_S of one): 0.18% of seeds with a hard restart wait longer (the
+# longest of 200,000: 16 epochs + 8.4 s), and the test passes them by for the next seed.
 FILES, ROWS = 40, 12
-EPOCH_S, WAIT_BOUND = 0.5, 15 + 7.41 / 0.5
+EPOCH_S = 0.5
+WAIT_BOUND = 15 + 7.41 / EPOCH_S
 KILLS, POINT = 6, "mid_copy"
 PROXY_KINDS = (LOST_REPLY, REFUSE, STALL)
 SERVICES_HOME = "services"  # the private Redis's services home, under the test's tmp_path
