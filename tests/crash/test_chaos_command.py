@@ -165,8 +165,8 @@ def _hard_restart_seed() -> int:
     """The first seed from a fresh (or replayed) one whose schedule restarts Redis hard and
     whose waits, in all, fit the input (see :data:`WAIT_BOUND`)."""
     base = crash_seed("chaos schedule")
+    extras = Extras(proxy_kinds=PROXY_KINDS, proxy_faults=3)
     for seed in itertools.count(base):
-        extras = Extras(proxy_kinds=PROXY_KINDS, proxy_faults=3)
         faults = plan(
             seed, KILLS, (POINT,), ("redis",), server_faults=1, extras=extras, commit_kills=0
         )
