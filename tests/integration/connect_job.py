@@ -86,7 +86,9 @@ def run(spark: Any, api: str, work: Path, table: str, checkpoint: Path) -> dict[
     try:
         writer.trigger(availableNow=True).start().awaitTermination()
     except Exception as exc:  # the refusal arrives as the query's exception
-        return {"ok": False, "error": str(exc)[:2000]}
+        # whole: its traceback comes first and grows with the checkout's path, so a cut
+        # message can end before the exception's name (it did, from a clone in /tmp/tmp.*)
+        return {"ok": False, "error": str(exc)}
     return {"ok": True, "error": None}
 
 
