@@ -157,13 +157,16 @@ class SeenIds:
         short = ids.view(np.uint8).reshape(-1, ID_BYTES)[:, :8].copy().view(np.uint64).ravel()
         order = np.argsort(short)
         if (np.diff(short[order]) == 0).any():
-            self.runs = [_Run(ids.copy(), ids)]  # sorted by bytes: whole keys' order
-            self.whole_keys = True
+            self._keyed_whole(ids)  # sorted by bytes: whole keys' order
         else:
             self.runs = [_Run(short[order], ids[order])]
 
     def _switch_to_whole_keys(self) -> None:
-        if self.runs:
-            ids = np.sort(np.concatenate([run.ids for run in self.runs]))
-            self.runs = [_Run(ids.copy(), ids)]
+        ids = [run.ids for run in self.runs]
+        self._keyed_whole(np.sort(np.concatenate(ids)) if ids else np.empty(0, f"V{ID_BYTES}"))
+
+    def _keyed_whole(self, ids: npt.NDArray[np.void]) -> None:
+        """Keyed by all 16 bytes from now on, ``ids`` (sorted by bytes) the one run: its keys
+        are its IDs (one array: no run is ever changed in place)."""
+        self.runs = [_Run(ids, ids)] if len(ids) else []
         self.whole_keys = True
