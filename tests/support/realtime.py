@@ -221,7 +221,7 @@ class RealtimeJob(Job):
         """Start a run, first removing a temp offset file a kill in the first epoch left
         (``remove_first_epoch_leftovers``); each removal is printed and kept."""
         for name in remove_first_epoch_leftovers(self.checkpoint):
-            print(f"run {self.runs + 1}: removed Spark's leftover offsets/{name}", flush=True)
+            print(f"run {self.runs + 1}: removed Spark's leftover {name}", flush=True)
             self.spark_leftovers.append(name)
         super().start(crash_at, hold_at)
 
@@ -239,26 +239,31 @@ class RealtimeJob(Job):
 
 
 def remove_first_epoch_leftovers(checkpoint: Path) -> list[str]:
-    """Remove the temp files Spark left in ``offsets/`` when no offset file was written yet;
-    return their names.
+    """Remove the temp files Spark left in ``offsets/`` or ``commits/`` when that log has no
+    written batch yet; return them as ``<log>/<name>``.
 
-    In Real-time Mode Spark writes ``offsets/N`` at epoch N's end: a temp file, then a
-    rename. A SIGKILL between the two leaves only ``.0.<uuid>.tmp`` (and its ``.crc``), which
-    Spark never reads, yet its new-checkpoint check refuses the directory
-    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). What a user does then (the guide says so)
-    is start again without them: the query starts from the beginning, which the frontiers make
-    exactly once. Leftovers beside a written offset file are Spark's to ignore, and stay.
+    In Real-time Mode Spark writes ``offsets/N`` at epoch N's end, then ``commits/N``: each a
+    temp file, then a rename. A SIGKILL between the two leaves only ``.0.<uuid>.tmp`` (and its
+    ``.crc``), which Spark never reads, yet its new-checkpoint check refuses the directory
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): with ``offsets/0`` written and no
+    ``commits/0``, Spark first drops ``offsets/0`` (nothing committed) and then checks
+    ``commits/`` too. What a user does then (the guide says so) is start again without them:
+    the query starts from the beginning, which the frontiers make exactly once. Leftovers
+    beside a written batch are Spark's to ignore, and stay.
     """
-    offsets = checkpoint / "offsets"
-    if not offsets.is_dir():
-        return []
-    names = [p.name for p in offsets.iterdir()]
-    if any(name.isdigit() for name in names):
-        return []
-    leftovers = [name for name in names if name.endswith((".tmp", ".tmp.crc"))]
-    for name in leftovers:
-        (offsets / name).unlink()
-    return leftovers
+    removed: list[str] = []
+    for log in ("offsets", "commits"):
+        folder = checkpoint / log
+        if not folder.is_dir():
+            continue
+        names = [p.name for p in folder.iterdir()]
+        if any(name.isdigit() for name in names):
+            continue
+        for name in names:
+            if name.endswith((".tmp", ".tmp.crc")):
+                (folder / name).unlink()
+                removed.append(f"{log}/{name}")
+    return removed
 
 
 def wait_for_events(

@@ -47,15 +47,40 @@ def test_a_first_epoch_temp_offset_file_spark_left_is_removed(tmp_path: Path) ->
     leftovers = [".0.6f1c.tmp", "..0.6f1c.tmp.crc"]
     for name in leftovers:
         (offsets / name).write_text("partial")
-    assert sorted(remove_first_epoch_leftovers(tmp_path)) == sorted(leftovers)
+    assert sorted(remove_first_epoch_leftovers(tmp_path)) == sorted(
+        f"offsets/{name}" for name in leftovers
+    )
     assert list(offsets.iterdir()) == []
+
+
+def test_a_first_epoch_temp_commit_file_goes_even_beside_a_written_offset(tmp_path: Path) -> None:
+    """A SIGKILL while Spark renames commits/0 into place leaves offsets/0 and only a temp
+    commit file: Spark then drops offsets/0 (no batch committed) and refuses the commits
+    directory (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY, seen in CI). The temp commit goes;
+    offsets/0 stays for Spark to drop."""
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1")
+    commits = tmp_path / "commits"
+    commits.mkdir()
+    leftovers = [".0.3fc2.tmp", "..0.3fc2.tmp.crc"]
+    for name in leftovers:
+        (commits / name).write_text("v1")
+    assert sorted(remove_first_epoch_leftovers(tmp_path)) == sorted(
+        f"commits/{name}" for name in leftovers
+    )
+    assert list(commits.iterdir()) == []
+    assert [p.name for p in (tmp_path / "offsets").iterdir()] == ["0"]
 
 
 def test_temp_files_beside_a_written_batch_stay(tmp_path: Path) -> None:
     offsets = tmp_path / "offsets"
     offsets.mkdir()
+    commits = tmp_path / "commits"
+    commits.mkdir()
     for name in ("0", ".0.crc", ".1.6f1c.tmp"):
         (offsets / name).write_text("v1")
+        (commits / name).write_text("v1")
     assert remove_first_epoch_leftovers(tmp_path) == []
     assert len(list(offsets.iterdir())) == 3
+    assert len(list(commits.iterdir())) == 3
     assert remove_first_epoch_leftovers(tmp_path / "missing") == []
