@@ -4,6 +4,7 @@ python -m bench postgres --rows 1000000   # PostgresSink vs Spark JDBC vs raw CO
 python -m bench redis                     # RedisSink vs plain pipelined writes
 python -m bench kafka                     # KafkaSink vs a plain idempotent producer
 python -m bench kafka_stages              # the Kafka sink's CPU per stage vs Spark's sink
+python -m bench postgres_stages           # the PostgreSQL sink's CPU per stage vs a plain COPY
 python -m bench kafka_txn                 # a transaction's visibility vs a plain produce
 python -m bench dedup                     # Bloom + catalog, e2e dedup on/off vs Spark's
 python -m bench dedup_stages              # where the dedup e2e time goes, stage by stage
@@ -32,6 +33,7 @@ STANDALONE = {
     "kafka_stages": "bench.kafka_stages",
     "kafka_headers": "bench.kafka_headers",
     "kafka_txn": "bench.kafka_txn",
+    "postgres_stages": "bench.postgres_stages",
     "dedup": "bench.dedup",
     "dedup_stages": "bench.dedup_stages",
     "cluster_catalog": "bench.cluster_catalog",

@@ -23,6 +23,7 @@ user pays for. Linux only; elsewhere :class:`CpuMeter` reports nothing (``None``
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -195,6 +196,27 @@ def cpu_per_million(paths: Mapping[str, PathTiming]) -> dict[str, dict[str, floa
             tree: round(seconds * 1_000_000 / p.rows, 2)
             for tree, seconds in median.items()
             if tree != "wall"
+        }
+    return out
+
+
+def per_million_figures(
+    runs: dict[str, list[tuple[float, dict[str, float]]]], rows: int
+) -> dict[str, dict[str, Any]]:
+    """Per path: its best rate, its median run's CPU seconds per million records per process
+    tree, and every run's seconds."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, timings in runs.items():
+        cpus = [cpu for _, cpu in timings if cpu]
+        per_million = {
+            tree: round(statistics.median(c[tree] for c in cpus) * 1_000_000 / rows, 2)
+            for tree in (cpus[0] if cpus else {})
+            if tree != "wall"
+        }
+        out[name] = {
+            "rows_per_s": round(rows / min(s for s, _ in timings)),
+            "cpu_s_per_million": per_million or None,
+            "runs_seconds": [round(s, 3) for s, _ in timings],
         }
     return out
 

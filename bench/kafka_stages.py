@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import statistics
 import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bench.ceiling import CpuMeter, count_in_python, service_pids
+from bench.ceiling import CpuMeter, count_in_python, per_million_figures, service_pids
 from bench.common import (
     PARTITIONS,
     add_results_dir_argument,
@@ -117,26 +116,7 @@ def run(rows: int, repeat: int) -> dict[str, Any]:
                 seconds, _ = timed(functools.partial(write, df, i))
             runs[name].append((seconds, cpu))
     spark.stop()
-    return {"rows": rows, "repeat": repeat, "paths": _figures(runs, rows)}
-
-
-def _figures(
-    runs: dict[str, list[tuple[float, dict[str, float]]]], rows: int
-) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for name, timings in runs.items():
-        cpus = [cpu for _, cpu in timings if cpu]
-        per_million = {
-            tree: round(statistics.median(c[tree] for c in cpus) * 1_000_000 / rows, 2)
-            for tree in (cpus[0] if cpus else {})
-            if tree != "wall"
-        }
-        out[name] = {
-            "rows_per_s": round(rows / min(s for s, _ in timings)),
-            "cpu_s_per_million": per_million or None,
-            "runs_seconds": [round(s, 3) for s, _ in timings],
-        }
-    return out
+    return {"rows": rows, "repeat": repeat, "paths": per_million_figures(runs, rows)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

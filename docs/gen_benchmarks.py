@@ -34,6 +34,7 @@ TITLES = {
     "dedup": "Dedup (Bloom filter + Redis catalog)",
     "kafka": "Kafka sink",
     "kafka_stages": "Kafka sink: CPU per stage against Spark's sink",
+    "postgres_stages": "PostgreSQL sink: CPU per stage against a plain COPY",
     "kafka_headers": "Kafka: what the per-record header costs a producer",
     "buffer": "Buffer and drainer, per sink",
     "elasticsearch": "Elasticsearch sink",
@@ -369,8 +370,9 @@ def _coverage(data: dict[str, Any]) -> list[str]:
 
     done = {key_of(c) for c in data.get("cells") or []}
     todo = [cell for cell in full if cell not in done]
+    code = f"code `{data.get('fingerprint')}`"
     if not todo:
-        return [f"All {len(full)} cells of the full soak ran on this code.", ""]
+        return [f"All {len(full)} cells of the full soak ran on {code}.", "", *_since(data)]
     left: dict[str, list[str]] = {}
     for sink, seed, mode in todo:
         left.setdefault(sink, []).append(f"seed {seed}" if mode == "seed" else "the duration run")
@@ -383,7 +385,24 @@ def _coverage(data: dict[str, Any]) -> list[str]:
         partly.append(f"every cell of {', '.join(untouched)}")
     return [
         f"**Incomplete: {len(full) - len(todo)} of the full soak's {len(full)} cells have run "
-        "on this code**; the rows below sum only those. Not run yet: " + "; ".join(partly) + ".",
+        f"on {code}**; the rows below sum only those. Not run yet: " + "; ".join(partly) + ".",
+        "",
+        *_since(data),
+    ]
+
+
+def _since(data: dict[str, Any]) -> list[str]:
+    """Whether the package in this checkout is the code the soak ran: a fingerprint of
+    the files as they are now, compared with the one the cells recorded."""
+    from bench.soak_resume import code_fingerprint
+
+    theirs = data.get("fingerprint")
+    if code_fingerprint(ROOT) == theirs:
+        return [f"The package in this checkout is the code it ran (`{theirs}`).", ""]
+    return [
+        "**The package has changed since this soak ran**: the cells are evidence for code "
+        f"`{theirs}`; what changed after it is in CHANGELOG.md, and `make soak` of the code "
+        "as it is now runs the matrix again.",
         "",
     ]
 

@@ -47,7 +47,7 @@ ROWS = 60
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
     private = PrivateKafka(tmp_path_factory.mktemp("private-kafka"))
     began = time.monotonic()
-    private.start()
+    private.start_new()
     print(f"private broker {private.bootstrap} up in {time.monotonic() - began:.1f}s")
     yield private
     private.stop()

@@ -23,6 +23,9 @@ from exactlyonce.integration.lab.services import kafka
 from exactlyonce.integration.lab.services.env import HOST, PORT_ENV
 from exactlyonce.integration.lab.services.processes import pid_alive, tcp_open
 
+FIRST_STARTS = 3
+PORT_TAKEN = "Address already in use"  # the broker's BindException, in the log tail
+
 
 def free_port() -> int:
     """A TCP port nobody holds now, below the kernel's ephemeral range: while the broker is
@@ -40,6 +43,15 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
+def two_free_ports() -> tuple[int, int]:
+    """Two different :func:`free_port` choices (the broker's and its controller's)."""
+    first = free_port()
+    second = free_port()
+    while second == first:
+        second = free_port()
+    return first, second
+
+
 @dataclass
 class Bounce:
     kind: str  # "hard" (SIGKILL) or "soft" (SIGTERM)
@@ -54,9 +66,14 @@ class PrivateKafka:
     """One broker under ``home`` on ``port`` (clients) and ``controller_port``."""
 
     home: Path
-    port: int = field(default_factory=free_port)
-    controller_port: int = field(default_factory=free_port)
+    # free_port looked up at each call, not bound here: the unit tests replace it
+    port: int = field(default_factory=lambda: free_port())
+    controller_port: int = field(default_factory=lambda: free_port())
     bounces: list[Bounce] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        while self.controller_port == self.port:
+            self.controller_port = free_port()
 
     @property
     def bootstrap(self) -> str:
@@ -84,6 +101,23 @@ class PrivateKafka:
         running = kafka.pid(self.home)
         assert running is not None and pid_alive(running, kafka.PROCESS_NAME)
         return running
+
+    def start_new(self) -> int:
+        """The first start: when a port chosen free was taken by another process before the
+        broker bound it (tests on other workers choose ports too), again on new ports (its
+        storage is formatted anew for them); any other failure, or :data:`FIRST_STARTS`
+        takes in a row, is raised. Restarts (:meth:`bounce`) keep the ports."""
+        for attempt in range(1, FIRST_STARTS + 1):
+            try:
+                return self.start()
+            except RuntimeError as exc:
+                if PORT_TAKEN not in str(exc) or attempt == FIRST_STARTS:
+                    raise
+                taken = (self.port, self.controller_port)
+                self.port, self.controller_port = two_free_ports()
+                print(f"ports {taken} taken meanwhile; the broker starts on "
+                      f"{(self.port, self.controller_port)}", flush=True)  # fmt: skip
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         kafka.stop(self.home)

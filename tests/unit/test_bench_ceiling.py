@@ -13,6 +13,7 @@ from bench.ceiling import (
     ceiling_figures,
     cpu_per_million,
     path_figures,
+    per_million_figures,
     sink_ceilings,
 )
 from bench.common import PathTiming
@@ -28,6 +29,24 @@ def _path(name: str, rows: int, seconds: list[float], totals: list[float]) -> Pa
 def test_cpu_per_million_takes_the_median_run_per_tree() -> None:
     p = _path("eos", 500_000, [1.0, 2.0, 3.0], [9.0, 5.0, 7.0])
     assert cpu_per_million({"eos": p}) == {"eos": {"spark": 12.0, "broker": 2.0, "total": 14.0}}
+
+
+def test_stage_figures_take_the_best_rate_and_the_median_cpu_per_tree() -> None:
+    runs = {
+        "eos": [
+            (2.0, {"spark": 3.0, "postgres": 1.0, "total": 4.0, "wall": 2.0}),
+            (1.0, {"spark": 5.0, "postgres": 3.0, "total": 8.0, "wall": 1.0}),
+            (4.0, {"spark": 1.0, "postgres": 2.0, "total": 3.0, "wall": 4.0}),
+        ],
+        "ceiling": [(0.5, {})],
+    }
+    figures = per_million_figures(runs, 500_000)
+    assert figures["eos"] == {
+        "rows_per_s": 500_000,
+        "cpu_s_per_million": {"spark": 6.0, "postgres": 4.0, "total": 8.0},
+        "runs_seconds": [2.0, 1.0, 4.0],
+    }
+    assert figures["ceiling"]["cpu_s_per_million"] is None
 
 
 def test_a_path_without_cpu_figures_reports_none() -> None:

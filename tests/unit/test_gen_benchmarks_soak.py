@@ -44,7 +44,9 @@ def _doc(cells: list[dict[str, Any]]) -> dict[str, Any]:
 def test_a_partial_soak_says_it_is_incomplete_and_lists_what_is_left() -> None:
     doc = _doc([_cell("pg", 1), _cell("pg", 2)])
     page = "\n".join(doc.pop("_gen").soak_section(doc))
-    assert "**Incomplete: 2 of the full soak's 60 cells have run on this code**" in page
+    assert (
+        "**Incomplete: 2 of the full soak's 60 cells have run on code `ffffffffffffffff`**" in page
+    )
     assert "pg (seed 3, seed 4, seed 5, the duration run)" in page
     assert "every cell of kafka, kafka3, es, os, redis, buffer, pg-ks-source" in page
 
@@ -65,5 +67,24 @@ def test_a_full_soak_says_so() -> None:
     cells = [_cell(sink, seed, mode) for sink, seed, mode in gen.planned_cells({})]
     doc = _doc(cells)
     page = "\n".join(doc.pop("_gen").soak_section(doc))
-    assert "All 60 cells of the full soak ran on this code." in page
+    assert "All 60 cells of the full soak ran on code `ffffffffffffffff`." in page
     assert "Incomplete" not in page
+
+
+def test_a_soak_of_earlier_code_says_the_package_changed_since() -> None:
+    doc = _doc([_cell("pg", 1)])  # fingerprint "fff...", not the code in this checkout
+    page = "\n".join(doc.pop("_gen").soak_section(doc))
+    assert "**The package has changed since this soak ran**" in page
+    assert "CHANGELOG.md" in page
+
+
+def test_a_soak_of_this_code_says_so() -> None:
+    gen = _generator()
+    gen._import_bench()
+    from bench.soak_resume import code_fingerprint
+
+    doc = _doc([_cell("pg", 1)])
+    doc["fingerprint"] = code_fingerprint(ROOT)
+    page = "\n".join(doc.pop("_gen").soak_section(doc))
+    assert "changed since" not in page
+    assert f"The package in this checkout is the code it ran (`{doc['fingerprint']}`)." in page
