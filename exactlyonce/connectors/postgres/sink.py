@@ -165,6 +165,7 @@ class PostgresSink(ExactlyOnceSink):
         self.table = TableName.parse(config.table)
         self._checked_schema: StructType | None = None
         self._table_ready = False
+        self._table_types: dict[str, str] = {}  # the table's columns, as preflight read them
 
     @property
     def upsert(self) -> UpsertSpec | None:
@@ -256,6 +257,7 @@ class PostgresSink(ExactlyOnceSink):
         self, conn: psycopg.Connection[Any], oid: int, schema: StructType | None
     ) -> None:
         columns = table_columns(conn, oid)
+        self._table_types = columns
         if self.mode != "append" and not has_unique_index_on(conn, oid, self.id_column):
             raise ConfigError(
                 "table",
@@ -399,6 +401,9 @@ class PostgresSink(ExactlyOnceSink):
             dedup=self.dedup_plan,
             upsert=self.upsert,
             epoch_column=self.epoch_column,
+            column_types=tuple(
+                (c, self._table_types[c]) for c in columns if c in self._table_types
+            ),
         )
         return PostgresShardWriter(target, epoch)
 

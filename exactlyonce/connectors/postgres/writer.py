@@ -4,7 +4,8 @@ Runs inside Spark's Python workers through ``mapInArrow``. Per task, in ONE tran
 
 1. read which shards of this epoch an earlier attempt already committed, and drop their rows;
 2. send rows with a null key to the dead-letter table;
-3. COPY each Arrow batch straight into the target inside a savepoint (the fast path);
+3. COPY each Arrow batch straight into the target inside a savepoint (the fast path), in
+   PostgreSQL's binary format where every column allows it, else as CSV (:mod:`.binary`);
 4. if the COPY hits the unique index (the ID exists from another epoch, or twice in this
    task), roll back to the savepoint and write that batch through a staging table with
    ``INSERT ... ON CONFLICT (record_id) DO NOTHING`` (the slow path);
@@ -40,6 +41,7 @@ from psycopg import sql
 from exactlyonce.connectors.base import DeadLetter, ShardTask, ShardWriter
 from exactlyonce.connectors.base.columns import DELETE_COLUMN
 from exactlyonce.connectors.base.upsert import UpsertSpec
+from exactlyonce.connectors.postgres.binary import binary_copy, encoder_available
 from exactlyonce.connectors.postgres.schema import DEAD_LETTERS, SHARD_COMMITS, TableName
 from exactlyonce.connectors.postgres.upsert import UPSERT_STAGING, UpsertStatements
 from exactlyonce.dedup.shard import DedupPlan
@@ -69,6 +71,10 @@ class PgTarget:
     dedup: DedupPlan | None = None
     upsert: UpsertSpec | None = None
     epoch_column: str = "epoch"
+    # The table's column types (``format_type``) as preflight read them: the fast path sends
+    # a batch in binary where every column's form is exactly its column's (:mod:`.binary`);
+    # empty (or without the encoder): CSV.
+    column_types: tuple[tuple[str, str], ...] = ()
 
     def upsert_statements(self) -> UpsertStatements:
         assert self.upsert is not None
@@ -106,6 +112,7 @@ class PgShardTask(ShardTask):
         self.staging_ready = False
         self.upserts = target.upsert_statements() if upsert else None
         self.column_list = sql.SQL(", ").join(sql.Identifier(c) for c in target.columns)
+        self.column_types = dict(target.column_types) if encoder_available() else {}
 
     def _open(self) -> set[int]:
         self.conn = psycopg.connect(
@@ -185,7 +192,7 @@ class PgShardTask(ShardTask):
             return
         try:
             with conn.transaction():
-                self._copy(conn, self.t.table.ident(), rows, crash_ok=True)
+                self._copy(conn, self.t.table.ident(), rows, crash_ok=True, binary=True)
             self.result.written += rows.num_rows
         except pgerrors.UniqueViolation:
             self.result.slow_batches += 1
@@ -201,10 +208,18 @@ class PgShardTask(ShardTask):
         into: sql.Composable,
         rows: pa.RecordBatch,
         crash_ok: bool = False,
+        binary: bool = False,
     ) -> None:
-        data = memoryview(to_csv(rows))
+        """COPY ``rows`` into ``into`` (``mid_copy`` may fire when ``crash_ok``); with
+        ``binary`` (the target, whose column types preflight read) in PostgreSQL's binary
+        format when :func:`.binary.binary_copy` can encode the batch, else as CSV."""
+        encoded = None
+        if binary and self.column_types:
+            encoded = binary_copy(rows, self.column_types, self.t.id_column)
+        data = memoryview(to_csv(rows) if encoded is None else encoded)
         names = sql.SQL(", ").join(sql.Identifier(c) for c in rows.schema.names)
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(into, names)
+        form = sql.SQL("csv" if encoded is None else "binary")
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(into, names, form)
         with conn.cursor() as cur, cur.copy(statement) as copy:
             for start in range(0, len(data), COPY_CHUNK_BYTES):
                 copy.write(data[start : start + COPY_CHUNK_BYTES])
