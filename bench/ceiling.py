@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,6 +219,32 @@ def per_million_figures(
             "runs_seconds": [round(s, 3) for s, _ in timings],
         }
     return out
+
+
+def write_stage_profile(
+    name: str,
+    figures: dict[str, Any],
+    started_load: float | None,
+    modules: Sequence[str],
+    results_dir: Path | None,
+) -> Path:
+    """A stage profile's results file (its :func:`per_million_figures` under ``paths``, the
+    machine and the ``modules``' versions); each path's rate and CPU printed."""
+    from bench.common import load_average, machine_info, now_utc, versions, write_results
+
+    data = {
+        "benchmark": name,
+        "date": now_utc(),
+        **figures,
+        "machine": {**machine_info(), "load_average_1m": [started_load, load_average()]},
+        "versions": versions(*modules),
+    }
+    path = write_results(name, data, results_dir)
+    for path_name, p in figures["paths"].items():
+        cpu = (p["cpu_s_per_million"] or {}).get("total")
+        print(f"{path_name:<26} {p['rows_per_s']:>10,} rows/s  {cpu} CPU s / M records", flush=True)
+    print(f"wrote {path}", flush=True)
+    return path
 
 
 @dataclass

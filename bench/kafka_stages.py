@@ -29,19 +29,21 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bench.ceiling import CpuMeter, count_in_python, per_million_figures, service_pids
+from bench.ceiling import (
+    CpuMeter,
+    count_in_python,
+    per_million_figures,
+    service_pids,
+    write_stage_profile,
+)
 from bench.common import (
     PARTITIONS,
     add_results_dir_argument,
     generate_rows,
     load_average,
-    machine_info,
-    now_utc,
     progress,
     service,
     timed,
-    versions,
-    write_results,
 )
 from bench.kafka import create_topic, write_plain, write_spark
 
@@ -127,18 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started_load = load_average()
     figures = run(args.rows, args.repeat)
-    data = {
-        "benchmark": NAME,
-        "date": now_utc(),
-        **figures,
-        "machine": {**machine_info(), "load_average_1m": [started_load, load_average()]},
-        "versions": versions("pyspark", "pyarrow", "confluent_kafka"),
-    }
-    path = write_results(NAME, data, args.results_dir)
-    for name, p in figures["paths"].items():
-        cpu = (p["cpu_s_per_million"] or {}).get("total")
-        print(f"{name:<26} {p['rows_per_s']:>10,} rows/s  {cpu} CPU s / M records", flush=True)
-    print(f"wrote {path}", flush=True)
+    write_stage_profile(
+        NAME, figures, started_load, ("pyspark", "pyarrow", "confluent_kafka"), args.results_dir
+    )
     return 0
 
 

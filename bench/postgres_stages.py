@@ -38,17 +38,19 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bench import common
-from bench.ceiling import CpuMeter, count_in_python, per_million_figures, service_pids
+from bench.ceiling import (
+    CpuMeter,
+    count_in_python,
+    per_million_figures,
+    service_pids,
+    write_stage_profile,
+)
 from bench.common import (
     PARTITIONS,
     add_results_dir_argument,
     load_average,
-    machine_info,
-    now_utc,
     progress,
     timed,
-    versions,
-    write_results,
 )
 from bench.postgres import (
     create_plain_table,
@@ -157,18 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started_load = load_average()
     figures = run(args.rows, args.warmup_rows, args.repeat)
-    data = {
-        "benchmark": NAME,
-        "date": now_utc(),
-        **figures,
-        "machine": {**machine_info(), "load_average_1m": [started_load, load_average()]},
-        "versions": versions("pyspark", "pyarrow", "psycopg"),
-    }
-    path = write_results(NAME, data, args.results_dir)
-    for name, p in figures["paths"].items():
-        cpu = p["cpu_s_per_million"] or {}
-        print(f"{name:<20} {p['rows_per_s']:>10,} rows/s  {cpu}", flush=True)
-    print(f"wrote {path}", flush=True)
+    write_stage_profile(
+        NAME, figures, started_load, ("pyspark", "pyarrow", "psycopg"), args.results_dir
+    )
     return 0
 
 

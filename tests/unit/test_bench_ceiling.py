@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 
 from bench.ceiling import (
     Ceilings,
@@ -15,6 +17,7 @@ from bench.ceiling import (
     path_figures,
     per_million_figures,
     sink_ceilings,
+    write_stage_profile,
 )
 from bench.common import PathTiming
 
@@ -172,3 +175,12 @@ def test_the_dedup_benchmarks_variants_stand_against_its_streaming_ceilings() ->
     assert [(s.sink, s.ours.rows_per_s, s.baseline.path) for s in sinks] == [
         ("PostgresSink, dedup end to end", 2000.0, "spark_dedup")
     ]
+
+
+def test_a_stage_profile_is_written_with_its_machine_and_versions(tmp_path: Path) -> None:
+    figures = per_million_figures({"eos": [(2.0, {"spark": 1.0, "total": 1.0})]}, 1_000_000)
+    path = write_stage_profile("stages_x", {"rows": 1_000_000, "paths": figures}, 0.5,
+                               ("pyarrow",), tmp_path)  # fmt: skip
+    data = json.loads(path.read_text())
+    assert data["benchmark"] == "stages_x" and data["paths"] == figures
+    assert data["machine"]["load_average_1m"][0] == 0.5 and "pyarrow" in data["versions"]

@@ -1,13 +1,12 @@
 """COPY in PostgreSQL's binary format, where every column's value travels as the column
 type's own wire form, so the server parses no text.
 
-Measured on the benchmark's rows (``bench/results/postgres_stages.json`` for the sink as a
-whole): the server's CPU per million rows fell from 1.5 s to 1.0 s against CSV, for 0.06 s
-more in Python. A batch goes in binary only when every column's Arrow type has exactly the
-table column's wire form (:data:`WIRE_TYPES`; the record ID, 32 hex digits, as a ``uuid`` of
-16 bytes); otherwise, or without the ``pgpq`` encoder, it goes as CSV, which PostgreSQL
-parses with each column's input function as before. Nothing is cast here: a value either
-keeps its exact form or the batch is not sent in binary.
+What it saves the server is measured in ``bench/results/postgres_stages.json`` and
+``bench/results/postgres.json``. A batch goes in binary only when every column's Arrow type
+has exactly the table column's wire form (:data:`WIRE_TYPES`; the record ID, 32 hex digits,
+as a ``uuid`` of 16 bytes); otherwise, or without the ``pgpq`` encoder, it goes as CSV,
+which PostgreSQL parses with each column's input function as before. Nothing is cast here:
+a value either keeps its exact form or the batch is not sent in binary.
 """
 
 from __future__ import annotations
@@ -34,10 +33,9 @@ WIRE_TYPES: Mapping[str, str] = {
 }
 UUID_HEX_DIGITS = 32
 
-_NIBBLE = np.full(256, 255, np.uint8)
-for _value, _digit in enumerate(b"0123456789abcdef"):
-    _NIBBLE[_digit] = _value
-    _NIBBLE[bytes([_digit]).upper()[0]] = _value
+_NIBBLE = np.full(256, 255, np.uint8)  # hex digit (either case) -> its value; 255: not one
+for _digits in (b"0123456789abcdef", b"0123456789ABCDEF"):
+    _NIBBLE[np.frombuffer(_digits, np.uint8)] = np.arange(16, dtype=np.uint8)
 
 
 def encoder_available() -> bool:
