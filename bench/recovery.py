@@ -98,6 +98,13 @@ PROFILE_NOTES = [
     "1.64 s and 1.38 s). The machine was shared with a CI run (load "
     "average 7-12 on 2 cores) during every run of this change: single restarts of one "
     "path vary from 2.3 to 7.6 s, so a median of 3 resolves the extra to about +-0.5 s.",
+    "Layout 3 (2026-12-01): the rollback read each shard's presence record by a match "
+    "(HSCAN MATCH j:*): 0.17 s of the driver's 0.2 s start at 10M IDs (cProfile of the "
+    "restart), about nothing at 1M, so the extra grew by 0.12-0.14 s from 1M to 10M "
+    "(0.35 -> 0.47 s, repeat 3). A journal index per shard (keys.py, written in the journal's "
+    "MULTI) names the journals instead: same run shape, 0.25 s at 1M and 0.31 s at 10M. "
+    "Tried and dropped: building the epoch's plan in a thread while the start ran (0.36/0.50 "
+    "vs 0.35/0.47 without: the GIL and two cores left nothing to overlap).",
 ]
 
 

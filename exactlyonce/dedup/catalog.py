@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from exactlyonce.dedup.bloom import BloomFilter, BloomSpec, Ids
 from exactlyonce.dedup.config import DedupConfig
-from exactlyonce.dedup.keys import LAYOUT_VERSION, CatalogKeys, namespace
+from exactlyonce.dedup.keys import CatalogKeys, namespace
 from exactlyonce.dedup.layout import MAX_PER_CALL, Layout, buckets, pack_groups
 from exactlyonce.dedup.scripts import LUA_LOOKUP, LUA_MARK, LUA_MERGE, LUA_MERGE_BITS, LUA_UNMARK
 from exactlyonce.errors import CatalogLostError
@@ -145,8 +145,10 @@ class RedisCatalog:
             pipe.set(self.keys.marker(shard), instance)
             if layout.tracked:
                 pipe.hset(self.keys.presence(shard), mapping={"i": instance})
+            if layout.indexed:
+                pipe.hset(self.keys.journal_index(shard), mapping={"i": instance})
         pipe.execute()
-        meta = {"instance": instance, "layout": LAYOUT_VERSION, **layout.to_meta()}
+        meta = {"instance": instance, "layout": layout.version, **layout.to_meta()}
         self.redis.hset(self.keys.meta, mapping=meta)
         return instance
 
@@ -256,11 +258,14 @@ class RedisCatalog:
             self._journal(layout, shard, epoch, ids)
 
     def _journal(self, layout: Layout, shard: int, epoch: int, ids: Ids) -> None:
-        """Append ``ids`` to the epoch's journal, recorded in the presence hash (one slot)."""
+        """Append ``ids`` to the epoch's journal, recorded in the presence hash and the
+        journal index in the same MULTI (one slot)."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.append(self.keys.journal(shard, epoch), np.ascontiguousarray(ids).tobytes())
         if layout.tracked:
             pipe.hset(self.keys.presence(shard), mapping={f"j:{epoch}": "1"})
+        if layout.indexed:
+            pipe.hset(self.keys.journal_index(shard), mapping={str(epoch): "1"})
         pipe.execute()
 
     def _bucket_keys(self, shard: int, gen: int, numbers: list[int]) -> list[Any]:
@@ -375,13 +380,14 @@ class RedisCatalog:
 
         Driver only, at (re)start. Deletes every journal it finds, rolled back or not; the
         number of IDs removed from the buckets. A catalog with presence records finds its
-        journals there (:meth:`_named_journals`: a match on each shard's record, which names
-        every journal in the same step that writes it), so a restart does not grow with the
-        catalog. One made before them, or whose record is gone or another instance's (a
-        partial loss its next script reports), SCANs every master for them, as before.
+        journals through them (:meth:`_named_journals`): in layout 3 each shard's journal
+        index names them, so a restart does not grow with the catalog; in layout 2, or when
+        the index is gone, a match on the shard's presence record (a walk of a field per
+        bucket). One made before presence records, or whose record is gone or another
+        instance's (a partial loss its next script reports), SCANs every master for them.
         """
         removed = 0
-        named = self._named_journals(layout.shards, head_epoch) if layout.tracked else None
+        named = self._named_journals(layout, head_epoch) if layout.tracked else None
         if named is not None:
             found_journals = named
         else:
@@ -395,28 +401,37 @@ class RedisCatalog:
             if epoch > head_epoch:
                 blob = self.redis.get(key) or b""
                 removed += self._unmark(layout, shard, layout.gen(epoch), blob)
-            self.redis.delete(key)
-            self.redis.hdel(self.keys.presence(shard), f"j:{epoch}")
+            self._forget_journal(shard, epoch)
         return removed
 
-    def _named_journals(self, shards: int, head_epoch: int) -> set[tuple[int, int]] | None:
+    def _forget_journal(self, shard: int, epoch: int) -> None:
+        pipe = self.redis.pipeline(transaction=True)  # one shard: one slot
+        pipe.delete(self.keys.journal(shard, epoch))
+        pipe.hdel(self.keys.presence(shard), f"j:{epoch}")
+        pipe.hdel(self.keys.journal_index(shard), str(epoch))
+        pipe.execute()
+
+    def _named_journals(self, layout: Layout, head_epoch: int) -> set[tuple[int, int]] | None:
         """The (shard, epoch) of every journal the shards' presence records name and that
         exists; None when a shard's record is gone or names another instance than its marker
         (the caller SCANs). A journal above the head a record names that is gone is a partial
         loss (:meth:`_evicted`): without it a rollback would leave IDs of an uncommitted
         epoch marked (read as duplicates)."""
         named: list[tuple[int, int]] = []
-        for shard in range(shards):
+        for shard in range(layout.shards):
             presence = self.keys.presence(shard)
             pipe = self.redis.pipeline(transaction=True)  # one shard: one slot
             pipe.get(self.keys.marker(shard))
             pipe.hget(presence, "i")
-            marker, owner = pipe.execute()
+            if layout.indexed:
+                pipe.hgetall(self.keys.journal_index(shard))
+            marker, owner, *index = pipe.execute()
             if owner is None or owner != marker:
                 return None
-            for name in self.redis.hscan_iter(presence, match="j:*", count=10_000):
-                field = name[0] if isinstance(name, tuple) else name
-                named.append((shard, int(field.decode().partition(":")[2])))
+            epochs = _indexed_epochs(index[0], marker) if index else None
+            if epochs is None:
+                epochs = self._presence_journals(presence)
+            named += [(shard, epoch) for epoch in epochs]
         if not named:
             return set()
         pipe = self.redis.pipeline(transaction=False)
@@ -440,11 +455,19 @@ class RedisCatalog:
             removed += int(self._script(LUA_UNMARK)(keys=keys, args=args))
         return removed
 
+    def _presence_journals(self, presence: str) -> list[int]:
+        """The epochs of the journals a presence record names: a match on every field (the
+        walk layout 3's journal index saves)."""
+        epochs = []
+        for name in self.redis.hscan_iter(presence, match="j:*", count=10_000):
+            field = name[0] if isinstance(name, tuple) else name
+            epochs.append(int(field.decode().partition(":")[2]))
+        return epochs
+
     def forget_journals(self, shards: int, epoch: int) -> None:
         """The head passed ``epoch``: its journal is no longer needed for a rollback."""
-        self.redis.delete(*[self.keys.journal(s, epoch) for s in range(shards)])
         for shard in range(shards):
-            self.redis.hdel(self.keys.presence(shard), f"j:{epoch}")
+            self._forget_journal(shard, epoch)
 
     def expire_before(self, layout: Layout, epoch: int) -> int:
         """Delete whole generations older than the retention window, then their counters;
@@ -499,6 +522,14 @@ def redis_bit_offsets(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     seven = np.uint64(7)
     offsets: npt.NDArray[np.uint64] = (unique & ~seven) | (seven - (unique & seven))
     return offsets
+
+
+def _indexed_epochs(index: dict[bytes, bytes], marker: bytes) -> list[int] | None:
+    """The epochs a shard's journal index names; None when it cannot be trusted: gone
+    (evicted, or never written) or another instance's."""
+    if index.get(b"i") != marker:
+        return None
+    return [int(field) for field in index if field != b"i"]
 
 
 def _flag(on: bool) -> str:

@@ -23,12 +23,12 @@ import numpy.typing as npt
 from exactlyonce.dedup.bloom import ids_from_hex
 from exactlyonce.dedup.catalog import CatalogUsage, RedisCatalog
 from exactlyonce.dedup.config import DedupConfig
-from exactlyonce.dedup.keys import LAYOUT_VERSION
+from exactlyonce.dedup.keys import KNOWN_LAYOUTS
 from exactlyonce.dedup.layout import Layout
 from exactlyonce.dedup.murmur3 import spark_shard
 from exactlyonce.dedup.shard import DedupPlan
 from exactlyonce.dedup.upgrade import upgrade_layout
-from exactlyonce.errors import CatalogLostError
+from exactlyonce.errors import CatalogLostError, ConfigError
 from exactlyonce.progress import Progress
 
 log = logging.getLogger("exactlyonce.dedup")
@@ -75,7 +75,7 @@ class CatalogKeeper:
             )
             meta = {}
         why = "no catalog found for a query that has committed epochs"
-        if meta and meta.get("layout") != LAYOUT_VERSION:
+        if meta and meta.get("layout") is None:
             meta = upgrade_layout(self.catalog, meta)
             why = "the catalog was in layout 1, which a Redis Cluster cannot hold"
         if not meta:
@@ -85,6 +85,7 @@ class CatalogKeeper:
                 return
             self._recover(head_epoch, why)
             return
+        self._refuse_unknown_layout(meta.get("layout"))
         self.layout = Layout.from_meta(meta)
         self.instance = meta["instance"]
         if not self.catalog.holds_instance(self.instance, self.layout.shards):
@@ -98,6 +99,17 @@ class CatalogKeeper:
         if removed:
             log.info("catalog: rolled back %d IDs of epochs above head %d", removed, head_epoch)
 
+    def _refuse_unknown_layout(self, layout: str | None) -> None:
+        """A layout this version does not know was written by a newer one: reading it with
+        these key names could take a full catalog for an empty one (invariant 3)."""
+        if layout is not None and layout not in KNOWN_LAYOUTS:
+            raise ConfigError(
+                "dedup",
+                f"the catalog {self.catalog.prefix} is in key layout {layout}, which this "
+                f"version of exactlyonce does not know (it reads layouts "
+                f"{', '.join(KNOWN_LAYOUTS)}): run the version that wrote it, or a newer one",
+            )
+
     def attach(self) -> bool:
         """Adopt the catalog as it is, rolling nothing back: for a driver process that only
         advances heads (:meth:`after_head`) while another opened the catalog. False when there
@@ -105,6 +117,7 @@ class CatalogKeeper:
         meta = self.catalog.meta()
         if not meta:
             return False
+        self._refuse_unknown_layout(meta.get("layout"))
         self.layout = Layout.from_meta(meta)
         self.instance = meta["instance"]
         return True

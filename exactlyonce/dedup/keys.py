@@ -1,6 +1,11 @@
 """Names of the catalog's Redis keys, per (query, sink) and per (query, sink, shard).
 
-Layout 2 (this one) spreads a catalog over a Redis Cluster: each shard's keys share their own
+Layout 3 (this one) is layout 2 plus a journal index per shard (``<s>:ji``, below): a restart
+finds the journals it must roll back there, instead of walking the presence record, which has
+a field per bucket. A catalog in layout 2 is read as it is (its journals by the walk);
+``layout`` in meta says which.
+
+Layout 2 spreads a catalog over a Redis Cluster: each shard's keys share their own
 hash tag, so one shard's keys sit in one slot (a script may touch them together) and the
 shards spread over the masters. Two tags, from :func:`namespace`'s prefix ``<p>`` =
 ``eo:{<query>:<digest>}``:
@@ -20,6 +25,11 @@ shards spread over the masters. Two tags, from :func:`namespace`'s prefix ``<p>`
                             per live ID (a SET costs 80, a listpack HASH 25-45)
   ``<s>:j:<epoch>``         the IDs first marked in an epoch the head has not passed yet (a
                             journal), to roll them back on restart
+  ``<s>:ji``                HASH (layout 3), the journal index: ``i`` = the instance, and a
+                            field ``<epoch>`` per journal, written in the same MULTI as the
+                            journal and deleted with it. An index that is gone or names
+                            another instance (evicted) is not trusted: the restart walks the
+                            presence record instead
   ``<s>:b:<gen>`` / ``<s>:bv:<gen>``  the shard's Bloom filter for a generation, its version
   ``<s>:p``                 HASH, the shard's presence record (catalogs created with
                             ``presence`` = ``1`` in meta): ``i`` = the instance, and one field
@@ -48,8 +58,14 @@ reads meta and every marker before each epoch).
 
 Layout 1 (before Redis Cluster support) kept every key under ``<p>`` (one slot per query:
 ``<p>:c:<shard>:<gen>:<bucket>``, ``<p>:j:<shard>:<epoch>``, ``<p>:b:...``, ``<p>:stats``)
-and its meta has no ``layout`` field. :mod:`.upgrade` renames such a catalog into this
-layout on a standalone Redis; on a cluster it is dropped and treated as lost.
+and its meta has no ``layout`` field. :mod:`.upgrade` renames such a catalog into layout 2
+on a standalone Redis; on a cluster it is dropped and treated as lost. A ``layout`` this
+version does not know (a newer one) is refused, never rewritten.
+
+Going back to a version that knows only layout 2 is safe: that version takes a layout-3
+catalog for layout 1 (its only other case), moves nothing (no key matches layout 1's names)
+and sets ``layout`` to 2; its journals then go unindexed, and this version, reading layout 2,
+walks the presence record for them again.
 
 The Redis sink builds its own keys under ``namespace(query, sink) + ":sink"``; no pattern
 here matches them. Every key of this module, of every query, begins with
@@ -65,11 +81,20 @@ import uuid
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["LAYOUT_VERSION", "NAMESPACE_ROOT", "CatalogKeys", "namespace"]
+__all__ = [
+    "INDEXED_LAYOUT",
+    "KNOWN_LAYOUTS",
+    "NAMESPACE_ROOT",
+    "UNINDEXED_LAYOUT",
+    "CatalogKeys",
+    "namespace",
+]
 
-LAYOUT_VERSION = "2"
+INDEXED_LAYOUT = "3"  # layout 2 with a journal index per shard: what new catalogs get
+UNINDEXED_LAYOUT = "2"  # one hash tag per shard; journals found by the presence record
+KNOWN_LAYOUTS = (UNINDEXED_LAYOUT, INDEXED_LAYOUT)  # opened as they are (no "layout": 1)
 NAMESPACE_ROOT = "eo:{"  # the start of every catalog key (and of the Redis sink's default prefix)
-SHARD_KINDS = ("i", "p", "stats", "c", "j", "b", "bv", "tmp", "cl", "pt")
+SHARD_KINDS = ("i", "p", "stats", "c", "j", "ji", "b", "bv", "tmp", "cl", "pt")
 OLD_KINDS = ("stats", "c", "j", "b", "bv", "tmp")  # layout 1, under the query's prefix
 
 
@@ -110,6 +135,10 @@ class CatalogKeys:
 
     def journal(self, shard: int, epoch: int) -> str:
         return f"{self.shard_prefix(shard)}:j:{epoch}"
+
+    def journal_index(self, shard: int) -> str:
+        """The shard's journal index (layout 3): ``i`` and a field per journal's epoch."""
+        return f"{self.shard_prefix(shard)}:ji"
 
     def bloom(self, shard: int, gen: int) -> str:
         return f"{self.shard_prefix(shard)}:b:{gen}"

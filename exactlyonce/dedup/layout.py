@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from exactlyonce.dedup.bloom import BloomSpec, Ids
 from exactlyonce.dedup.config import DedupConfig
+from exactlyonce.dedup.keys import INDEXED_LAYOUT, UNINDEXED_LAYOUT
 
 __all__ = ["MAX_PER_CALL", "Groups", "Layout", "buckets", "pack_groups"]
 
@@ -48,6 +49,7 @@ class Layout:
     bucket_bits: int
     bloom: BloomSpec
     tracked: bool = True  # keeps a presence record per shard (keys.py); False: made before
+    indexed: bool = True  # keeps a journal index per shard (keys.py, layout 3); False: layout 2
 
     @classmethod
     def plan(cls, config: DedupConfig, shards: int) -> Layout:
@@ -64,6 +66,11 @@ class Layout:
             bits,
             BloomSpec(bloom_capacity, config.fp_rate, config.bloom_backend),
         )
+
+    @property
+    def version(self) -> str:
+        """The key layout (keys.py) a catalog of this layout is in: ``layout`` in meta."""
+        return INDEXED_LAYOUT if self.indexed else UNINDEXED_LAYOUT
 
     def gen(self, epoch: int) -> int:
         return epoch // self.gen_epochs
@@ -98,6 +105,7 @@ class Layout:
             int(meta["bucket_bits"]),
             spec,
             meta.get("presence") == "1",
+            meta.get("layout") == INDEXED_LAYOUT,
         )
 
 

@@ -1,5 +1,7 @@
 """Catalogs left in layout 1 (one hash tag per query) by an earlier version: move or drop.
 
+A moved catalog is in layout 2 (its journals are not in a journal index: see :mod:`.keys`).
+
 Layout 1 kept every key of a catalog under the query's prefix; its meta hash has no
 ``layout`` field (see :mod:`.keys`). Reading it with layout 2's names would find no shard
 marker and no bucket: an empty catalog taken for a complete one would answer "new" for IDs
@@ -21,7 +23,7 @@ import logging
 from typing import Any
 
 from exactlyonce.dedup.catalog import RedisCatalog
-from exactlyonce.dedup.keys import LAYOUT_VERSION
+from exactlyonce.dedup.keys import UNINDEXED_LAYOUT
 
 log = logging.getLogger("exactlyonce.dedup")
 
@@ -51,10 +53,10 @@ def upgrade_layout(catalog: RedisCatalog, meta: dict[str, str]) -> dict[str, str
     pipe = catalog.redis.pipeline(transaction=True)
     for shard in range(shards):
         pipe.set(catalog.keys.marker(shard), meta["instance"])
-    pipe.hset(catalog.keys.meta, mapping={"layout": LAYOUT_VERSION})
+    pipe.hset(catalog.keys.meta, mapping={"layout": UNINDEXED_LAYOUT})
     pipe.execute()
     log.warning("catalog %s: moved %d keys from layout 1 to layout 2", catalog.prefix, moved)
-    return {**meta, "layout": LAYOUT_VERSION}
+    return {**meta, "layout": UNINDEXED_LAYOUT}
 
 
 def _rename_old_keys(catalog: RedisCatalog) -> int:

@@ -212,4 +212,5 @@ def test_a_layout_1_catalog_on_a_cluster_is_dropped_and_never_read_as_complete(
     keeper.open(3, 1)
     assert keeper.rebuilds == 1 and keeper.plan.instance != "old"
     new_keys = [catalog.keys.meta, catalog.keys.marker(0), catalog.keys.presence(0)]
+    new_keys.append(catalog.keys.journal_index(0))
     assert catalog_keys(catalog) == sorted(new_keys)

@@ -24,7 +24,7 @@ from exactlyonce.dedup.catalog import RedisCatalog
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.keeper import CatalogKeeper
 from exactlyonce.dedup.layout import Layout
-from exactlyonce.errors import CatalogLostError
+from exactlyonce.errors import CatalogLostError, ConfigError
 from tests.support.audit import assert_exactly_once, install_audit
 from tests.support.catalogs import CATALOG_BACKENDS, random_ids, small_catalog_config
 from tests.support.events import events, ids
@@ -242,3 +242,93 @@ def test_the_rollback_of_a_tracked_catalog_reads_neither_the_keyspace_nor_every_
     assert not catalog.lookup(instance, layout, 1, 5, ids).any(), "epoch 5 rolled back"
     assert not [k for k in catalog.redis.scan_iter(match=catalog.keys.journals)], "all deleted"
     assert [f for f in catalog.redis.hkeys(catalog.keys.presence(1)) if f.startswith(b"j:")] == []
+
+
+# -- the journal index (layout 3): a restart finds the journals without walking the catalog --
+
+
+def keeper_of(config: DedupConfig, name: str) -> CatalogKeeper:
+    """The driver's keeper of :func:`filled`'s catalog, not opened yet."""
+    return CatalogKeeper(config, name, "test-sink", unique_sink=True, rebuild_source=None)
+
+
+def test_the_rollback_of_a_new_catalog_reads_its_journal_index_not_its_presence_record(
+    config: DedupConfig, unique_name: str
+) -> None:
+    # The presence record has a field per bucket (131,000 per shard at 10M IDs): a match on
+    # it is a walk that grows with the catalog. A catalog in layout 3 names its journals in a
+    # small index of their own, written in the same step as each journal.
+    catalog, layout, instance, ids = filled(config, unique_name)
+    assert catalog.meta()["layout"] == "3" and layout.indexed
+    catalog.mark(instance, layout, 1, 2, random_ids(100))  # journaled at or below the head
+    spy = Commands(catalog.redis)
+    catalog._redis = spy
+    assert catalog.roll_back_above(layout, head_epoch=3) == len(ids)
+    assert not {"scan_iter", "scan", "hkeys", "keys", "hscan", "hscan_iter"} & set(spy.names)
+    catalog._redis = spy.client
+    assert not catalog.lookup(instance, layout, 1, 5, ids).any(), "epoch 5 rolled back"
+    assert not [k for k in catalog.redis.scan_iter(match=catalog.keys.journals)], "all deleted"
+    assert catalog.redis.hgetall(catalog.keys.journal_index(1)) == {b"i": instance.encode()}
+
+
+def test_forgotten_journals_leave_the_index(config: DedupConfig, unique_name: str) -> None:
+    catalog, layout, instance, _ = filled(config, unique_name)
+    catalog.mark(instance, layout, 0, 5, random_ids(10))
+    catalog.forget_journals(2, 5)
+    for shard in (0, 1):
+        assert catalog.redis.hgetall(catalog.keys.journal_index(shard)) == {b"i": instance.encode()}
+
+
+def test_a_catalog_in_layout_2_is_opened_as_it_is_and_rolled_back_by_its_presence_record(
+    config: DedupConfig, unique_name: str
+) -> None:
+    catalog = RedisCatalog(config, unique_name, "test-sink")
+    layout = dataclasses.replace(Layout.plan(config, 2), indexed=False)
+    instance = catalog.create(layout)
+    assert catalog.meta()["layout"] == "2"
+    assert catalog.redis.exists(catalog.keys.journal_index(1)) == 0
+    ids = random_ids(500)
+    catalog.mark(instance, layout, 1, 5, ids)
+    keeper = keeper_of(config, unique_name)
+    keeper.open(head_epoch=3, shards=2)
+    assert keeper.rebuilds == 0 and keeper.instance == instance
+    assert keeper.layout is not None and not keeper.layout.indexed
+    assert catalog.meta()["layout"] == "2", "not rewritten"
+    assert not catalog.lookup(instance, layout, 1, 5, ids).any(), "epoch 5 rolled back"
+
+
+def test_a_journal_an_older_version_wrote_into_a_new_catalog_is_rolled_back(
+    config: DedupConfig, unique_name: str
+) -> None:
+    # An older exactlyonce (layout 2) opening a layout-3 catalog takes it for layout 1, moves
+    # nothing and sets "layout" to 2; its journals then go unindexed. The next start of this
+    # version must walk the presence record again, not trust the index.
+    catalog, layout, instance, ids = filled(config, unique_name)
+    catalog.redis.hset(catalog.keys.meta, mapping={"layout": "2"})
+    older = random_ids(300)
+    catalog.mark(instance, dataclasses.replace(layout, indexed=False), 0, 6, older)
+    keeper = keeper_of(config, unique_name)
+    keeper.open(head_epoch=4, shards=2)
+    assert keeper.rebuilds == 0 and keeper.instance == instance
+    assert not catalog.lookup(instance, layout, 1, 5, ids).any(), "epoch 5 rolled back"
+    assert not catalog.lookup(instance, layout, 0, 6, older).any(), "epoch 6 rolled back"
+
+
+def test_an_evicted_journal_index_makes_the_rollback_walk_the_presence_record(
+    config: DedupConfig, unique_name: str
+) -> None:
+    catalog, layout, instance, ids = filled(config, unique_name)
+    drop_keys(catalog, catalog.keys.journal_index(1))
+    assert catalog.roll_back_above(layout, head_epoch=3) == len(ids)
+    assert not catalog.lookup(instance, layout, 1, 5, ids).any(), "epoch 5 rolled back"
+
+
+def test_a_catalog_in_a_layout_this_version_does_not_know_is_refused(
+    config: DedupConfig, unique_name: str
+) -> None:
+    catalog, _, _, _ = filled(config, unique_name)
+    catalog.redis.hset(catalog.keys.meta, mapping={"layout": "9"})
+    keeper = keeper_of(config, unique_name)
+    with pytest.raises(ConfigError, match="layout 9"):
+        keeper.open(head_epoch=3, shards=2)
+    assert catalog.meta()["layout"] == "9", "left as it was"

@@ -72,7 +72,7 @@ def test_layout_keeps_ids_for_the_retention_window() -> None:
     for marked in range(0, 300, 7):
         for later in range(marked, marked + 100):
             assert layout.gen(marked) in layout.live(later), (marked, later)
-    assert Layout.from_meta(layout.to_meta()) == layout
+    assert Layout.from_meta({**layout.to_meta(), "layout": layout.version}) == layout
 
 
 def test_ids_from_hex_reads_arrow_buffers_like_python_strings() -> None:

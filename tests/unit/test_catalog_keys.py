@@ -15,6 +15,7 @@ def shard_keys(keys: CatalogKeys, shard: int) -> list[str]:
         keys.stats(shard),
         keys.bucket(shard, 3, 0xAB),
         keys.journal(shard, 17),
+        keys.journal_index(shard),
         keys.bloom(shard, 3),
         keys.bloom_version(shard, 3),
         keys.tmp(shard),
