@@ -7,7 +7,13 @@ idempotent, ``acks=all``) into a fresh topic, four ways, ``--repeat`` times each
 ``plain``            ``produce(topic, value)``: Spark's and the plain producer's wire format;
 ``header``           plus the sink's one ``eo`` header (wire format 1: attempt prefix + ID);
 ``plain_txn``        ``plain`` inside one transaction;
-``header_txn``       ``header`` inside one transaction: what a shard task does per record.
+``header_txn``       ``header`` inside one transaction: what a shard task does per record;
+``header_dict_txn``  the same header passed as a dict, not a list of pairs;
+``header_raw_id_txn`` a header of the raw 16-byte ID only (the shortest a record ID can be);
+``key_id_txn``       the prefix and ID as the message key instead of a header (no user key).
+
+The last three are the levers a Python producer has within confluent-kafka: whether the
+header's container, its length, or its being a header is the cost.
 
 Per way: the produce loop's CPU and the process's total CPU (librdkafka's threads included)
 in microseconds per message, median run, and the best rate. No Spark: this isolates the one
@@ -41,6 +47,35 @@ def produce_all(values: list[bytes], ids: list[bytes] | None) -> Callable[[Any, 
         else:
             for value, rid in zip(values, ids, strict=True):
                 produce(topic, value, None, headers=[("eo", PREFIX + rid)])
+
+    return body
+
+
+def produce_dict_headers(values: list[bytes], ids: list[bytes]) -> Callable[[Any, str], None]:
+    def body(producer: Any, topic: str) -> None:
+        produce = producer.produce
+        for value, rid in zip(values, ids, strict=True):
+            produce(topic, value, None, headers={"eo": PREFIX + rid})
+
+    return body
+
+
+def produce_raw_id_header(values: list[bytes], ids: list[bytes]) -> Callable[[Any, str], None]:
+    raw = [bytes.fromhex(rid.decode()) for rid in ids]
+
+    def body(producer: Any, topic: str) -> None:
+        produce = producer.produce
+        for value, rid in zip(values, raw, strict=True):
+            produce(topic, value, None, headers=[("eo", rid)])
+
+    return body
+
+
+def produce_id_as_key(values: list[bytes], ids: list[bytes]) -> Callable[[Any, str], None]:
+    def body(producer: Any, topic: str) -> None:
+        produce = producer.produce
+        for value, rid in zip(values, ids, strict=True):
+            produce(topic, value, PREFIX + rid)
 
     return body
 
@@ -81,6 +116,9 @@ def run(messages: int, repeat: int) -> dict[str, Any]:
         "header": (produce_all(values, ids), False),
         "plain_txn": (produce_all(values, None), True),
         "header_txn": (produce_all(values, ids), True),
+        "header_dict_txn": (produce_dict_headers(values, ids), True),
+        "header_raw_id_txn": (produce_raw_id_header(values, ids), True),
+        "key_id_txn": (produce_id_as_key(values, ids), True),
     }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
     for i in range(repeat):  # interleaved: every way sees the same load
@@ -106,6 +144,10 @@ def run(messages: int, repeat: int) -> dict[str, Any]:
         "header_cpu_ratio": round(
             header["total_cpu_us_per_msg"] / plain["total_cpu_us_per_msg"], 2
         ),
+        "levers_cpu_us_per_msg_vs_header_txn": {
+            name: round(paths[name]["total_cpu_us_per_msg"] - header["total_cpu_us_per_msg"], 2)
+            for name in ("header_dict_txn", "header_raw_id_txn", "key_id_txn", "plain_txn")
+        },
     }
 
 
