@@ -10,10 +10,15 @@ idempotent, ``acks=all``) into a fresh topic, four ways, ``--repeat`` times each
 ``header_txn``       ``header`` inside one transaction: what a shard task does per record;
 ``header_dict_txn``  the same header passed as a dict, not a list of pairs;
 ``header_raw_id_txn`` a header of the raw 16-byte ID only (the shortest a record ID can be);
-``key_id_txn``       the prefix and ID as the message key instead of a header (no user key).
+``key_id_txn``       the prefix and ID as the message key instead of a header (no user key);
+``header_from_arrow_txn`` ``header_txn`` from Arrow columns (made lists first, timed): the
+                     sink's Python loop;
+``native_txn``       the same messages from the same Arrow columns, the loop in C
+                     (:mod:`exactlyonce.connectors.kafka.arrowproduce`): the sink's native loop.
 
-The last three are the levers a Python producer has within confluent-kafka: whether the
-header's container, its length, or its being a header is the cost.
+``header_dict_txn``, ``header_raw_id_txn`` and ``key_id_txn`` are the levers a Python
+producer has within confluent-kafka: whether the header's container, its length, or its
+being a header is the cost; ``native_txn`` is the lever outside it.
 
 Per way: the produce loop's CPU and the process's total CPU (librdkafka's threads included)
 in microseconds per message, median run, and the best rate. No Spark: this isolates the one
@@ -80,6 +85,41 @@ def produce_id_as_key(values: list[bytes], ids: list[bytes]) -> Callable[[Any, s
     return body
 
 
+def produce_from_arrow(values: list[bytes], ids: list[bytes]) -> Callable[[Any, str], None]:
+    """The sink's Python path: the Arrow columns made lists, then the per-record loop."""
+    import pyarrow as pa
+
+    value_column, id_column = pa.array(values, pa.binary()), pa.array(ids, pa.binary())
+
+    def body(producer: Any, topic: str) -> None:
+        produce_all(value_column.to_pylist(), id_column.to_pylist())(producer, topic)
+
+    return body
+
+
+def produce_native(values: list[bytes], ids: list[bytes]) -> Callable[[Any, str], None]:
+    """The sink's native path (:mod:`exactlyonce.connectors.kafka.arrowproduce`): the same
+    messages and header from the Arrow columns, the loop in C."""
+    import pyarrow as pa
+
+    from exactlyonce.connectors.kafka.arrowproduce import native_loop, produce_columns
+
+    module = native_loop()
+    if module is None:
+        raise RuntimeError("the native produce loop is not built here (pip install -e .)")
+    value_column, id_column = pa.array(values, pa.binary()), pa.array(ids, pa.string())
+
+    def refused(i: int) -> bool:
+        raise RuntimeError(f"row {i} refused")
+
+    def body(producer: Any, topic: str) -> None:
+        produce_columns(
+            module, producer, topic, value_column, None, ("eo", PREFIX), id_column, refused
+        )
+
+    return body
+
+
 def timed_way(bootstrap: str, topic: str, body: Callable[[Any, str], None], n: int,
               txn: bool) -> dict[str, float]:  # fmt: skip
     from confluent_kafka import Producer
@@ -119,6 +159,8 @@ def run(messages: int, repeat: int) -> dict[str, Any]:
         "header_dict_txn": (produce_dict_headers(values, ids), True),
         "header_raw_id_txn": (produce_raw_id_header(values, ids), True),
         "key_id_txn": (produce_id_as_key(values, ids), True),
+        "header_from_arrow_txn": (produce_from_arrow(values, ids), True),
+        "native_txn": (produce_native(values, ids), True),
     }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
     for i in range(repeat):  # interleaved: every way sees the same load
@@ -148,6 +190,11 @@ def run(messages: int, repeat: int) -> dict[str, Any]:
             name: round(paths[name]["total_cpu_us_per_msg"] - header["total_cpu_us_per_msg"], 2)
             for name in ("header_dict_txn", "header_raw_id_txn", "key_id_txn", "plain_txn")
         },
+        "native_vs_python_from_arrow": round(
+            paths["header_from_arrow_txn"]["total_cpu_us_per_msg"]
+            / paths["native_txn"]["total_cpu_us_per_msg"],
+            2,
+        ),
     }
 
 

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from exactlyonce.connectors.base import SHARD_COLUMN, DeadLetter, ShardTask
 from exactlyonce.connectors.base.frames import frame_bounds, frame_partition, pack, single_headers
+from exactlyonce.connectors.kafka.arrowproduce import native_loop, produce_columns
 from exactlyonce.connectors.kafka.clients import init_transactions
 from exactlyonce.connectors.kafka.protocol import (
     DEAD_LETTER_PAYLOAD_LIMIT,
@@ -112,30 +113,53 @@ class KafkaShardTask(TransactionSteps, ShardTask):
 
     def _write_rows(self, rows: pa.RecordBatch) -> None:
         assert self.producer is not None
-        ids = pc.cast(rows.column(ID_COLUMN), pa.binary()).to_pylist()
-        values = rows.column(VALUE_COLUMN).to_pylist()
         if self.t.frame_records > 1:
-            too_large = self._write_frames(ids, values)
+            too_large = self._write_frames(*_ids_and_values(rows))
         else:
-            keys = rows.column(KEY_COLUMN).to_pylist() if self.t.has_key else [None] * len(ids)
-            too_large = self._write_records(ids, values, keys)
+            too_large = self._write_records(rows)
         self.producer.poll(0)
         written = rows.num_rows - len(too_large)
         self.produced += written
         self.result.written += written
         if too_large:
-            self._dead_letter_too_large(too_large, ids, values)
+            self._dead_letter_too_large(too_large, rows)
         self.chunks += 1
         if self.chunks == 1 and armed("mid_produce"):
             self.producer.flush()  # so the first chunk really is on the broker
             crash_point("mid_produce", self.epoch)
 
-    def _write_records(self, ids: list[Any], values: list[Any], keys: list[Any]) -> list[int]:
+    def _write_records(self, rows: pa.RecordBatch) -> list[int]:
         """One message per record with one header, ``eo`` (wire format 1: the attempt's
         :func:`compact_prefix`, then the record's ID). Returns the rows too large for a
-        message. The sink's hot loop: one ``produce`` per record and nothing else in the
-        common case (a full local queue or a refused size take the slow path)."""
+        message. The sink's hot loop: in native code from the Arrow columns where it can
+        (:mod:`.arrowproduce`), else one Python ``produce`` per record."""
+        native = native_loop()
+        if native is None:
+            return self._write_records_from_python(rows)
         assert self.producer is not None
+        keys = rows.column(KEY_COLUMN) if self.t.has_key else None
+
+        def one_from_python(i: int) -> bool:
+            value, key, rid = _row(rows, i, self.t.has_key)
+            return self._produce(value, key, [(H_COMPACT, self.compact + rid)])
+
+        return produce_columns(
+            native,
+            self.producer,
+            self.t.topic,
+            rows.column(VALUE_COLUMN),
+            keys,
+            (H_COMPACT, self.compact),
+            rows.column(ID_COLUMN),
+            one_from_python,
+        )
+
+    def _write_records_from_python(self, rows: pa.RecordBatch) -> list[int]:
+        """:meth:`_write_records` one ``produce`` per record: nothing else in the common
+        case (a full local queue or a refused size take the slow path)."""
+        assert self.producer is not None
+        ids, values = _ids_and_values(rows)
+        keys = rows.column(KEY_COLUMN).to_pylist() if self.t.has_key else [None] * len(ids)
         produce, topic, prefix = self.producer.produce, self.t.topic, self.compact
         too_large: list[int] = []
         for i, (value, key, rid) in enumerate(zip(values, keys, ids, strict=True)):
@@ -180,7 +204,7 @@ class KafkaShardTask(TransactionSteps, ShardTask):
         return partition
 
     def _produce(
-        self, value: bytes, key: bytes | None, headers: list[Any], partition: int = -1
+        self, value: bytes | None, key: bytes | None, headers: list[Any], partition: int = -1
     ) -> bool:
         """Produce one message (``partition`` -1: the partitioner's choice); False when it
         is too large to be one."""
@@ -195,17 +219,18 @@ class KafkaShardTask(TransactionSteps, ShardTask):
             return False
         return True
 
-    def _dead_letter_too_large(self, rows_at: list[int], ids: list[Any], values: list[Any]) -> None:
+    def _dead_letter_too_large(self, rows_at: list[int], rows: pa.RecordBatch) -> None:
         letters = []
         limit = self.t.max_message_bytes
         room = min(DEAD_LETTER_PAYLOAD_LIMIT, max(256, limit // 2))
         for i in rows_at:
-            payload = bytes(values[i] or b"")
+            payload, _, rid = _row(rows, i, has_key=False)
+            payload = payload or b""
             letters.append(
                 DeadLetter(
                     self.epoch,
                     self.shard,
-                    bytes(ids[i]).decode(),
+                    rid.decode(),
                     f"record too large: {len(payload)} bytes of value, the limit is "
                     f"{limit} (message.max.bytes / the topic's max.message.bytes); "
                     "payload truncated",
@@ -242,3 +267,17 @@ class KafkaShardTask(TransactionSteps, ShardTask):
 
     def _close(self) -> None:
         self._abort_open()
+
+
+def _ids_and_values(rows: pa.RecordBatch) -> tuple[list[Any], list[Any]]:
+    """The rows' IDs (as bytes) and values as Python lists."""
+    ids = pc.cast(rows.column(ID_COLUMN), pa.binary()).to_pylist()
+    return ids, rows.column(VALUE_COLUMN).to_pylist()
+
+
+def _row(rows: pa.RecordBatch, i: int, has_key: bool) -> tuple[bytes | None, bytes | None, bytes]:
+    """Row ``i``'s value, key (None without ``has_key``) and ID (bytes)."""
+    value = rows.column(VALUE_COLUMN)[i].as_py()
+    key = rows.column(KEY_COLUMN)[i].as_py() if has_key else None
+    rid = rows.column(ID_COLUMN)[i].as_py()
+    return value, key, rid.encode() if isinstance(rid, str) else bytes(rid)
