@@ -171,6 +171,12 @@ def topic_messages(bootstrap: str, topic: str) -> int:
         client.close()
 
 
+def produce_loop() -> str:
+    from exactlyonce.connectors.kafka.arrowproduce import native_loop
+
+    return "native" if native_loop() is not None else "python"
+
+
 def run(
     rows: int, shards: int, repeat: int, buffer_args: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -288,6 +294,9 @@ def run(
                 "bloom_negatives": best.bloom_negatives,
                 "catalog_lookups": best.catalog_lookups,
                 "read_back_by_recipe": delivered,
+                # The sink's per-record loop in the driver's install (the workers share it):
+                # "native" (exactlyonce.connectors.kafka.arrowproduce) or "python".
+                "produce_loop": produce_loop(),
             },
             "plain": {"runs_seconds": [round(s, 3) for s in plain_runs], "topic_holds": plain_held},
             "spark": {"runs_seconds": [round(s, 3) for s in spark_runs], "topic_holds": spark_held},
