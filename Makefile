@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 help:
 	@echo "make demo | make test | make bench | make soak | make services | make system-packages | make services-down | make lint"
 
-$(STAMP): pyproject.toml setup.py exactlyonce/connectors/kafka/_arrowproduce.c
+$(STAMP): pyproject.toml setup.py $(wildcard exactlyonce/*/*.c exactlyonce/*/*/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from exactlyonce.dedup.native import bloom_kernel
 from exactlyonce.errors import ConfigError
 
 Backend = Literal["numpy", "rbloom", "pybloom-live"]
@@ -78,8 +79,16 @@ class BloomSpec:
 
     def positions(self, ids: Ids) -> Positions | None:
         """Where ``ids``' bits are in every filter of this spec, computed once (the numpy
-        backend; None for the others, which hash inside their own library)."""
-        return _numpy_positions(self, ids) if self.backend == "numpy" else None
+        backend without its C loops; None otherwise: the C loops and the other backends
+        hash inside themselves)."""
+        if self.backend != "numpy" or bloom_kernel() is not None:
+            return None
+        return _numpy_positions(self, ids)
+
+    def bit_numbers(self, ids: Ids) -> Positions:
+        """``ids``' bit numbers in a numpy filter of this spec, always computed (what a
+        merge of bits sends)."""
+        return _numpy_positions(self, ids)
 
 
 def _numpy_positions(spec: BloomSpec, ids: Ids) -> Positions:
@@ -180,6 +189,11 @@ class NumpyBloom(BloomFilter):
         parts = [(ids, at) for ids, at in parts if len(ids)]
         if not parts:
             return
+        kernel = bloom_kernel()
+        if kernel is not None:  # the same bits, set in C (exactlyonce/dedup/_bloomkernel.c)
+            for ids, _ in parts:
+                kernel.add(self.bits, self.spec.bits, self.spec.hashes, _contiguous(ids))
+            return
         if self.spec.bits <= _UNPACKED_ADD_MAX_BITS:
             # Scatter into one bool per bit and pack, once for all parts: 2x faster than
             # ``bitwise_or.at`` (150k IDs, 7.2M bits: 0.33 s instead of 0.70 s on a loaded
@@ -196,9 +210,17 @@ class NumpyBloom(BloomFilter):
     def contains(self, ids: Ids, positions: Positions | None = None) -> npt.NDArray[np.bool_]:
         if not len(ids):
             return np.zeros(0, dtype=bool)
+        kernel = bloom_kernel()
+        if kernel is not None:
+            found = kernel.contains(self.bits, self.spec.bits, self.spec.hashes, _contiguous(ids))
+            return np.frombuffer(found, dtype=bool)
         byte, bit = self._positions(ids, positions).byte_and_bit
         result = np.asarray(((self.bits[byte] >> bit) & 1).all(axis=1), dtype=bool)
         return result
+
+
+def _contiguous(ids: Ids) -> npt.NDArray[np.uint8]:
+    return np.ascontiguousarray(ids, dtype=np.uint8).reshape(-1, 16)
 
 
 def _id_hash(item: bytes) -> int:

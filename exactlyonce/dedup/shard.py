@@ -290,7 +290,5 @@ def _joined_positions(spec: BloomSpec, parts: list[tuple[Ids, Positions | None]]
     a numpy filter's ``spec``)."""
     joined = []
     for ids, at in parts:
-        at = at if at is not None else spec.positions(ids)
-        assert at is not None, f"{spec.backend}: no positions"
-        joined.append(at)
+        joined.append(at if at is not None else spec.bit_numbers(ids))
     return Positions.join(joined)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exactlyonce.dedup import bloom as bloom_module
 from exactlyonce.dedup.bloom import BACKENDS, BloomSpec, ids_from_hex
 from exactlyonce.dedup.config import DedupConfig
 from exactlyonce.dedup.layout import Layout
@@ -103,10 +104,14 @@ def test_unpacked_add_sets_the_same_bits_as_the_scatter_add(
     assert fast.to_bytes() == slow.to_bytes()
 
 
-def test_positions_computed_once_give_the_same_answers_and_bits() -> None:
-    """A task computes the Bloom positions of its IDs once and reuses them for every live
-    filter and the delta; the filters must answer and grow exactly as without them, and
-    ignore positions of another spec."""
+def test_positions_computed_once_give_the_same_answers_and_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the C loops (tests/unit/test_dedup_bloomkernel.py), a task computes the Bloom
+    positions of its IDs once and reuses them for every live filter and the delta; the
+    filters must answer and grow exactly as without them, and ignore positions of another
+    spec."""
+    monkeypatch.setattr(bloom_module, "bloom_kernel", lambda: None)
     rng = np.random.default_rng(3)
     spec, other = BloomSpec(5_000, 0.01), BloomSpec(9_000, 0.01)
     ids = rng.integers(0, 256, (4_000, 16), dtype=np.uint8)
@@ -124,16 +129,17 @@ def test_positions_computed_once_give_the_same_answers_and_bits() -> None:
     assert spec.positions(ids) is not None and BloomSpec(10, 0.01, "rbloom").positions(ids) is None
 
 
-@pytest.mark.parametrize("unpacked", [True, False], ids=["unpacked", "scatter"])
+@pytest.mark.parametrize("path", ["unpacked", "scatter", "c"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_parts_added_one_by_one_set_the_bits_of_all_of_them(
-    backend: str, unpacked: bool, monkeypatch: pytest.MonkeyPatch
+    backend: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``add_parts`` (a task's batches, some with positions computed, some without) sets the
-    bits one ``add`` of them all sets."""
-    from exactlyonce.dedup import bloom as bloom_module
-
-    if not unpacked:
+    bits one ``add`` of them all sets, by each of the numpy filter's ways (its C loops, or
+    numpy's two)."""
+    if path != "c":
+        monkeypatch.setattr(bloom_module, "bloom_kernel", lambda: None)
+    if path == "scatter":
         monkeypatch.setattr(bloom_module, "_UNPACKED_ADD_MAX_BITS", 0)
     spec = BloomSpec(20_000, 0.01, backend)  # type: ignore[arg-type]
     parts = [ids(0, 3_000), ids(3_000, 3_000), ids(3_000, 7_000), ids(7_000, 7_001)]

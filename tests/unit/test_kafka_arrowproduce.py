@@ -17,6 +17,7 @@ from exactlyonce.connectors.kafka.arrowproduce import (
     column_buffers,
     produce_columns,
 )
+from exactlyonce.dedup.native import NATIVE_ENV
 
 
 def test_column_buffers_carry_offset_width_and_nulls() -> None:
@@ -80,7 +81,7 @@ def test_another_refusal_takes_the_python_path_for_that_row_only() -> None:
 
 
 def test_the_switch_turns_the_native_loop_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(arrowproduce.NATIVE_ENV, "0")
+    monkeypatch.setenv(NATIVE_ENV, "0")
     arrowproduce.native_loop.cache_clear()
     try:
         assert arrowproduce.native_loop() is None

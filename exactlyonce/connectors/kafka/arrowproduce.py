@@ -17,14 +17,14 @@ else the sink produces from Python, as before:
 - a probe Producer's handle reads back the ``client.id`` it was given (the extension reads the
   handle where confluent-kafka keeps it: this proves that layout before any record relies on
   it);
-- ``EXACTLYONCE_KAFKA_NATIVE`` is not ``0`` (the switch back to the Python loop: for a
-  measurement, or a platform where the probe passes and something else does not).
+- ``EXACTLYONCE_NATIVE`` is not ``0`` (:mod:`exactlyonce.dedup.native`: the switch back to
+  the Python loop, for a measurement, or a platform where the probe passes and something else
+  does not).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import os
 import uuid
@@ -33,9 +33,9 @@ from typing import Any
 
 import pyarrow as pa
 
-log = logging.getLogger(__name__)
+from exactlyonce.dedup.native import extension
 
-NATIVE_ENV = "EXACTLYONCE_KAFKA_NATIVE"
+log = logging.getLogger(__name__)
 
 QUEUE_FULL = -184  # RD_KAFKA_RESP_ERR__QUEUE_FULL: librdkafka's local queue is full
 TOO_LARGE = 10  # RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
@@ -66,15 +66,8 @@ def column_buffers(array: pa.Array) -> ColumnBuffers:
 def native_loop() -> Any | None:
     """The loaded extension module, or None where the Python loop must be used (why is
     logged once, at debug level: the Python loop is correct, only slower)."""
-    if os.environ.get(NATIVE_ENV, "1") == "0":
-        log.debug("native produce loop off: %s=0", NATIVE_ENV)
-        return None
-    try:
-        # By name: the extension is no Python file for the import graph (tools/check_cycles.py
-        # would take it for its package).
-        _arrowproduce = importlib.import_module(f"{__package__}._arrowproduce")
-    except ImportError as exc:
-        log.debug("native produce loop not built: %s", exc)
+    _arrowproduce = extension(f"{__package__}._arrowproduce")
+    if _arrowproduce is None:
         return None
     path = _loaded_librdkafka()
     if path is None:

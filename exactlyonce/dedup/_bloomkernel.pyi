@@ -1,0 +1,6 @@
+"""Types of the numpy Bloom filter's loops in C (``_bloomkernel.c``); see :mod:`.bloom`."""
+
+from typing import Any
+
+def contains(filter: Any, bits: int, hashes: int, ids: Any) -> bytes: ...
+def add(filter: Any, bits: int, hashes: int, ids: Any) -> None: ...
