@@ -115,14 +115,16 @@ def high_watermark(
 
 @dataclass
 class EventProducer:
-    """Produces ``events`` events (``e0``, ``e1``, ...) at ``rate`` per second, partition
-    ``i % 2``, in a thread; ``sent[i]`` is when event i was acknowledged. :meth:`finish` ends
-    it early (a stream that must outlive a kill schedule of unknown length)."""
+    """Produces ``events`` events (``e0``, ``e1``, ...; another ``prefix`` for another set)
+    at ``rate`` per second, partition ``i % 2``, in a thread; ``sent[i]`` is when event i was
+    acknowledged. :meth:`finish` ends it early (a stream that must outlive a kill schedule of
+    unknown length)."""
 
     bootstrap: str
     topic: str
     events: int
     rate: float
+    prefix: str = "e"
     sent: dict[str, float] = field(default_factory=dict)
     thread: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -141,7 +143,7 @@ class EventProducer:
             delay = start + i / self.rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            event_id = f"e{i}"
+            event_id = f"{self.prefix}{i}"
             producer.produce(
                 self.topic, json.dumps({"event_id": event_id}).encode(), partition=i % PARTITIONS
             )
@@ -162,7 +164,7 @@ class EventProducer:
 
     @property
     def expected(self) -> set[str]:
-        return {f"e{i}" for i in range(self.events)}
+        return {f"{self.prefix}{i}" for i in range(self.events)}
 
 
 def event_counts(conn: psycopg.Connection[Any], table: str) -> Counter[str]:
