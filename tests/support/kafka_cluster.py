@@ -163,9 +163,6 @@ class ClusterUnderTest:
         self.proxies.clear()
 
 
-_CLUSTER: ClusterUnderTest | None = None
-
-
 def _distinct_free_ports(count: int) -> list[int]:
     ports: list[int] = []
     while len(ports) < count:
@@ -175,40 +172,34 @@ def _distinct_free_ports(count: int) -> list[int]:
     return ports
 
 
-def _stop() -> None:
-    if _CLUSTER is not None:
-        _CLUSTER.stop_proxies()
-        _CLUSTER.cluster.stop()
-        shutil.rmtree(_CLUSTER.cluster.base, ignore_errors=True)
+def _start() -> ClusterUnderTest:
+    """A new cluster on free ports under a new temp directory (about 15 s)."""
+    base = Path(tempfile.mkdtemp(prefix="eo-kafka3-"))
+    free = _distinct_free_ports(4 * len(NODES))
+    ports = {n: NodePorts(*free[4 * i : 4 * i + 4]) for i, n in enumerate(NODES)}
+    cluster = ClusterUnderTest(KafkaCluster(base, ports))
+    began = time.monotonic()
+    cluster.cluster.start()
+    print(f"kafka3 cluster {cluster.bootstrap} up in {time.monotonic() - began:.1f}s")
+    return cluster
 
 
-def stop_session_cluster() -> None:
-    """Stop this worker's cluster; a later test that asks for one starts another. Idle, the
-    three JVMs cost 0.12 of a core (measured, 2 cores): kept up from the first cluster test
-    to the end of an 80-minute run, as the session fixture did, 5-10% of the run's CPU."""
-    global _CLUSTER
-    _stop()
-    _CLUSTER = None
-
-
-def session_cluster() -> ClusterUnderTest:
-    """This worker's cluster, started on first use (about 15 s)."""
-    global _CLUSTER
-    if _CLUSTER is None:
-        base = Path(tempfile.mkdtemp(prefix="eo-kafka3-"))
-        free = _distinct_free_ports(4 * len(NODES))
-        ports = {n: NodePorts(*free[4 * i : 4 * i + 4]) for i, n in enumerate(NODES)}
-        _CLUSTER = ClusterUnderTest(KafkaCluster(base, ports))
-        atexit.register(_stop)
-        began = time.monotonic()
-        _CLUSTER.cluster.start()
-        print(f"kafka3 cluster {_CLUSTER.bootstrap} up in {time.monotonic() - began:.1f}s")
-    return _CLUSTER
+def _stop(cluster: ClusterUnderTest) -> None:
+    cluster.stop_proxies()
+    cluster.cluster.stop()
+    shutil.rmtree(cluster.cluster.base, ignore_errors=True)
 
 
 @pytest.fixture
 def kafka_cluster() -> Iterator[ClusterUnderTest]:
-    """A cluster of its own for each test (about 15 s to start), stopped after it: no leader
-    moved by an earlier test's kills, and no idle cluster through the rest of the run."""
-    yield session_cluster()
-    stop_session_cluster()
+    """A cluster of its own for each test, stopped after it: no leader moved by an earlier
+    test's kills, and no idle cluster through the rest of the run (idle, its three JVMs cost
+    0.12 of a core, measured on 2 cores: a session-long cluster was 5-10% of a run's CPU).
+    Stopped at exit too, if the session dies first."""
+    cluster = _start()
+    atexit.register(_stop, cluster)
+    try:
+        yield cluster
+    finally:
+        atexit.unregister(_stop)
+        _stop(cluster)
