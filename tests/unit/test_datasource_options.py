@@ -166,3 +166,41 @@ def test_redis_arrow_projection_text_and_bad_records() -> None:
     assert out.column(PAYLOAD_COLUMN).to_pylist()[1] == '{"event_id":"b","n":null,"ok":false}'
     hashed = project_arrow(rows, ("event_id", "n", "ok"), template, "hash", "record_id", "epoch")
     assert hashed.column("ok").to_pylist() == ["true", "false", None]
+
+
+def test_a_known_sink_imports_no_other_sinks_package() -> None:
+    """A data source call runs in a new Python process each time: building PostgreSQL's
+    config and sink must not import the other sinks' packages and clients (a subprocess, so
+    nothing this test session imported counts)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from exactlyonce.integration.datasource.options import sink_config\n"
+        "from exactlyonce.integration.datasource.writer import build_sink\n"
+        f"build_sink(sink_config({ {**BASE, 'redis_url': 'redis://127.0.0.1:9/0'}!r}))\n"
+        "others = ('elasticsearch', 'opensearch', 'redis', 'kafka')\n"
+        "loaded = [m for m in sys.modules if any(f'exactlyonce.connectors.{o}' in m "
+        "for o in others) or m.split('.')[0] in ('elasticsearch', 'opensearchpy')]\n"
+        "print(sorted(loaded))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({k: v for k, v in BASE.items() if k != "sink"}, "required: which sink to write"),
+        ({**BASE, "sink": "mongo"}, "unknown sink 'mongo'; expected one of"),
+    ],
+)
+def test_a_missing_or_unknown_sink_lists_the_known_ones(options: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        sink_config(options)
+    assert caught.value.field == "sink"
+    assert says in str(caught.value)
+    for name in ("postgres", "kafka", "elasticsearch", "opensearch", "redis"):
+        assert name in str(caught.value)

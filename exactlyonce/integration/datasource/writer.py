@@ -81,9 +81,11 @@ class Started:
 
 
 def build_sink(config: SinkConfig) -> ExactlyOnceSink:
-    from exactlyonce.integration.config.sinks import build_sink as build
-
-    return build(config, check=False)
+    """The sink ``config`` describes, as its constructor builds it (its checks ran when the
+    query started). Found in the registry by the config's type alone: every commit runs in
+    a new Python process, which should not import every sink's package and client library
+    (as the pipeline files' config module does) to write one of them."""
+    return registry.kind_of(config).sink_class().from_config(config, check=False)
 
 
 class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
