@@ -60,7 +60,8 @@ def session(
     own daemon, with pyspark and our modules imported once before it forks, from the
     installed package rather than Spark's zips, so a worker starts in a fraction of the CPU
     (its executors need exactlyonce installed, as our sinks' tasks do anyway; set
-    ``spark.python.daemon.module`` in ``extra`` to choose another).
+    ``spark.python.daemon.module`` in ``extra`` to choose another; workers on another Python
+    than this one, ``spark.pyspark.python``, keep pyspark's daemon).
 
     ``remote``: a Spark Connect session instead. ``sc://host:port`` is a running server,
     which has its own class path and settings (``extra`` then holds runtime settings only,
@@ -81,7 +82,7 @@ def session(
         ensure_java()  # Local runs stay on loopback; a cluster deployment sets SPARK_LOCAL_IP.
         builder = SparkSession.builder.appName(app_name)
         builder = builder.remote(remote) if remote else builder.master(_master(master))
-        settings = {**_LOCAL_DEFAULTS, **settings}
+        settings = local_settings(settings)
         if connectors:
             settings["spark.jars"] = _with_connectors(settings.get("spark.jars"))
         settings = with_archive(settings)
@@ -103,6 +104,18 @@ _LOCAL_DEFAULTS = {
     # Python workers forked from a daemon with pyspark and our modules already imported
     "spark.python.daemon.module": "exactlyonce.integration.worker_daemon",
 }
+_DAEMON = "spark.python.daemon.module"
+
+
+def local_settings(extra: dict[str, str]) -> dict[str, str]:
+    """A local or cluster session's settings: ``extra`` over :data:`_LOCAL_DEFAULTS`. Our
+    worker daemon only for workers running this interpreter: a Python of the user's choosing
+    (``spark.pyspark.python``) may lack exactlyonce, and pyspark's own daemon then starts, so
+    that the sink's worker check can say so (:mod:`exactlyonce.connectors.base.workers`)."""
+    defaults = dict(_LOCAL_DEFAULTS)
+    if extra.get("spark.pyspark.python", sys.executable) != sys.executable:
+        del defaults[_DAEMON]
+    return {**defaults, **extra}
 
 
 def _master(master: str | None) -> str:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from exactlyonce.integration import worker_daemon
-from exactlyonce.integration.spark import _LOCAL_DEFAULTS
+from exactlyonce.integration.spark import local_settings
 
 
 def _installed_pyspark(site: Path) -> Path:
@@ -60,5 +60,19 @@ def test_a_module_that_fails_to_import_is_left_to_the_worker() -> None:
     assert failed == ["exactlyonce_no_such_module"]
 
 
-def test_local_sessions_use_this_daemon() -> None:
-    assert _LOCAL_DEFAULTS["spark.python.daemon.module"] == worker_daemon.__name__
+DAEMON = "spark.python.daemon.module"
+
+
+def test_local_sessions_use_this_daemon_unless_told_otherwise() -> None:
+    assert local_settings({})[DAEMON] == worker_daemon.__name__
+    assert (
+        local_settings({"spark.pyspark.python": sys.executable})[DAEMON] == worker_daemon.__name__
+    )
+    assert local_settings({DAEMON: "their.daemon"})[DAEMON] == "their.daemon"
+
+
+def test_workers_on_another_python_keep_pysparks_daemon() -> None:
+    """That Python may lack exactlyonce: the sink's worker check must get to say so."""
+    settings = local_settings({"spark.pyspark.python": "/opt/other/bin/python"})
+    assert DAEMON not in settings
+    assert settings["spark.pyspark.python"] == "/opt/other/bin/python"
