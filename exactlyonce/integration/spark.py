@@ -96,15 +96,15 @@ def session(
     return spark
 
 
+_DAEMON = "spark.python.daemon.module"
 _LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
     "spark.pyspark.python": sys.executable,
     # Python workers forked from a daemon with pyspark and our modules already imported
-    "spark.python.daemon.module": "exactlyonce.integration.worker_daemon",
+    _DAEMON: "exactlyonce.integration.worker_daemon",
 }
-_DAEMON = "spark.python.daemon.module"
 
 
 def local_settings(extra: dict[str, str]) -> dict[str, str]:

@@ -1,15 +1,15 @@
-"""Spark's Python worker daemon with pyspark's worker modules and ours imported before it forks.
+"""Spark's Python worker daemon, with pyspark and our task modules imported before it forks.
 
-Spark starts a daemon per worker module (the one running UDFs and ``mapInArrow`` tasks, and for
-``format("exactlyonce")`` the data source's planner, writer and commit runners) and forks a
-process from it for each task or call; that process imports what it runs. A data source call
-gets a new process every time, so every epoch written through ``format("exactlyonce")`` paid
-for importing pyspark's SQL worker and our data source in several fresh processes: about
-1.2 of the 1.6-2.0 CPU-s each one took (measured, 2 cores). Here the daemon imports them
-once and runs pyspark's own daemon (:func:`pyspark.daemon.manager`); each fork starts with
-them loaded. :func:`exactlyonce.integration.spark.session` makes this the daemon
+Spark starts its Python workers (the processes running ``foreachBatch`` sinks' tasks,
+``mapInArrow`` and ``format("exactlyonce")``'s write tasks) by forking them from a daemon;
+each fork imports what it runs. Here the daemon imports pyspark's worker and our task modules
+once, from the installed package rather than Spark's zips (:func:`installed_zips_last`), and
+runs pyspark's own daemon (:func:`pyspark.daemon.manager`); each fork starts with them
+loaded. :func:`exactlyonce.integration.spark.session` makes this the daemon
 (``spark.python.daemon.module``); nothing else changes: pyspark's daemon does the forking,
-the authentication and the worker loop.
+the authentication and the worker loop. Spark starts a Python data source's planner and
+commit processes from pyspark's own daemon whatever this setting says
+(``PythonWorkerFactory.defaultDaemonModule``), so they are not served from here.
 
 Forking after an import is what the daemon avoids doing by itself (its comment: pandas and
 pyarrow start threads when imported). The modules below start two: numpy's OpenBLAS pool,
@@ -25,16 +25,12 @@ import importlib
 import sys
 from pathlib import Path
 
-# What a worker of ours imports (:mod:`exactlyonce.connectors.base.task` for foreachBatch
-# tasks, :mod:`exactlyonce.integration.datasource` for format("exactlyonce")), and the pyspark
-# worker modules the daemon is started for. Sink-specific clients are left to the worker: a
-# daemon importing all of them would cost more than the two or three forks of a
-# foreachBatch run save.
+# pyspark's worker, and what a task of ours imports (:mod:`exactlyonce.connectors.base.task`
+# for foreachBatch tasks, :mod:`exactlyonce.integration.datasource` for format("exactlyonce")'s
+# write tasks). Sink-specific clients are left to the worker: a daemon importing all of them
+# would cost more than the two or three forks of a run save.
 PRELOAD = (
     "pyspark.worker",
-    "pyspark.sql.worker.write_into_data_source",
-    "pyspark.sql.worker.python_streaming_sink_runner",
-    "pyspark.sql.worker.commit_data_source_write",
     "exactlyonce.connectors.base.task",
     "exactlyonce.integration.datasource",
 )
