@@ -1,7 +1,9 @@
 """The audit of a lost catalog in insert mode (``assert_forgotten_rewrites``) on a real
 PostgreSQL table with the attempts log: a loss between two shards of one epoch is one loss
 (chaos's seeded Redis kill struck there, CI 2026-11-28: "3 forgotten IDs held again and not
-sent"), and a forgotten ID a later epoch held but did not send is still caught."""
+sent"); the epoch the loss struck in runs again and re-marks every ID its shard that had
+committed held, so a later epoch skips those (CI 2026-12-01: "1 forgotten IDs held again and
+not sent"); and a forgotten ID a later epoch held but did not send is still caught."""
 
 from __future__ import annotations
 
@@ -82,5 +84,29 @@ def test_a_forgotten_id_held_after_the_loss_and_not_sent_fails(
     _history(pg, table, by_shard)
     holding = _holding(by_shard)
     holding[by_shard[1][0]] = [0, 2]  # shard 1 held it after the loss and did not send it
+    with pytest.raises(AssertionError, match="1 forgotten IDs held again and not sent"):
+        assert_forgotten_rewrites(pg, table, holding, shards=SHARDS)
+
+
+def test_ids_the_loss_epochs_committed_shard_held_are_known_again(
+    pg: psycopg.Connection[Any], table: str
+) -> None:
+    by_shard = _ids_by_shard(40)
+    _history(pg, table, by_shard)
+    holding = _holding(by_shard)
+    # Shard 0 of epoch 2 committed before the loss and skipped these; epoch 2's re-run marked
+    # them in the new catalog, so epoch 3 held them and rightly did not send them.
+    holding.update({i: [0, 2, 3] for i in by_shard[0][:2]})
+    again = assert_forgotten_rewrites(pg, table, holding, shards=SHARDS)
+    assert set(again) == set(by_shard[1][3:5])
+
+
+def test_ids_not_sent_that_no_single_epoch_of_the_loss_held_fail(
+    pg: psycopg.Connection[Any], table: str
+) -> None:
+    by_shard = _ids_by_shard(40)
+    _history(pg, table, by_shard)
+    holding = _holding(by_shard)
+    holding[by_shard[0][2]] = [0, 3]  # not held by epoch 2: nothing marked it again
     with pytest.raises(AssertionError, match="1 forgotten IDs held again and not sent"):
         assert_forgotten_rewrites(pg, table, holding, shards=SHARDS)

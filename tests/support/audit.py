@@ -205,6 +205,12 @@ def assert_forgotten_rewrites(
     committed before it (the one with no re-send) rightly skipped what it held. Shards are
     the sink's own (``pmod(hash(id), shards)``), so the IDs such a shard held are known.
 
+    And the epoch the loss struck in runs again (the sink retries it): a shard of it that
+    committed before the loss is not written again, but every ID it held is marked in the new
+    catalog (what it wrote and what it skipped: all of it is in the table), so a later epoch
+    holding one of those does not send it. The IDs not sent are allowed only if ONE epoch
+    from ``lo`` to ``hi`` held them all, in shards with no re-send there (the loss's epoch).
+
     Returns the IDs attempted twice, for :func:`assert_exactly_once`'s ``reattempted``."""
     attempts = attempt_epochs(conn, table)
     stored = row_epochs(conn, table)
@@ -230,9 +236,30 @@ def assert_forgotten_rewrites(
         for i, row in stored.items()
         if row < lo and i not in again and first_after_loss(i) is not None
     }
-    assert not missed, f"{len(missed)} forgotten IDs held again and not sent: the catalog knew?"
+    relearned = _loss_epoch_holding(missed, holding, shard, after_loss, lo, hi)
+    assert not missed or relearned is not None, (
+        f"{len(missed)} forgotten IDs held again and not sent: the catalog knew?"
+    )
+    if missed:
+        print(f"{len(missed)} forgotten IDs re-marked by epoch {relearned}'s re-run, not sent")
     print(f"catalog loss between epochs {lo} and {hi}: {len(again)} records sent again, absorbed")
     return dict.fromkeys(again, 2)
+
+
+def _loss_epoch_holding(
+    ids: set[str],
+    holding: Mapping[str, list[int]],
+    shard: Mapping[str, int],
+    after_loss: set[int],
+    lo: int,
+    hi: int,
+) -> int | None:
+    """The first epoch from ``lo`` to ``hi`` that held every one of ``ids`` in a shard that
+    sent nothing again there (in ``hi``: a shard not in ``after_loss``), or None."""
+    for epoch in range(lo, hi + 1):
+        if all(epoch in holding[i] and (epoch < hi or shard[i] not in after_loss) for i in ids):
+            return epoch
+    return None
 
 
 def _shards_of(ids: list[str], shards: int) -> dict[str, int]:
