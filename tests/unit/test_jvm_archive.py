@@ -50,6 +50,14 @@ def test_the_archive_is_named_by_java_and_pyspark(monkeypatch: pytest.MonkeyPatc
     assert first.parent == jvm_archive.cache_folder()
 
 
+def test_a_new_training_job_gets_a_new_archive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An archive holds the classes its training job loaded: a job that exercises more of
+    Spark (train.py) must not be shadowed by an archive an older one left in the cache."""
+    first = jvm_archive.archive_path()
+    monkeypatch.setattr(jvm_archive, "TRAINING", jvm_archive.TRAINING + 1)
+    assert jvm_archive.archive_path() != first
+
+
 def test_archives_of_pyspark_installs_that_are_gone_are_pruned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
