@@ -40,7 +40,7 @@ def train(partial: Path) -> None:
         (data / "part-0.json").write_text('{"event_id": "a", "amount": 1}\n')
         stream = spark.readStream.schema("event_id STRING, amount BIGINT").json(str(data))
         query = (
-            stream.writeStream.foreachBatch(_count)
+            stream.writeStream.foreachBatch(_write_like_a_sink)
             .option("checkpointLocation", str(Path(folder) / "checkpoint"))
             .trigger(availableNow=True)
             .start()
@@ -55,7 +55,7 @@ def train(partial: Path) -> None:
         jvm.wait(timeout=BUILD_TIMEOUT_S)
 
 
-def _count(df: DataFrame, _epoch: int) -> None:
+def _write_like_a_sink(df: DataFrame, _epoch: int) -> None:
     """A sink's write path: shard column, repartition by ID, Arrow batches to Python."""
     from pyspark.sql import functions as F
 
