@@ -43,12 +43,16 @@ def _read(sock: socket.socket, n: int) -> bytes | None:
     return data
 
 
+def _send_bytewise(sock: socket.socket, data: bytes) -> None:
+    for byte in data:
+        sock.sendall(bytes([byte]))
+
+
 def _send_until_cut(sock: socket.socket, data: bytes) -> None:
-    """Send ``data`` one byte at a time; the proxy may cut the connection meanwhile (the
-    armed reply came back while these bytes went out: CI 2026-12-01, a broken pipe)."""
+    """:func:`_send_bytewise`, but the proxy may cut the connection meanwhile (the armed
+    reply came back while these bytes went out: CI 2026-12-01, a broken pipe)."""
     try:
-        for byte in data:
-            sock.sendall(bytes([byte]))
+        _send_bytewise(sock, data)
     except (BrokenPipeError, ConnectionResetError):
         return
 
@@ -100,8 +104,7 @@ def test_exactly_the_armed_requests_reply_is_lost_after_the_earlier_ones(server:
                     request(END_TXN, 4, b"\x00\x05txn-a"),
                 ]
             )
-            for byte in armed:
-                client.sendall(bytes([byte]))
+            _send_bytewise(client, armed)
             _send_until_cut(client, request(METADATA, 5, b""))
             answered = []
             while (frame := read_frame(client)) is not None:
