@@ -15,7 +15,22 @@ protocol's), the config model (basic auth; no ``api_key``), and the registry ent
 
 from __future__ import annotations
 
-from exactlyonce.connectors.opensearch.config import OpenSearchSinkConfig, OpType
-from exactlyonce.connectors.opensearch.sink import OpenSearchSink
+from typing import TYPE_CHECKING
+
+from exactlyonce.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.opensearch.config import OpenSearchSinkConfig, OpType
+    from exactlyonce.connectors.opensearch.sink import OpenSearchSink
+
+# Public name -> the module that defines it, imported when the name is first asked for.
+_LAZY = {
+    "OpType": "exactlyonce.connectors.opensearch.config",
+    "OpenSearchSinkConfig": "exactlyonce.connectors.opensearch.config",
+    "OpenSearchSink": "exactlyonce.connectors.opensearch.sink",
+}
+
 
 __all__ = ["OpType", "OpenSearchSink", "OpenSearchSinkConfig"]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -81,16 +81,38 @@ errors), :mod:`.streams` (stream mode's catalog rebuild), :mod:`.lua` with ``scr
 
 from __future__ import annotations
 
-from exactlyonce.connectors.redis.config import WRITES, RedisSinkConfig, Write
-from exactlyonce.connectors.redis.connection import BUSY_POLICY, connect, patient
-from exactlyonce.connectors.redis.sink import RedisSink
-from exactlyonce.connectors.redis.task import (
-    VALUE_COLUMN,
-    RedisShardTask,
-    RedisShardWriter,
-    RedisTarget,
-)
-from exactlyonce.connectors.redis.template import KeyTemplate
+from typing import TYPE_CHECKING
+
+from exactlyonce.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.redis.config import WRITES, RedisSinkConfig, Write
+    from exactlyonce.connectors.redis.connection import BUSY_POLICY, connect, patient
+    from exactlyonce.connectors.redis.sink import RedisSink
+    from exactlyonce.connectors.redis.task import (
+        VALUE_COLUMN,
+        RedisShardTask,
+        RedisShardWriter,
+        RedisTarget,
+    )
+    from exactlyonce.connectors.redis.template import KeyTemplate
+
+# Public name -> the module that defines it, imported when the name is first asked for.
+_LAZY = {
+    "RedisSinkConfig": "exactlyonce.connectors.redis.config",
+    "WRITES": "exactlyonce.connectors.redis.config",
+    "Write": "exactlyonce.connectors.redis.config",
+    "BUSY_POLICY": "exactlyonce.connectors.redis.connection",
+    "connect": "exactlyonce.connectors.redis.connection",
+    "patient": "exactlyonce.connectors.redis.connection",
+    "RedisSink": "exactlyonce.connectors.redis.sink",
+    "RedisShardTask": "exactlyonce.connectors.redis.task",
+    "RedisShardWriter": "exactlyonce.connectors.redis.task",
+    "RedisTarget": "exactlyonce.connectors.redis.task",
+    "VALUE_COLUMN": "exactlyonce.connectors.redis.task",
+    "KeyTemplate": "exactlyonce.connectors.redis.template",
+}
+
 
 __all__ = [
     "BUSY_POLICY",
@@ -106,3 +128,5 @@ __all__ = [
     "connect",
     "patient",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

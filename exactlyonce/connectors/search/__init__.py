@@ -41,24 +41,56 @@ document), :mod:`.task` (the executor task), :mod:`.sink` (:class:`SearchSink`, 
 
 from __future__ import annotations
 
-from exactlyonce.connectors.search.bulk import Action, BulkSender, RawHeader
-from exactlyonce.connectors.search.config import Mode, OpType, SearchSinkConfig
-from exactlyonce.connectors.search.connection import SearchConnection, call
-from exactlyonce.connectors.search.engine import Client, Engine
-from exactlyonce.connectors.search.policy import (
-    RETRY_STATUSES,
-    RetryPolicy,
-    default_policy,
-    is_transient,
-)
-from exactlyonce.connectors.search.schema import (
-    CONTROL_INDEX,
-    CONTROL_MAPPING,
-    DEAD_LETTER_MAPPING,
-    ID_COLUMN,
-)
-from exactlyonce.connectors.search.sink import SearchSink
-from exactlyonce.connectors.search.task import SearchShardTask, SearchShardWriter, SearchTarget
+from typing import TYPE_CHECKING
+
+from exactlyonce.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from exactlyonce.connectors.search.bulk import Action, BulkSender, RawHeader
+    from exactlyonce.connectors.search.config import Mode, OpType, SearchSinkConfig
+    from exactlyonce.connectors.search.connection import SearchConnection, call
+    from exactlyonce.connectors.search.engine import Client, Engine
+    from exactlyonce.connectors.search.policy import (
+        RETRY_STATUSES,
+        RetryPolicy,
+        default_policy,
+        is_transient,
+    )
+    from exactlyonce.connectors.search.schema import (
+        CONTROL_INDEX,
+        CONTROL_MAPPING,
+        DEAD_LETTER_MAPPING,
+        ID_COLUMN,
+    )
+    from exactlyonce.connectors.search.sink import SearchSink
+    from exactlyonce.connectors.search.task import SearchShardTask, SearchShardWriter, SearchTarget
+
+# Public name -> the module that defines it, imported when the name is first asked for.
+_LAZY = {
+    "Action": "exactlyonce.connectors.search.bulk",
+    "BulkSender": "exactlyonce.connectors.search.bulk",
+    "RawHeader": "exactlyonce.connectors.search.bulk",
+    "Mode": "exactlyonce.connectors.search.config",
+    "OpType": "exactlyonce.connectors.search.config",
+    "SearchSinkConfig": "exactlyonce.connectors.search.config",
+    "SearchConnection": "exactlyonce.connectors.search.connection",
+    "call": "exactlyonce.connectors.search.connection",
+    "Client": "exactlyonce.connectors.search.engine",
+    "Engine": "exactlyonce.connectors.search.engine",
+    "RETRY_STATUSES": "exactlyonce.connectors.search.policy",
+    "RetryPolicy": "exactlyonce.connectors.search.policy",
+    "default_policy": "exactlyonce.connectors.search.policy",
+    "is_transient": "exactlyonce.connectors.search.policy",
+    "CONTROL_INDEX": "exactlyonce.connectors.search.schema",
+    "CONTROL_MAPPING": "exactlyonce.connectors.search.schema",
+    "DEAD_LETTER_MAPPING": "exactlyonce.connectors.search.schema",
+    "ID_COLUMN": "exactlyonce.connectors.search.schema",
+    "SearchSink": "exactlyonce.connectors.search.sink",
+    "SearchShardTask": "exactlyonce.connectors.search.task",
+    "SearchShardWriter": "exactlyonce.connectors.search.task",
+    "SearchTarget": "exactlyonce.connectors.search.task",
+}
+
 
 __all__ = [
     "CONTROL_INDEX",
@@ -84,3 +116,5 @@ __all__ = [
     "default_policy",
     "is_transient",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
