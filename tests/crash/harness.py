@@ -28,6 +28,10 @@ JOB = Path(__file__).with_name("job.py")
 ROOT = Path(__file__).resolve().parents[2]
 # Where a crash job writes Spark's event log (job_common.crash_session reads it).
 EVENT_LOG_ENV = "EXACTLYONCE_TEST_EVENT_LOG"
+# Input files an epoch of the last run (run_to_end) reads. A test's input is long, so that
+# every kill lands mid-stream on a fast machine too; the recovery after the kills needs no
+# epoch per file (an epoch costs ~1.4 CPU-s of Spark's planning and tasks, whatever its size).
+FINAL_FILES_PER_TRIGGER = 4
 
 
 @dataclass
@@ -138,6 +142,7 @@ class Job:
     runs: int = 0
     kills: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    final_run: bool = False  # the run started by run_to_end
     script: ClassVar[Path] = JOB  # the job script a subclass runs instead
     # Files every finished job must have left, non-empty, for the credential scan.
     scanned_logs: ClassVar[tuple[str, ...]] = ("run-*.log", "events_*")
@@ -152,8 +157,12 @@ class Job:
         path.mkdir(exist_ok=True)
         return path
 
-    def start(self, crash_at: str | None = None, hold_at: str | None = None) -> None:
-        """Start a run; ``crash_at``/``hold_at`` (``POINT@EPOCH``): see crashpoints.py."""
+    def start(
+        self, crash_at: str | None = None, hold_at: str | None = None, *, final: bool = False
+    ) -> None:
+        """Start a run; ``crash_at``/``hold_at`` (``POINT@EPOCH``): see crashpoints.py;
+        ``final``: the last run, which reads the rest of the input in bigger epochs."""
+        self.final_run = final
         env = {**os.environ, **self.env, **self.sink_env(), "PYTHONPATH": str(ROOT)}
         env[EVENT_LOG_ENV] = str(self.workdir / "eventlog")
         env.pop("EXACTLYONCE_CRASH_AT", None)
@@ -180,7 +189,9 @@ class Job:
 
     def command(self) -> list[str]:
         """The run's command line: the job script with the arguments every crash job takes,
-        then the sink's (a subclass may run another program, ``exactlyonce run`` say)."""
+        then the sink's (a subclass may run another program, ``exactlyonce run`` say); the
+        last run reads :data:`FINAL_FILES_PER_TRIGGER` files an epoch."""
+        final = ["--max-files-per-trigger", str(FINAL_FILES_PER_TRIGGER)] if self.final_run else []
         return [
             sys.executable,
             str(self.script),
@@ -194,6 +205,7 @@ class Job:
             self.master,
             *self.sink_args(),
             *self.extra_args,
+            *final,
         ]
 
     def sink_env(self) -> dict[str, str]:
@@ -313,8 +325,9 @@ class Job:
             self.kill("test ended")
 
     def run_to_end(self, timeout: float = 300) -> None:
-        """A last run, which must finish every input file and exit 0."""
-        self.start()
+        """A last run, which must finish every input file and exit 0 (``final``: in epochs
+        of :data:`FINAL_FILES_PER_TRIGGER` files)."""
+        self.start(final=True)
         self.finish(timeout)
 
     def spark_commits(self) -> set[int]:

@@ -22,8 +22,9 @@ Every cell's schedule, on one checkpoint: ``exactlyonce run`` (``trigger: availa
 a few epochs per run) SIGKILLed whole (its session: the CLI, Spark's JVM, the Python workers)
 at a seeded random moment after it committed an epoch, then at the named point
 ``after_head`` (the sink's head advanced, Spark's commit log not yet written), then at two
-more random moments; a last run to the end. Every scheduled kill is asserted to have
-happened. The audit reads the sink with a plain client (psycopg SQL, redis XRANGE, a
+more random moments; a last run to the end (in epochs of ``FINAL_FILES_PER_TRIGGER`` times
+as many records, as the harness's last runs all read). Every scheduled kill is asserted to
+have happened. The audit reads the sink with a plain client (psycopg SQL, redis XRANGE, a
 confluent-kafka consumer, raw HTTP to ``_search``) and checks each record ID against the IDs
 computed here from what was produced: no duplicate, none missing, none unexpected; the
 record IDs of ``id_from: source`` are recomputed here from the coordinates with hashlib.
@@ -66,7 +67,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from exactlyonce.dedup.ids import record_id
-from tests.crash.harness import ROOT, Job, crash_seed
+from tests.crash.harness import FINAL_FILES_PER_TRIGGER, ROOT, Job, crash_seed
 from tests.support.es_fixtures import EsHandle
 from tests.support.kafka_audit import named_headers
 from tests.support.redis_fixtures import SinkRedis
@@ -232,9 +233,11 @@ class RunJob(Job):
     is the harness's, ``<workdir>/checkpoint``)."""
 
     pipeline: Path = Path()
+    final_pipeline: Path = Path()  # the last run's: the same with bigger epochs
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "exactlyonce.integration.cli", "run", str(self.pipeline)]
+        pipeline = self.final_pipeline if self.final_run else self.pipeline
+        return [sys.executable, "-m", "exactlyonce.integration.cli", "run", str(pipeline)]
 
     def sink_env(self) -> dict[str, str]:
         return {}
@@ -586,19 +589,20 @@ def test_kafka_source_killed_runs_end_exactly_once(
     unique_name: str,
 ) -> None:
     seed = crash_seed("kafka source kill schedule")
-    pipeline = tmp_path / "pipeline.yaml"
-    job = RunJob(tmp_path, unique_name, dsn="", pipeline=pipeline)
-    pipeline.write_text(
-        PIPELINE.format(
-            name=unique_name,
-            checkpoint=job.checkpoint,
-            topic=source_topic.name,
-            max_offsets=MAX_OFFSETS_PER_TRIGGER,
-            sink=cell.sink,
-            identity=IDENTITIES[identity],
-            event_log=event_log_conf(tmp_path / "event-log")["spark.eventLog.dir"],
+    pipeline, final = tmp_path / "pipeline.yaml", tmp_path / "pipeline-final.yaml"
+    job = RunJob(tmp_path, unique_name, dsn="", pipeline=pipeline, final_pipeline=final)
+    for path, per_epoch in ((pipeline, 1), (final, FINAL_FILES_PER_TRIGGER)):
+        path.write_text(
+            PIPELINE.format(
+                name=unique_name,
+                checkpoint=job.checkpoint,
+                topic=source_topic.name,
+                max_offsets=MAX_OFFSETS_PER_TRIGGER * per_epoch,
+                sink=cell.sink,
+                identity=IDENTITIES[identity],
+                event_log=event_log_conf(tmp_path / "event-log")["spark.eventLog.dir"],
+            )
         )
-    )
     more_points = ("mid_bulk",) if cell.rewrites_resent and identity == "columns" else ()
     try:
         kill_schedule(job, seed, more_points)
