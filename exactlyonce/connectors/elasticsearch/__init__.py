@@ -28,32 +28,34 @@ from exactlyonce.lazy import lazy_exports
 if TYPE_CHECKING:
     from exactlyonce.connectors.elasticsearch.config import ElasticsearchSinkConfig, OpType
     from exactlyonce.connectors.elasticsearch.sink import ElasticsearchSink
-    from exactlyonce.connectors.search.policy import (
+    from exactlyonce.connectors.search import (
+        CONTROL_INDEX,
+        CONTROL_MAPPING,
+        DEAD_LETTER_MAPPING,
+        ID_COLUMN,
         RETRY_STATUSES,
         RetryPolicy,
         default_policy,
         is_transient,
     )
-    from exactlyonce.connectors.search.schema import (
-        CONTROL_INDEX,
-        CONTROL_MAPPING,
-        DEAD_LETTER_MAPPING,
-        ID_COLUMN,
-    )
 
+# The Elasticsearch family's names, from its package (exactlyonce.connectors.search).
+_FAMILY = (
+    "CONTROL_INDEX",
+    "CONTROL_MAPPING",
+    "DEAD_LETTER_MAPPING",
+    "ID_COLUMN",
+    "RETRY_STATUSES",
+    "RetryPolicy",
+    "default_policy",
+    "is_transient",
+)
 # Public name -> the module that defines it, imported when the name is first asked for.
 _LAZY = {
     "ElasticsearchSinkConfig": "exactlyonce.connectors.elasticsearch.config",
     "OpType": "exactlyonce.connectors.elasticsearch.config",
     "ElasticsearchSink": "exactlyonce.connectors.elasticsearch.sink",
-    "RETRY_STATUSES": "exactlyonce.connectors.search.policy",
-    "RetryPolicy": "exactlyonce.connectors.search.policy",
-    "default_policy": "exactlyonce.connectors.search.policy",
-    "is_transient": "exactlyonce.connectors.search.policy",
-    "CONTROL_INDEX": "exactlyonce.connectors.search.schema",
-    "CONTROL_MAPPING": "exactlyonce.connectors.search.schema",
-    "DEAD_LETTER_MAPPING": "exactlyonce.connectors.search.schema",
-    "ID_COLUMN": "exactlyonce.connectors.search.schema",
+    **dict.fromkeys(_FAMILY, "exactlyonce.connectors.search"),
 }
 
 
