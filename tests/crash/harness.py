@@ -142,7 +142,7 @@ class Job:
     runs: int = 0
     kills: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
-    final_run: bool = False  # the run started by run_to_end
+    final_run: bool = field(default=False, init=False)  # the run started by run_to_end
     script: ClassVar[Path] = JOB  # the job script a subclass runs instead
     # Files every finished job must have left, non-empty, for the credential scan.
     scanned_logs: ClassVar[tuple[str, ...]] = ("run-*.log", "events_*")
