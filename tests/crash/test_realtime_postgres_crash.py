@@ -32,6 +32,7 @@ from tests.support.realtime import (
     EventProducer,
     RealtimeJob,
     create_plain_table,
+    distinct_events,
     end_offsets,
     event_counts,
     frontiers,
@@ -146,19 +147,24 @@ def test_negative_control_plain_foreach_insert_duplicates_under_the_same_kills(
 def test_a_deleted_checkpoint_restarted_from_earliest_stays_exactly_once(
     pg_dsn: str, pg: psycopg.Connection[Any], bootstrap: str, unique_name: str, tmp_path: Path
 ) -> None:
+    """The first run writes rows in three epochs (0-2, or 1-2 when its first epoch passed
+    starting its Python worker), so the second run's first epoch with rows, after the same
+    start, has a number the first run used; the producer outlives both runs' starts."""
     make_topic(bootstrap, unique_name)
     job = RealtimeJob(tmp_path, unique_name, pg_dsn, topic=unique_name)
-    producer = EventProducer(bootstrap, unique_name, 2_000, RATE).start()
+    producer = EventProducer(bootstrap, unique_name, 12_000, RATE).start()
     try:
         job.start()
-        wait_until(lambda: table_rows(pg, unique_name) >= 500, "500 rows", 120)
+        wait_until(lambda: newest_epoch(pg, unique_name) >= 2, "rows of epoch 2", 180)
         job.kill("before the checkpoint is deleted")
         first_run = epoch_of_each_event(pg, unique_name)
         shutil.rmtree(job.checkpoint)  # Spark restarts at the earliest offsets, epoch 0
-        assert sum(frontiers(pg, unique_name).values()) >= 500
+        assert sum(frontiers(pg, unique_name).values()) == len(first_run)
         job.start()
-        job.wait_started()
-        producer.join()
+        wait_until(
+            lambda: distinct_events(pg, unique_name) > len(first_run), "the second run's rows", 180
+        )
+        producer.finish()
         wait_for_events(pg, unique_name, producer.events, timeout=120)
         job.stop()
     finally:
@@ -176,7 +182,18 @@ def test_a_deleted_checkpoint_restarted_from_earliest_stays_exactly_once(
         for event, epoch in epoch_of_each_event(pg, unique_name).items()
         if event not in first_run and epoch <= max(first_run.values())
     }
+    print(f"first run: epochs {sorted(set(first_run.values()))}; {len(reused)} events reused one")
     assert reused, "the second run wrote nothing under an epoch number the first run used"
+
+
+def newest_epoch(pg: psycopg.Connection[Any], table: str) -> int:
+    try:
+        row = pg.execute(
+            sql.SQL("SELECT max(epoch) FROM {}").format(sql.Identifier(table))
+        ).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return -1
+    return -1 if row is None or row[0] is None else int(row[0])
 
 
 def epoch_of_each_event(pg: psycopg.Connection[Any], table: str) -> dict[str, int]:
