@@ -12,7 +12,10 @@ Each timed ``--repeat`` times, best run counted, interleaved with the paths they
 
 CPU (:class:`CpuMeter`): user + system CPU seconds, per timed run, of the benchmark's own
 process tree (the driver, the Spark JVM, its Python workers) and of each named server's
-process tree (the broker, PostgreSQL's postmaster and backends, Redis), from ``/proc``.
+process tree (the broker, PostgreSQL's postmaster and backends, Redis), from ``/proc``; the
+benchmark's own tree also split into the driver, the JVM and the Python workers
+(``spark_driver``, ``spark_jvm``, ``spark_python_workers``: where a sink's CPU goes beside
+its baseline's).
 Reaped children count through their parent's ``cutime``/``cstime``. A server the benchmark
 starts itself (a throwaway redis-server, the search server) is a child of the driver: named as
 a server, its tree is taken out of ``spark``'s, so nothing counts twice. Reported per million
@@ -113,6 +116,22 @@ def _cpu_of(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), ticks / os.sysconf("SC_CLK_TCK")
 
 
+# The parts of the benchmark's own tree: this process, the JVM(s), everything else there (the
+# Python workers and their daemon). A process reaped meanwhile counts in its parent's part.
+SPARK_PARTS = ("driver", "jvm", "python_workers")
+
+
+def _spark_part(pid: int) -> str:
+    """Which of :data:`SPARK_PARTS` the process ``pid`` of the benchmark's tree is."""
+    if pid == os.getpid():
+        return "driver"
+    try:
+        name = (PROC / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return "python_workers"
+    return "jvm" if name == "java" else "python_workers"
+
+
 def _processes() -> dict[int, tuple[int, float]]:
     out = {}
     for entry in PROC.iterdir() if PROC.is_dir() else ():
@@ -166,7 +185,9 @@ class CpuMeter:
 
     @contextmanager
     def measure(self) -> Iterator[dict[str, float]]:
-        """Fills the yielded dict at exit: CPU seconds per tree, and ``total``."""
+        """Fills the yielded dict at exit: CPU seconds per tree, ``spark``'s split into its
+        :data:`SPARK_PARTS` (``spark_driver``, ...: they sum to ``spark``), and ``total``
+        (of the trees)."""
         used: dict[str, float] = {}
         before = self._sample()
         began = time.monotonic()
@@ -174,10 +195,17 @@ class CpuMeter:
         after = self._sample()
         if before is None or after is None:
             return
+        parts = dict.fromkeys(SPARK_PARTS, 0.0)
         for name, pids in after.items():
             start = before.get(name, {})
-            used[name] = round(sum(cpu - start.get(pid, 0.0) for pid, cpu in pids.items()), 3)
-        used["total"] = round(sum(used.values()), 3)
+            spent = {pid: cpu - start.get(pid, 0.0) for pid, cpu in pids.items()}
+            used[name] = round(sum(spent.values()), 3)
+            if name == "spark":
+                for pid, cpu in spent.items():
+                    parts[_spark_part(pid)] += cpu
+        total = sum(used.values())
+        used.update({f"spark_{part}": round(cpu, 3) for part, cpu in parts.items()})
+        used["total"] = round(total, 3)
         used["wall"] = round(time.monotonic() - began, 3)
 
 

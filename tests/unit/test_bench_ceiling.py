@@ -87,6 +87,30 @@ def test_the_meter_sees_this_process_burn_cpu() -> None:
     assert used["total"] >= used["spark"] + used["self-again"] - 1e-9, used
 
 
+def test_the_spark_tree_is_split_into_driver_jvm_and_python_workers() -> None:
+    """Where a path's CPU goes inside Spark: this process (the driver), the ``java``
+    processes (the JVM), the rest (Python workers); the parts sum to ``spark`` and are not
+    counted again in ``total``."""
+    import subprocess
+    import sys
+
+    burn = "sum(i * i for i in range(3_000_000)); print('burned', flush=True); input()"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        with CpuMeter({"server": None}).measure() as used:
+            sum(i * i for i in range(1_000_000))
+            assert worker.stdout is not None and worker.stdout.readline() == "burned\n"
+    finally:
+        worker.communicate("\n", timeout=30)  # alive until measured: not reaped into ours
+    parts = used["spark_driver"] + used["spark_jvm"] + used["spark_python_workers"]
+    assert abs(parts - used["spark"]) < 1e-6, used
+    assert used["spark_driver"] > 0 and used["spark_python_workers"] > 0, used
+    assert used["spark_jvm"] == 0, used
+    assert used["total"] == used["spark"], used
+
+
 def test_a_server_started_by_the_benchmark_leaves_the_spark_tree() -> None:
     # 1 the driver, 2 the JVM, 3 a Python worker, 4 a redis-server the driver started, 5 its
     # child; 9 a server elsewhere
