@@ -134,7 +134,10 @@ def ceilings_section(results: dict[str, dict[str, Any]]) -> list[str]:
         "the median run's. CPU is steadier than throughput on a shared machine, but a",
         "server that other work on the machine uses too (the local services' PostgreSQL and",
         "Redis) counts that work as well; a server the benchmark starts (the records'",
-        "redis-server, the search server) counts only the benchmark's.",
+        "redis-server, the search server) counts only the benchmark's. Each file's own table",
+        "also splits the Spark tree (`spark`) into its driver, JVM and Python workers",
+        "(`spark_driver`, `spark_jvm`, `spark_python_workers`, in results from 2026-12-02 on):",
+        "where a sink's CPU goes beside its baseline's, which spends none in Python.",
         "",
     ]
     out += table(
