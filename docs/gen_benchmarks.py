@@ -36,6 +36,7 @@ TITLES = {
     "kafka_stages": "Kafka sink: CPU per stage against Spark's sink",
     "postgres_stages": "PostgreSQL sink: CPU per stage against a plain COPY",
     "kafka_headers": "Kafka: what the per-record header costs a producer",
+    "kafka_profile": "Kafka sink: where its CPU and a task's time go (JFR, py-spy)",
     "buffer": "Buffer and drainer, per sink",
     "elasticsearch": "Elasticsearch sink",
     "opensearch": "OpenSearch sink (genuine node)",
