@@ -47,14 +47,17 @@ RATE = 100.0  # events per second: the stream outlives the kills
 KILLS = 3
 
 
-def table_rows(pg: psycopg.Connection[Any], table: str) -> int:
+def table_value(pg: psycopg.Connection[Any], query: str, table: str) -> Any:
+    """``query``'s one value over ``table`` (its ``{}``); None before the job created it."""
     try:
-        row = pg.execute(
-            sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
-        ).fetchone()
+        row = pg.execute(sql.SQL(query).format(sql.Identifier(table))).fetchone()
     except psycopg.errors.UndefinedTable:
-        return 0
-    return int(row[0]) if row else 0
+        return None
+    return row[0] if row else None
+
+
+def table_rows(pg: psycopg.Connection[Any], table: str) -> int:
+    return int(table_value(pg, "SELECT count(*) FROM {}", table) or 0)
 
 
 def newest_epoch_is_open(job: RealtimeJob, pg: psycopg.Connection[Any]) -> bool:
@@ -187,13 +190,9 @@ def test_a_deleted_checkpoint_restarted_from_earliest_stays_exactly_once(
 
 
 def newest_epoch(pg: psycopg.Connection[Any], table: str) -> int:
-    try:
-        row = pg.execute(
-            sql.SQL("SELECT max(epoch) FROM {}").format(sql.Identifier(table))
-        ).fetchone()
-    except psycopg.errors.UndefinedTable:
-        return -1
-    return -1 if row is None or row[0] is None else int(row[0])
+    """The highest epoch a row carries; -1 before any row."""
+    newest = table_value(pg, "SELECT max(epoch) FROM {}", table)
+    return -1 if newest is None else int(newest)
 
 
 def epoch_of_each_event(pg: psycopg.Connection[Any], table: str) -> dict[str, int]:
