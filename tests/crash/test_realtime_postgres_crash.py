@@ -60,17 +60,17 @@ def table_rows(pg: psycopg.Connection[Any], table: str) -> int:
     return int(table_value(pg, "SELECT count(*) FROM {}", table) or 0)
 
 
+def newest_epoch(pg: psycopg.Connection[Any], table: str) -> int:
+    """The highest epoch a row carries; -1 before any row."""
+    newest = table_value(pg, "SELECT max(epoch) FROM {}", table)
+    return -1 if newest is None else int(newest)
+
+
 def newest_epoch_is_open(job: RealtimeJob, pg: psycopg.Connection[Any]) -> bool:
     """Rows of an epoch show whose end Spark has not logged (no ``offsets/<epoch>`` yet: it
     writes that at the epoch's end, then ``commits/<epoch>``), so a restart reads them again."""
-    row = pg.execute(
-        sql.SQL("SELECT max(epoch) FROM {}").format(sql.Identifier(job.table))
-    ).fetchone()
-    return (
-        row is not None
-        and row[0] is not None
-        and not (job.checkpoint / "offsets" / str(row[0])).exists()
-    )
+    epoch = newest_epoch(pg, job.table)
+    return epoch >= 0 and not (job.checkpoint / "offsets" / str(epoch)).exists()
 
 
 def kill_after_visible_rows(
@@ -187,12 +187,6 @@ def test_a_deleted_checkpoint_restarted_from_earliest_stays_exactly_once(
     }
     print(f"first run: epochs {sorted(set(first_run.values()))}; {len(reused)} events reused one")
     assert reused, "the second run wrote nothing under an epoch number the first run used"
-
-
-def newest_epoch(pg: psycopg.Connection[Any], table: str) -> int:
-    """The highest epoch a row carries; -1 before any row."""
-    newest = table_value(pg, "SELECT max(epoch) FROM {}", table)
-    return -1 if newest is None else int(newest)
 
 
 def epoch_of_each_event(pg: psycopg.Connection[Any], table: str) -> dict[str, int]:
