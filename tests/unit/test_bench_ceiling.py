@@ -87,6 +87,26 @@ def test_the_meter_sees_this_process_burn_cpu() -> None:
     assert used["total"] >= used["spark"] + used["self-again"] - 1e-9, used
 
 
+# Measured in a fresh interpreter: a pytest worker may have a JVM child of its own (a Spark
+# session an earlier test in that worker started), which would rightly count as ``spark_jvm``.
+_SPLIT_PROBE = """
+import json, subprocess, sys
+from bench.ceiling import CpuMeter
+
+burn = "sum(i * i for i in range(3_000_000)); print('burned', flush=True); input()"
+worker = subprocess.Popen(
+    [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+)
+try:
+    with CpuMeter({"server": None}).measure() as used:
+        sum(i * i for i in range(1_000_000))
+        assert worker.stdout.readline() == "burned\\n"
+finally:
+    worker.communicate("\\n", timeout=30)  # alive until measured: not reaped into ours
+print(json.dumps(used))
+"""
+
+
 def test_the_spark_tree_is_split_into_driver_jvm_and_python_workers() -> None:
     """Where a path's CPU goes inside Spark: this process (the driver), the ``java``
     processes (the JVM), the rest (Python workers); the parts sum to ``spark`` and are not
@@ -94,16 +114,12 @@ def test_the_spark_tree_is_split_into_driver_jvm_and_python_workers() -> None:
     import subprocess
     import sys
 
-    burn = "sum(i * i for i in range(3_000_000)); print('burned', flush=True); input()"
-    worker = subprocess.Popen(
-        [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    root = Path(__file__).resolve().parents[2]
+    probe = subprocess.run(
+        [sys.executable, "-c", _SPLIT_PROBE], cwd=root, capture_output=True, text=True, timeout=60
     )
-    try:
-        with CpuMeter({"server": None}).measure() as used:
-            sum(i * i for i in range(1_000_000))
-            assert worker.stdout is not None and worker.stdout.readline() == "burned\n"
-    finally:
-        worker.communicate("\n", timeout=30)  # alive until measured: not reaped into ours
+    assert probe.returncode == 0, probe.stderr
+    used = json.loads(probe.stdout)
     parts = used["spark_driver"] + used["spark_jvm"] + used["spark_python_workers"]
     assert abs(parts - used["spark"]) < 1e-6, used
     assert used["spark_driver"] > 0 and used["spark_python_workers"] > 0, used
