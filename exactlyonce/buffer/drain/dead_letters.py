@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from exactlyonce.connectors.base.drain import Letter
 from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
+from exactlyonce.connectors.kafka.preflight import await_listed
 from exactlyonce.connectors.kafka.reader import H_ERROR, offset_of, shared_config, where_of
 from exactlyonce.errors import SinkUnavailableError
 
@@ -85,6 +86,7 @@ class DeadLetters:
                 raise SinkUnavailableError(
                     f"cannot create dead-letter topic {self.topic!r}: {self._scrub(str(exc))}"
                 ) from None
+        await_listed(admin, [self.topic], self.kafka_timeout_s)
 
     def send(self, letters: list[Letter]) -> None:
         """Produce and flush (the caller commits its sink transaction only after this

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -129,18 +130,61 @@ def _create(
         futures[name].result()
     except KafkaException as exc:
         err = exc.args[0]
-        if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-            return
-        field = {
-            sink.topic: "topic",
-            sink.control_topic: "control_topic",
-            sink.probe_topic: "control_topic",
-        }.get(name, "dead_letter_topic")
-        raise ConfigError(
-            field,
-            f"cannot create topic {name!r} on {sink.where}: {sink.clients.scrub(err.str())}",
+        if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            field = {
+                sink.topic: "topic",
+                sink.control_topic: "control_topic",
+                sink.probe_topic: "control_topic",
+            }.get(name, "dead_letter_topic")
+            raise ConfigError(
+                field,
+                f"cannot create topic {name!r} on {sink.where}: {sink.clients.scrub(err.str())}",
+            ) from None
+    else:
+        log.info("created topic %s %s", name, config or "")
+    await_listed(admin, [name], sink.connect_timeout)
+
+
+class _NotListed(Exception):
+    """Topics the cluster's metadata does not list yet, each with a leader per partition."""
+
+
+def _not_listed(exc: BaseException) -> bool:
+    return isinstance(exc, _NotListed)
+
+
+def await_listed(admin: Any, names: Sequence[str], timeout_s: float) -> None:
+    """Return once the cluster lists every topic of ``names`` with a leader for each of its
+    partitions. A creation is accepted by the controller before every broker knows the topic,
+    and the next metadata answer may come from one that does not yet. SinkUnavailableError,
+    naming the topics, when they are not listed within ``timeout_s``."""
+    policy = RetryPolicy(
+        attempts=1_000_000,  # the deadline ends it
+        initial_s=0.05,
+        max_s=0.5,
+        deadline_s=timeout_s,
+        transient=_not_listed,
+    )
+
+    def missing() -> None:
+        topics = admin.list_topics(timeout=timeout_s).topics  # all: see partitions_of
+        absent = [n for n in names if not _listed(topics.get(n))]
+        if absent:
+            raise _NotListed(absent)
+
+    try:
+        policy.call(missing)
+    except _NotListed as exc:
+        raise SinkUnavailableError(
+            f"topic(s) {', '.join(map(repr, exc.args[0]))} created but not listed by the "
+            f"cluster with a leader for every partition within {timeout_s:g}s"
         ) from None
-    log.info("created topic %s %s", name, config or "")
+
+
+def _listed(topic: Any) -> bool:
+    if topic is None or topic.error is not None or not topic.partitions:
+        return False
+    return all(p.error is None and p.leader >= 0 for p in topic.partitions.values())
 
 
 def _topic_setting(sink: KafkaParts, admin: AdminClient, topic: str, name: str) -> str | None:
