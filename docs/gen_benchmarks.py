@@ -257,9 +257,10 @@ def file_section(name: str, data: dict[str, Any]) -> list[str]:
     rows = [(f"`{k}`", number(v)) for k, v in flatten(data) if k not in ("date", "benchmark")]
     out += ['??? note "Every figure in the file"', ""]
     out += ["    " + line if line else "" for line in table(("figure", "value"), rows)]
-    notes = data.get("notes")
-    if isinstance(notes, list):
-        out += [f"- {n}" for n in notes if isinstance(n, str)] + [""]
+    for key in ("notes", "reading"):
+        notes = data.get(key)
+        if isinstance(notes, list):
+            out += [f"- {n}" for n in notes if isinstance(n, str)] + [""]
     return out
 
 
