@@ -384,6 +384,22 @@ def test_preflight_names_the_problem(spark: SparkSession, bootstrap: str, unique
     assert sink.hides_aborted is not None
 
 
+def test_a_control_topic_that_is_not_compacted_is_refused_before_anything_is_created(
+    bootstrap: str, unique_name: str
+) -> None:
+    """Heads would expire with retention: the start is refused naming ``control_topic``, and
+    the topics the sink would create (data, dead letters) are left uncreated."""
+    control = f"{unique_name}.control"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(control, 1, replication_factor=-1, config={"cleanup.policy": "delete"})
+    admin.create_topics([topic])[control].result()
+    with pytest.raises(ConfigError, match="cleanup.policy=delete") as err:
+        new_sink(bootstrap, unique_name, control_topic=control)
+    assert err.value.field == "control_topic"
+    listed = admin.list_topics(timeout=10).topics
+    assert unique_name not in listed and f"{unique_name}.dead-letters" not in listed
+
+
 def test_unreachable_broker_fails_fast_without_credentials(unique_name: str) -> None:
     secret = f"s3cret-{uuid.uuid4().hex[:6]}"
     config = {

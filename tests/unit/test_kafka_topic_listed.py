@@ -1,8 +1,8 @@
 """A topic the preflight just created is waited for until the cluster lists it with a leader
 for every partition: the controller accepts a creation before every broker knows the topic,
-and the next metadata answer may come from one that does not (CI, 2026-12-02: a 3-broker
-cluster answered ``UNKNOWN_TOPIC_OR_PART`` right after the creation, and the start failed
-with "topic ... does not exist")."""
+and the next metadata answer may come from one that does not (a fresh-clone CI run,
+2026-12-02: the single test broker answered ``UNKNOWN_TOPIC_OR_PART`` right after the
+creation, and the start failed with "topic ... does not exist")."""
 
 from __future__ import annotations
 

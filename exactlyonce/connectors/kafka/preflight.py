@@ -99,6 +99,7 @@ def existing_topics(meta: Any) -> set[str]:
 
 
 def _ensure_topics(sink: KafkaParts, admin: AdminClient, existing: set[str]) -> None:
+    wanted: list[tuple[str, int, dict[str, str]]] = []
     if sink.topic not in existing:
         if not sink.create_topic:
             raise ConfigError(
@@ -106,17 +107,20 @@ def _ensure_topics(sink: KafkaParts, admin: AdminClient, existing: set[str]) -> 
                 f"topic {sink.topic!r} does not exist on {sink.where} and create_topic is "
                 "off: create it, or pass create_topic=True",
             )
-        _create(sink, admin, sink.topic, sink.partitions or -1, {})
-    _fit_message_size(sink, admin)
+        wanted.append((sink.topic, sink.partitions or -1, {}))
     if sink.control_topic not in existing:
-        _create(sink, admin, sink.control_topic, 1, {"cleanup.policy": "compact"})
+        wanted.append((sink.control_topic, 1, {"cleanup.policy": "compact"}))
     else:
-        check_compacted(sink, admin)
+        check_compacted(sink, admin)  # refused before anything is created
     if sink.dead_letter_topic not in existing:
-        _create(sink, admin, sink.dead_letter_topic, 1, {})
+        wanted.append((sink.dead_letter_topic, 1, {}))
     if sink.probe_topic not in existing:
-        retention = {"retention.ms": str(PROBE_RETENTION_MS)}
-        _create(sink, admin, sink.probe_topic, 1, retention)
+        wanted.append((sink.probe_topic, 1, {"retention.ms": str(PROBE_RETENTION_MS)}))
+    for name, partitions, config in wanted:
+        _create(sink, admin, name, partitions, config)
+    if wanted:
+        await_listed(admin, [name for name, _, _ in wanted], sink.connect_timeout)
+    _fit_message_size(sink, admin)
 
 
 def _create(
@@ -142,7 +146,6 @@ def _create(
             ) from None
     else:
         log.info("created topic %s %s", name, config or "")
-    await_listed(admin, [name], sink.connect_timeout)
 
 
 class _NotListed(Exception):
@@ -168,7 +171,7 @@ def await_listed(admin: Any, names: Sequence[str], timeout_s: float) -> None:
 
     def missing() -> None:
         topics = admin.list_topics(timeout=timeout_s).topics  # all: see partitions_of
-        absent = [n for n in names if not _listed(topics.get(n))]
+        absent = [n for n in names if not listed_with_leaders(topics.get(n))]
         if absent:
             raise _NotListed(absent)
 
@@ -181,7 +184,8 @@ def await_listed(admin: Any, names: Sequence[str], timeout_s: float) -> None:
         ) from None
 
 
-def _listed(topic: Any) -> bool:
+def listed_with_leaders(topic: Any) -> bool:
+    """Whether a topic's metadata (None when not listed) has partitions, each led, no error."""
     if topic is None or topic.error is not None or not topic.partitions:
         return False
     return all(p.error is None and p.leader >= 0 for p in topic.partitions.values())

@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from exactlyonce.connectors.kafka.clients import client_log
+from exactlyonce.connectors.kafka.preflight import listed_with_leaders
 
 TOPIC_TIMEOUT_S = 60.0
 
@@ -53,13 +54,10 @@ def _create(admin: AdminClient, name: str, partitions: int) -> None:
 
 def _ready(admin: AdminClient, create: Mapping[str, int]) -> bool:
     topics = admin.list_topics(timeout=TOPIC_TIMEOUT_S).topics
-    for name, partitions in create.items():
-        meta = topics.get(name)
-        if meta is None or meta.error is not None or len(meta.partitions) != partitions:
-            return False
-        if any(p.leader < 0 or p.error is not None for p in meta.partitions.values()):
-            return False
-    return True
+    return all(
+        listed_with_leaders(topics.get(name)) and len(topics[name].partitions) == partitions
+        for name, partitions in create.items()
+    )
 
 
 def _topics(admin: AdminClient) -> set[str]:
