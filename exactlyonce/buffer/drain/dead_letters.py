@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from exactlyonce.connectors.base.drain import Letter
 from exactlyonce.connectors.kafka.buffer_config import KafkaBuffer
+from exactlyonce.connectors.kafka.clients import produce_waiting
 from exactlyonce.connectors.kafka.preflight import await_listed
 from exactlyonce.connectors.kafka.reader import H_ERROR, offset_of, shared_config, where_of
 from exactlyonce.errors import SinkUnavailableError
@@ -105,7 +106,8 @@ class DeadLetters:
                 failures.append(err.str())
 
         for msg, reason in letters:
-            self._producer.produce(
+            produce_waiting(
+                self._producer,
                 self.topic,
                 msg.value(),
                 msg.key(),

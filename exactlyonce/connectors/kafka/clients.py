@@ -3,7 +3,8 @@
 The user's ``producer_config`` is kept as a :class:`~exactlyonce.secrets.Secret` (JSON), so
 nothing here prints it; every error text a client returns goes through :meth:`scrub`.
 Connections open lazily: the admin client per preflight, the head's producer and consumer
-once, kept across epochs.
+once, kept across epochs. Two helpers serve every producer, the tasks' too:
+:func:`produce_waiting` and :func:`init_transactions`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ from exactlyonce.connectors.kafka.consume import client_log as client_log  # re-
 from exactlyonce.connectors.kafka.consume import consumer
 from exactlyonce.connectors.kafka.protocol import shared_config
 from exactlyonce.secrets import Secret, scrub
+
+
+def produce_waiting(producer: Producer, topic: str, value: Any, key: Any, **kwargs: Any) -> None:
+    """``produce()``, waiting while the local queue is full: flow control, not a retry (the
+    wait serves deliveries, which is what frees the queue). Every produce after other
+    records of the same producer needs it: a control record after a shard's data too."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)  # local queue full: let deliveries drain
 
 
 def init_transactions(producer: Producer, topic: str, timeout_s: float) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError
 
 from exactlyonce.connectors.base import Head
-from exactlyonce.connectors.kafka.clients import KafkaClients, init_transactions
+from exactlyonce.connectors.kafka.clients import KafkaClients, init_transactions, produce_waiting
 from exactlyonce.connectors.kafka.consume import (
     drain,
     exact_end_offsets,
@@ -269,7 +269,7 @@ class ControlTopicHeads:
             on_delivery=delivered,
         )
         for key in tombstones:
-            producer.produce(self.control_topic, key=key, value=None, partition=self.partition)
+            produce_waiting(producer, self.control_topic, None, key, partition=self.partition)
         left = producer.flush(self.transaction_timeout_ms / 1000)
         if failures or left or not offsets:
             reason = failures[0] if failures else "not acknowledged in time"

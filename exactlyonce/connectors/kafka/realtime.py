@@ -50,7 +50,7 @@ from exactlyonce.connectors.base.realtime import (
     StaleFrontier,
     TaskInfo,
 )
-from exactlyonce.connectors.kafka.clients import client_log, init_transactions
+from exactlyonce.connectors.kafka.clients import client_log, init_transactions, produce_waiting
 from exactlyonce.connectors.kafka.consume import (
     START,
     consumer,
@@ -418,14 +418,16 @@ class KafkaFrontierStore(FrontierStore):
         producer.begin_transaction()
         self.open.add(key)
         for row in rows:
-            producer.produce(
+            produce_waiting(
+                producer,
                 t.topic,
-                value=self._value(row),
-                key=self._key(row),
+                self._value(row),
+                self._key(row),
                 headers=[(H_COMPACT, prefix + str(row[-2]).encode())],
             )
             producer.poll(0)
-        producer.produce(
+        produce_waiting(  # the queue may be full of rows
+            producer,
             t.control_topic,
             key=frontier_key(t.query_name, t.sink_name, *key),
             value=json.dumps(

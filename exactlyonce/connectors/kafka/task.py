@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from exactlyonce.connectors.base import SHARD_COLUMN, DeadLetter, ShardTask
 from exactlyonce.connectors.base.frames import frame_bounds, frame_partition, pack, single_headers
 from exactlyonce.connectors.kafka.arrowproduce import native_loop, produce_columns
-from exactlyonce.connectors.kafka.clients import init_transactions
+from exactlyonce.connectors.kafka.clients import init_transactions, produce_waiting
 from exactlyonce.connectors.kafka.protocol import (
     DEAD_LETTER_PAYLOAD_LIMIT,
     H_ATTEMPT,
@@ -41,17 +41,6 @@ from exactlyonce.connectors.kafka.transaction import TransactionSteps, TxnState
 from exactlyonce.faults import armed, crash_point
 
 _TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE,)  # librdkafka refuses it in produce()
-
-
-def produce_waiting(producer: Producer, topic: str, value: Any, key: Any, **kwargs: Any) -> None:
-    """``produce()``, waiting while the local queue is full: flow control, not a retry (the
-    wait serves deliveries, which is what frees the queue)."""
-    while True:
-        try:
-            producer.produce(topic, value, key, **kwargs)
-            return
-        except BufferError:
-            producer.poll(0.05)  # local queue full: let deliveries drain
 
 
 class KafkaShardTask(TransactionSteps, ShardTask):

@@ -36,6 +36,7 @@ from typing import Any, NoReturn, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from exactlyonce.connectors.kafka.clients import produce_waiting
 from exactlyonce.connectors.kafka.consume import consumer, drain, offset_of
 from exactlyonce.connectors.kafka.protocol import confirmation_key, marker_key, sync_key
 from exactlyonce.connectors.kafka.target import KafkaTarget
@@ -102,8 +103,13 @@ class TransactionSteps:
 
     def _produce_control(self, key: str, value: str, **kwargs: Any) -> None:
         assert self.producer is not None
-        self.producer.produce(
-            self.t.control_topic, key=key, value=value, partition=self.t.control_partition, **kwargs
+        produce_waiting(
+            self.producer,
+            self.t.control_topic,
+            value,
+            key,
+            partition=self.t.control_partition,
+            **kwargs,
         )
 
     def _barrier(self) -> int:
