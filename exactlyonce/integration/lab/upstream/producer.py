@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from exactlyonce.connectors.kafka.clients import client_log
+from exactlyonce.connectors.kafka.clients import client_log, produce_waiting
 from exactlyonce.integration.lab.events import Record
 from exactlyonce.progress import Progress
 
@@ -57,17 +57,8 @@ def produce(
     for record in records:
         key = record[key_column]
         value = json.dumps(record).encode()
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    value=value,
-                    key=None if key is None else str(key).encode(),
-                    on_delivery=delivered,
-                )
-                break
-            except BufferError:  # the local queue is full: let it drain
-                producer.poll(0.1)
+        encoded = None if key is None else str(key).encode()
+        produce_waiting(producer, topic, value, encoded, on_delivery=delivered)
         producer.poll(0)
     left = producer.flush(FLUSH_TIMEOUT_S)
     progress.close()

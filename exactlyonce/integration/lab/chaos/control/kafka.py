@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from exactlyonce.connectors.base.expected import spark_text
+from exactlyonce.connectors.kafka.clients import produce_waiting
 from exactlyonce.connectors.kafka.protocol import H_COMPACT, expand_compact
 from exactlyonce.integration.lab.chaos.control.reading import Reading
 from exactlyonce.integration.lab.chaos.control.target import Key, Target
@@ -184,7 +185,8 @@ def write_partition(
         for row in part:
             value = dict(zip(t.keys, row, strict=True))
             key = None if row[0] is None else str(row[0]).encode()
-            producer.produce(
+            produce_waiting(
+                producer,
                 t.name,
                 json.dumps(value).encode(),
                 key,
